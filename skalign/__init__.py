@@ -1,0 +1,17 @@
+"""skalign: scikit-learn estimators that align and translate neural embedding spaces."""
+
+from ._linear import LinearAligner
+from ._procrustes import ProcrustesAligner
+from ._views import split_views, stack_views
+from .base import BaseAligner, UnpairedPool
+
+__version__ = "0.1.0.dev0"
+
+__all__ = [
+    "BaseAligner",
+    "LinearAligner",
+    "ProcrustesAligner",
+    "UnpairedPool",
+    "split_views",
+    "stack_views",
+]

@@ -1,0 +1,236 @@
+"""The torch backend shared by every skalign estimator.
+
+Everything that touches torch devices, dtypes, random generators, row batching and the float64
+linear algebra lives here, so the estimators stay thin sklearn facades over the same mechanics.
+No function in this module calls into CUDA at import time.
+"""
+
+from __future__ import annotations
+
+import math
+import numpy as np
+import torch
+from sklearn import get_config
+from sklearn.utils import check_random_state
+
+#: dtype of every hot-path computation (transforms, optimisation).
+COMPUTE_DTYPE = torch.float32
+#: dtype of solves (SVD, pseudo-inverses, least squares).
+SOLVE_DTYPE = torch.float64
+
+
+class NumericalError(ValueError):
+    """A solve or an optimisation produced non-finite numbers.
+
+    Subclasses :class:`ValueError` so callers that guard against bad input also catch it; the
+    message always names the parameter to change.
+    """
+
+
+# --------------------------------------------------------------------------------------- devices
+def resolve_device(device) -> torch.device:
+    """Turn a ``device`` parameter into a :class:`torch.device`.
+
+    ``"auto"`` picks CUDA when available and the CPU otherwise; ``"cuda"`` (or ``"cuda:N"``)
+    without a visible CUDA device raises a :class:`ValueError` instead of torch's ``RuntimeError``.
+    """
+    if isinstance(device, torch.device):
+        dev = device
+    elif device == "auto":
+        dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    else:
+        try:
+            dev = torch.device(device)
+        except (RuntimeError, TypeError) as exc:
+            raise ValueError(
+                f"device={device!r} is not a valid device; use 'cpu', 'cuda', 'auto' or a "
+                "torch.device."
+            ) from exc
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(
+            f"device={device!r} asks for CUDA but torch sees no CUDA device; use device='cpu' "
+            "or device='auto'."
+        )
+    return dev
+
+
+def transform_device(fitted_device: str | None, X) -> torch.device:
+    """Device on which to apply a fitted model to ``X``.
+
+    A torch tensor input is processed where it lives. Otherwise the fitted device is used when it
+    is available on this machine, else the CPU, so a model fitted on a GPU keeps working after it is
+    unpickled on a machine without one.
+    """
+    if isinstance(X, torch.Tensor):
+        return X.device
+    if fitted_device is not None:
+        dev = torch.device(fitted_device)
+        if dev.type != "cuda" or torch.cuda.is_available():
+            return dev
+    return torch.device("cpu")
+
+
+# --------------------------------------------------------------------------------- conversions
+def as_numpy(X):
+    """Return ``X`` as something :func:`sklearn.utils.check_array` accepts.
+
+    Torch tensors (on any device) become numpy arrays; everything else is returned unchanged.
+    """
+    if isinstance(X, torch.Tensor):
+        return X.detach().to("cpu").numpy()
+    return X
+
+
+def to_tensor(X, device, dtype=COMPUTE_DTYPE) -> torch.Tensor:
+    """Copy a numpy array (or move a tensor) to ``device`` with ``dtype``.
+
+    Read-only arrays (memmaps) are copied first: ``torch.from_numpy`` on them warns and would
+    alias memory torch assumes it may write.
+    """
+    if isinstance(X, torch.Tensor):
+        return X.detach().to(device=device, dtype=dtype)
+    X = np.asarray(X)
+    if not X.flags.writeable or not X.flags.c_contiguous:
+        X = np.array(X, order="C", copy=True)
+    return torch.from_numpy(X).to(device=device, dtype=dtype)
+
+
+def to_numpy(T: torch.Tensor, dtype=None) -> np.ndarray:
+    """Detach, move to the CPU and convert to numpy (optionally casting to ``dtype``)."""
+    out = T.detach().to("cpu").numpy()
+    return out if dtype is None else out.astype(dtype, copy=False)
+
+
+# ---------------------------------------------------------------------------------- randomness
+def make_generator(random_state, device) -> torch.Generator:
+    """A local :class:`torch.Generator` on ``device`` seeded from ``random_state``.
+
+    ``random_state`` follows scikit-learn (None, int or :class:`numpy.random.RandomState`). The
+    global torch RNG is never touched. Call this at the start of every ``fit`` so that refitting
+    with the same seed gives the same result.
+    """
+    rng = check_random_state(random_state)
+    seed = int(rng.randint(np.iinfo(np.int32).max))
+    gen = torch.Generator(device=torch.device(device))
+    gen.manual_seed(seed)
+    return gen
+
+
+# ------------------------------------------------------------------------------------ batching
+def default_batch_size(n_features: int, n_outputs: int, itemsize: int = 4) -> int:
+    """Rows per batch so that one batch's input and output fit in ``working_memory``.
+
+    Uses scikit-learn's ``working_memory`` setting (MiB, default 1024), like
+    :func:`sklearn.metrics.pairwise_distances_chunked`. Intermediate buffers are counted twice.
+    """
+    bytes_per_row = max(1, 2 * (n_features + n_outputs) * itemsize)
+    budget = get_config()["working_memory"] * 2**20
+    return max(1, int(budget // bytes_per_row))
+
+
+def iter_batches(n_rows: int, batch_size: int):
+    """Yield ``slice`` objects that cover ``range(n_rows)`` in order."""
+    for start in range(0, n_rows, batch_size):
+        yield slice(start, min(start + batch_size, n_rows))
+
+
+def apply_in_batches(fn, X, *, device, batch_size=None, n_outputs=None, out_dtype=np.float32):
+    """Apply the row-independent ``fn`` (tensor → tensor) to ``X`` batch by batch.
+
+    ``X`` may be a numpy array or a tensor. Each batch is moved to ``device`` in float32, processed
+    and copied back into a preallocated numpy output, so peak memory is bounded by the batch size
+    whatever the number of rows.
+    """
+    n_rows, n_features = X.shape
+    if batch_size is None:
+        batch_size = default_batch_size(n_features, n_outputs or n_features)
+    out = None
+    for rows in iter_batches(n_rows, batch_size):
+        res = fn(to_tensor(X[rows], device))
+        if out is None:
+            out = np.empty((n_rows,) + tuple(res.shape[1:]), dtype=out_dtype)
+        out[rows] = to_numpy(res)
+    if out is None:  # zero rows
+        out = np.empty((0, n_outputs or 0), dtype=out_dtype)
+    return out
+
+
+# ---------------------------------------------------------------------------------- numerics
+def row_normalize(T: torch.Tensor, eps: float = 0.0) -> torch.Tensor:
+    """L2-normalise rows. Zero rows must be rejected by validation before calling this."""
+    norms = torch.linalg.vector_norm(T, dim=-1, keepdim=True)
+    if eps:
+        norms = norms.clamp_min(eps)
+    return T / norms
+
+
+def check_finite(value, *, what: str, hint: str):
+    """Raise :class:`NumericalError` when a tensor or number is not finite.
+
+    Parameters
+    ----------
+    value : tensor or float
+    what : str
+        What was being computed ("the loss at iteration 12", "the pseudo-inverse").
+    hint : str
+        The parameter change that usually helps, named explicitly.
+    """
+    ok = bool(torch.isfinite(value).all()) if isinstance(value, torch.Tensor) else math.isfinite(value)
+    if not ok:
+        raise NumericalError(f"Non-finite values in {what}. {hint}")
+
+
+def pinv_svd(A: torch.Tensor, rtol: float | None = None):
+    """Moore–Penrose pseudo-inverse through an SVD in float64.
+
+    Singular values below ``rtol * s_max`` are treated as zero (``rtol=None`` uses
+    ``max(A.shape) * eps``, numpy's default). Unlike ``torch.linalg.lstsq`` this is correct on
+    rank-deficient input on every device.
+
+    Returns
+    -------
+    pinv : tensor of shape (n, m), float64
+    singular_values : tensor, float64
+    rank : int
+    """
+    A64 = A.to(SOLVE_DTYPE)
+    U, s, Vh = torch.linalg.svd(A64, full_matrices=False)
+    if rtol is None:
+        rtol = max(A.shape[-2:]) * torch.finfo(SOLVE_DTYPE).eps
+    cutoff = rtol * s.max() if s.numel() else 0.0
+    keep = s > cutoff
+    s_inv = torch.where(keep, 1.0 / torch.where(keep, s, torch.ones_like(s)), torch.zeros_like(s))
+    pinv = (Vh.mT * s_inv.unsqueeze(-2)) @ U.mT
+    check_finite(pinv, what="the pseudo-inverse", hint="Increase rtol.")
+    return pinv, s, int(keep.sum())
+
+
+def ridge_svd(X: torch.Tensor, Y: torch.Tensor, alpha: float, rtol: float | None = None):
+    """Ridge / minimum-norm least-squares coefficients ``W`` minimising ‖XW − Y‖² + α‖W‖².
+
+    Solved through the SVD of ``X`` in float64, ``W = V diag(s / (s² + α)) Uᵀ Y``; for α = 0,
+    singular values below ``rtol * s_max`` are dropped, which gives the minimum-norm solution on
+    rank-deficient ``X``.
+    """
+    X64, Y64 = X.to(SOLVE_DTYPE), Y.to(SOLVE_DTYPE)
+    U, s, Vh = torch.linalg.svd(X64, full_matrices=False)
+    if alpha > 0:
+        d = s / (s * s + alpha)
+    else:
+        if rtol is None:
+            rtol = max(X.shape) * torch.finfo(SOLVE_DTYPE).eps
+        keep = s > rtol * (s.max() if s.numel() else 0.0)
+        d = torch.where(keep, 1.0 / torch.where(keep, s, torch.ones_like(s)), torch.zeros_like(s))
+    W = Vh.mT @ (d.unsqueeze(-1) * (U.mT @ Y64))
+    check_finite(W, what="the least-squares solution", hint="Increase alpha.")
+    return W
+
+
+def polar(M: torch.Tensor) -> torch.Tensor:
+    """Nearest matrix with orthonormal columns (or rows) to ``M``: ``U Vᵀ`` from its thin SVD.
+
+    Computed in float64. For square ``M`` the result is orthogonal (reflections allowed).
+    """
+    U, _, Vh = torch.linalg.svd(M.to(SOLVE_DTYPE), full_matrices=False)
+    return U @ Vh
+

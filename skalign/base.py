@@ -1,0 +1,309 @@
+"""The data contract and the base class shared by every skalign estimator.
+
+Data contract
+-------------
+``fit(X, y)``: row ``i`` of ``X`` (source embeddings, ``n × d_x``) and row ``i`` of ``y`` (target
+embeddings, ``n × d_y``) are the same item seen by two encoders, as in scikit-learn's
+:class:`~sklearn.cross_decomposition.PLSRegression`. Cross-validation therefore splits anchor pairs
+with no wrapper. Unpaired collections enter whole through ``unpaired=UnpairedPool(...)``.
+"""
+
+from __future__ import annotations
+
+from numbers import Integral
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.utils import check_array
+from sklearn.utils.metaestimators import available_if
+from sklearn.utils.validation import FLOAT_DTYPES, check_is_fitted
+
+from ._backend import apply_in_batches, as_numpy, resolve_device, transform_device
+from ._compat import Interval, validate_data
+
+__all__ = ["BaseAligner", "UnpairedPool", "check_min_pairs", "check_nonzero_rows"]
+
+
+# ------------------------------------------------------------------------------ input checks
+def check_nonzero_rows(A, *, name="X", tol=0.0):
+    """Raise a :class:`ValueError` if any row of ``A`` has (near) zero norm.
+
+    Estimators that L2-normalise embeddings call this: the direction of a zero vector is undefined
+    and dividing by its norm would silently produce NaN.
+    """
+    norms = torch.linalg.vector_norm(A, dim=1) if isinstance(A, torch.Tensor) else np.linalg.norm(A, axis=1)
+    bad = np.flatnonzero(as_numpy(norms <= tol))
+    if bad.size:
+        shown = ", ".join(map(str, bad[:5])) + (", ..." if bad.size > 5 else "")
+        raise ValueError(
+            f"{name} has {bad.size} all-zero row(s) (rows {shown}); these embeddings cannot be "
+            "L2-normalised. Remove them before fitting or transforming."
+        )
+
+
+def check_min_pairs(n_pairs, minimum, *, what="anchor pairs", why=""):
+    """Raise a :class:`ValueError` when fewer than ``minimum`` pairs are given.
+
+    The message contains ``"n_samples = <n>"`` so scikit-learn's common checks recognise it.
+    """
+    if n_pairs < minimum:
+        raise ValueError(
+            f"Too few {what}: got n_samples = {n_pairs}, need at least {minimum}"
+            + (f" ({why})." if why else ".")
+        )
+
+
+def _check_2d_float(A, name):
+    return check_array(as_numpy(A), dtype=FLOAT_DTYPES, input_name=name, ensure_min_samples=1)
+
+
+# --------------------------------------------------------------------------- the unpaired pool
+class UnpairedPool:
+    """Unpaired source-only and/or target-only embeddings, passed whole to every fold.
+
+    Semi-supervised aligners take ``fit(X, y, unpaired=UnpairedPool(X=..., y=...))``. The
+    container deliberately has no ``__len__``, ``shape`` or ``__array__``: scikit-learn's
+    cross-validation slices any fit parameter that looks like an array with as many rows as ``X``,
+    which would silently cut the pool per fold whenever the sizes happened to match. An opaque
+    container is passed unchanged to every fold and every candidate of a grid search.
+
+    Parameters
+    ----------
+    X : array-like of shape (n_source, d_x), default=None
+        Source-space embeddings with no known counterpart.
+    y : array-like of shape (n_target, d_y), default=None
+        Target-space embeddings with no known counterpart. ``n_target`` may differ from
+        ``n_source``.
+
+    Attributes
+    ----------
+    X : ndarray of shape (n_source, d_x) or None
+    y : ndarray of shape (n_target, d_y) or None
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skalign import UnpairedPool
+    >>> pool = UnpairedPool(X=np.ones((100, 8)), y=np.ones((250, 4)))
+    >>> pool
+    UnpairedPool(X: 100×8, y: 250×4)
+    """
+
+    def __init__(self, X=None, y=None):
+        if X is None and y is None:
+            raise ValueError("UnpairedPool needs at least one of X (source rows) or y (target rows).")
+        self.X = None if X is None else _check_2d_float(X, "unpaired X")
+        self.y = None if y is None else _check_2d_float(y, "unpaired y")
+
+    @property
+    def n_source(self):
+        """Number of unpaired source rows (0 when there are none)."""
+        return 0 if self.X is None else self.X.shape[0]
+
+    @property
+    def n_target(self):
+        """Number of unpaired target rows (0 when there are none)."""
+        return 0 if self.y is None else self.y.shape[0]
+
+    def check_dimensions(self, n_features_source, n_features_target):
+        """Raise a :class:`ValueError` if the pool's widths differ from the paired data's."""
+        for side, arr, expected in (("X", self.X, n_features_source), ("y", self.y, n_features_target)):
+            if arr is not None and arr.shape[1] != expected:
+                raise ValueError(
+                    f"unpaired.{side} has {arr.shape[1]} features but the paired {side} has "
+                    f"{expected}; both must come from the same encoder."
+                )
+        return self
+
+    def __repr__(self):
+        def shape(a):
+            return "none" if a is None else f"{a.shape[0]}×{a.shape[1]}"
+
+        return f"UnpairedPool(X: {shape(self.X)}, y: {shape(self.y)})"
+
+
+def check_unpaired(unpaired, n_features_source, n_features_target):
+    """Validate the ``unpaired`` fit parameter; ``None`` is allowed and returned as is."""
+    if unpaired is None:
+        return None
+    if not isinstance(unpaired, UnpairedPool):
+        raise ValueError(
+            "unpaired must be a skalign.UnpairedPool(X=..., y=...), got "
+            f"{type(unpaired).__name__}. A raw array would be sliced per fold by cross-validation."
+        )
+    return unpaired.check_dimensions(n_features_source, n_features_target)
+
+
+# ------------------------------------------------------------------------------ the base class
+class BaseAligner(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+    """Base class for estimators that map source embeddings into a target space.
+
+    Subclasses implement ``fit`` (calling :meth:`_validate_pair` first and setting their fitted
+    attributes as numpy arrays) and :meth:`_transform_fn`, which returns a function applying the
+    fitted map to one batch of rows as a torch tensor. The base class supplies batched
+    ``transform``/``predict``, ``score`` (mean cosine similarity), ``get_feature_names_out``,
+    ``set_output`` and the scikit-learn tags of a two-view transformer.
+
+    Parameters shared by all aligners
+    ---------------------------------
+    device : {"cpu", "cuda", "auto"}, str or torch.device, default="cpu"
+        Where the computation runs. Resolved at fit time into ``device_``.
+    batch_size : int or None, default=None
+        Rows per batch in ``transform``; ``None`` sizes batches from scikit-learn's
+        ``working_memory`` setting.
+    """
+
+    _parameter_constraints: dict = {
+        "device": [str, torch.device],
+        "batch_size": [Interval(Integral, 1, None, closed="left"), None],
+    }
+
+    # ------------------------------------------------------------------------- validation
+    def _validate_pair(self, X, y, *, reset=True, nonzero=False, min_pairs=2):
+        """Validate paired ``(X, y)`` and resolve the device.
+
+        Returns float arrays ``X`` (n, d_x) and ``y`` (n, d_y); a 1-D ``y`` becomes one column.
+        Sets ``device_``, ``n_features_in_`` and ``n_features_out_`` when ``reset``.
+        """
+        X, y = as_numpy(X), as_numpy(y)
+        X, y = validate_data(
+            self,
+            X,
+            y,
+            reset=reset,
+            dtype=FLOAT_DTYPES,
+            multi_output=True,
+            y_numeric=True,
+            ensure_min_samples=min_pairs,
+        )
+        y = np.asarray(y, dtype=X.dtype if y.dtype not in (np.float32, np.float64) else y.dtype)
+        if y.ndim == 1:
+            y = y.reshape(-1, 1)
+        if nonzero:
+            check_nonzero_rows(X, name="X")
+            check_nonzero_rows(y, name="y")
+        if reset:
+            self.device_ = str(resolve_device(self.device))
+            self.n_features_out_ = y.shape[1]
+        elif y.shape[1] != self.n_features_out_:
+            raise ValueError(
+                f"y has {y.shape[1]} features, but {type(self).__name__} was fitted with "
+                f"{self.n_features_out_} target features."
+            )
+        return X, y
+
+    def _validate_X(self, X, *, n_features=None, name="X", nonzero=False):
+        """Validate inputs of fitted methods. Torch tensors stay tensors (on their device)."""
+        expected = self.n_features_in_ if n_features is None else n_features
+        if isinstance(X, torch.Tensor):
+            if X.ndim != 2:
+                raise ValueError(f"Expected a 2D tensor for {name}, got {X.ndim}D.")
+            if not torch.isfinite(X).all():
+                raise ValueError(f"Input {name} contains NaN or infinity.")
+        elif n_features is None:
+            X = validate_data(self, X, reset=False, dtype=FLOAT_DTYPES)
+        else:
+            X = check_array(X, dtype=FLOAT_DTYPES, input_name=name)
+        if X.shape[1] != expected:
+            raise ValueError(
+                f"{name} has {X.shape[1]} features, but {type(self).__name__} is expecting "
+                f"{expected} features as input."
+            )
+        if nonzero:
+            check_nonzero_rows(X, name=name)
+        return X
+
+    # --------------------------------------------------------------------------- transform
+    def _transform_fn(self, device):
+        """Return ``fn(batch: Tensor) -> Tensor`` applying the fitted map on ``device``."""
+        raise NotImplementedError
+
+    def _apply(self, fn_factory, X, n_outputs):
+        device = transform_device(getattr(self, "device_", None), X)
+        out_dtype = X.dtype if isinstance(X, np.ndarray) and X.dtype == np.float64 else np.float32
+        if isinstance(X, torch.Tensor) and X.dtype == torch.float64:
+            out_dtype = np.float64
+        return apply_in_batches(
+            fn_factory(device), X, device=device, batch_size=self.batch_size,
+            n_outputs=n_outputs, out_dtype=out_dtype,
+        )
+
+    def transform(self, X):
+        """Map source embeddings into the target space.
+
+        Parameters
+        ----------
+        X : array-like or torch.Tensor of shape (n_samples, n_features_in_)
+            Source embeddings. Tensors are processed on their own device.
+
+        Returns
+        -------
+        Y_hat : ndarray of shape (n_samples, n_features_out_)
+            Translated embeddings; float64 for float64 input, float32 otherwise.
+        """
+        check_is_fitted(self)
+        X = self._validate_X(X, nonzero=self._needs_nonzero_rows())
+        return self._apply(self._transform_fn, X, self.n_features_out_)
+
+    def predict(self, X):
+        """Same as :meth:`transform`; lets scikit-learn's scorers evaluate translations."""
+        return self.transform(X)
+
+    def _has_inverse(self):
+        return hasattr(self, "_inverse_transform_fn")
+
+    @available_if(_has_inverse)
+    def inverse_transform(self, X):
+        """Map target-space embeddings back into the source space.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features_out_)
+            Target-space embeddings.
+
+        Returns
+        -------
+        X_hat : ndarray of shape (n_samples, n_features_in_)
+        """
+        check_is_fitted(self)
+        X = self._validate_X(
+            X, n_features=self.n_features_out_, name="X (target space)",
+            nonzero=self._needs_nonzero_rows(),
+        )
+        return self._apply(self._inverse_transform_fn, X, self.n_features_in_)
+
+    def score(self, X, y, sample_weight=None):
+        """Mean cosine similarity between ``transform(X)`` and ``y`` (greater is better).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features_in_)
+        y : array-like of shape (n_samples, n_features_out_)
+        sample_weight : array-like of shape (n_samples,), default=None
+
+        Returns
+        -------
+        score : float in [-1, 1]
+        """
+        from .metrics import mean_cosine_similarity
+
+        y = np.asarray(as_numpy(y))
+        if y.ndim == 1:
+            y = y.reshape(-1, 1)
+        return mean_cosine_similarity(y, self.transform(X), sample_weight=sample_weight)
+
+    def _needs_nonzero_rows(self):
+        return False
+
+    @property
+    def _n_features_out(self):
+        return self.n_features_out_
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.required = True
+        tags.target_tags.multi_output = True
+        tags.target_tags.single_output = False
+        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
+        return tags
