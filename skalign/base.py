@@ -186,12 +186,16 @@ class BaseAligner(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
         if reset:
             self.device_ = str(resolve_device(self.device))
             self.n_features_out_ = y.shape[1]
-        elif y.shape[1] != self.n_features_out_:
+        else:
+            self._check_target_width(y)
+        return X, y
+
+    def _check_target_width(self, y):
+        if y.shape[1] != self.n_features_out_:
             raise ValueError(
                 f"y has {y.shape[1]} features, but {type(self).__name__} was fitted with "
                 f"{self.n_features_out_} target features."
             )
-        return X, y
 
     def _validate_X(self, X, *, n_features=None, name="X", nonzero=False):
         """Validate inputs of fitted methods. Torch tensors stay tensors (on their device)."""
@@ -288,9 +292,11 @@ class BaseAligner(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
         """
         from .metrics import mean_cosine_similarity
 
+        check_is_fitted(self)
         y = np.asarray(as_numpy(y))
         if y.ndim == 1:
             y = y.reshape(-1, 1)
+        self._check_target_width(y)
         return mean_cosine_similarity(y, self.transform(X), sample_weight=sample_weight)
 
     def _needs_nonzero_rows(self):

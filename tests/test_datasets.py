@@ -1,0 +1,55 @@
+"""skalign.datasets: ground truth of the synthetic generator, real digits embeddings."""
+
+import numpy as np
+import pytest
+from sklearn.linear_model import LogisticRegression
+
+from skalign.datasets import DIGITS_ENCODERS, load_digits_embeddings, make_paired_spaces
+
+
+@pytest.mark.parametrize("relation", ["orthogonal", "linear", "nonlinear"])
+def test_make_paired_spaces_ground_truth(relation):
+    X, Y, gt = make_paired_spaces(300, 6, n_features_target=9, relation=relation, scale=2.0,
+                                  shift=1.5, random_state=0, return_ground_truth=True)
+    assert X.shape == (300, 6) and Y.shape == (300, 9)
+    linear_part = 2.0 * X @ gt.map + 1.5
+    if relation == "nonlinear":
+        np.testing.assert_allclose(Y, linear_part + np.tanh(X @ gt.B), atol=1e-12)
+    else:
+        np.testing.assert_allclose(Y, linear_part, atol=1e-12)
+    if relation == "orthogonal":
+        np.testing.assert_allclose(gt.map @ gt.map.T, np.eye(6), atol=1e-12)
+
+
+def test_make_paired_spaces_noise_spectrum_and_seed():
+    X, Y = make_paired_spaces(5000, 8, noise=0.1, spectrum_decay=1.0, random_state=0)
+    _, Y_clean = make_paired_spaces(5000, 8, spectrum_decay=1.0, random_state=0)
+    rel = np.sqrt(np.mean((Y - Y_clean) ** 2) / np.mean(Y_clean**2))
+    assert rel == pytest.approx(0.1, rel=0.05)
+    np.testing.assert_allclose(X.var(0), 1.0 / np.arange(1, 9), rtol=0.1)
+    np.testing.assert_array_equal(make_paired_spaces(10, 3, random_state=5)[1],
+                                  make_paired_spaces(10, 3, random_state=5)[1])
+    with pytest.raises(ValueError, match="relation must be one of"):
+        make_paired_spaces(10, 3, relation="affine")
+
+
+def test_digits_embeddings_are_deterministic_cached_and_informative(tmp_path):
+    first = load_digits_embeddings(["mlp-a"], data_home=tmp_path)
+    assert list(tmp_path.glob("digits_embeddings_*.joblib"))
+    again = load_digits_embeddings(["mlp-a"], data_home=tmp_path, use_cache=False)  # retrained
+    np.testing.assert_array_equal(first.embeddings["mlp-a"], again.embeddings["mlp-a"])
+    E, y = first.embeddings["mlp-a"], first.target
+    assert E.shape == (1797, DIGITS_ENCODERS["mlp-a"]["dim"]) and E.dtype == np.float32
+    assert len(np.intersect1d(first.train_index, first.test_index)) == 0
+    probe = LogisticRegression(max_iter=3000).fit(E[first.train_index], y[first.train_index])
+    assert probe.score(E[first.test_index], y[first.test_index]) > 0.9
+
+
+def test_digits_encoders_differ():
+    data = load_digits_embeddings()
+    assert data.encoders == list(DIGITS_ENCODERS)
+    a, b = data.embeddings["mlp-a"], data.embeddings["mlp-b"]
+    assert a.shape == b.shape and np.abs(a - b).mean() > 0.1
+    assert data.embeddings["mlp-wide"].shape[1] == 48
+    with pytest.raises(ValueError, match="Unknown encoder"):
+        load_digits_embeddings(["resnet"])

@@ -1,0 +1,36 @@
+"""The README's set-up promises, the CI script and pyproject.toml agree."""
+
+import re
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+CI = (ROOT / ".ci" / "run").read_text()
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def _readme_commands():
+    return re.findall(r"```bash\n(.+?)\n```", README)
+
+
+def test_readme_has_exactly_two_commands_and_ci_runs_them():
+    commands = _readme_commands()
+    assert len(commands) == 2
+    for command in commands:
+        assert command in CI
+
+
+def test_readme_minimum_versions_match_pyproject():
+    for requirement in PYPROJECT["project"]["dependencies"]:
+        name, minimum = re.match(r"([A-Za-z0-9_-]+)>=([0-9.]+)", requirement).groups()
+        display = {"scikit-learn": "scikit-learn", "pot": "POT"}.get(name, name)
+        assert f"{display} ≥ {minimum}" in README, f"README must state {display} ≥ {minimum}"
+
+
+def test_ci_constraints_pin_cpu_torch_and_importable_geomstats():
+    constraints = (ROOT / "ci" / "constraints.txt").read_text()
+    assert "torch==2.13.0" in constraints
+    assert re.search(r"numpy==2\.[0-3]\.", constraints)
+    for extra in ("tests", "reference"):
+        assert "numpy<2.4" in PYPROJECT["project"]["optional-dependencies"][extra]
