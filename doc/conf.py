@@ -60,3 +60,18 @@ sphinx_gallery_conf = {
     "plot_gallery": "True",
     "download_all_examples": False,
 }
+
+# scikit-learn's metadata-routing and set_output methods are inherited by every estimator; their
+# docstrings cross-reference scikit-learn's own user guide, which an offline build cannot resolve.
+# They are described once in the data-contract page instead of on every class page.
+_SKLEARN_PLUMBING = {"get_metadata_routing", "set_output"}
+
+
+def _skip_sklearn_plumbing(app, what, name, obj, skip, options):
+    if name in _SKLEARN_PLUMBING or (name.startswith("set_") and name.endswith("_request")):
+        return True
+    return None
+
+
+def setup(app):
+    app.connect("autodoc-skip-member", _skip_sklearn_plumbing)
