@@ -40,14 +40,14 @@ class LinearAligner(BaseAligner):
 
     Attributes
     ----------
-    coef_ : ndarray of shape (n_features_in_, n_features_out_)
+    coef_ : ndarray of shape (n_features_in, n_features_out)
         The linear map ``W`` (float64).
-    intercept_ : ndarray of shape (n_features_out_,)
+    intercept_ : ndarray of shape (n_features_out,)
         ``μ_Y − μ_X W``, so that ``transform(x) = x W + intercept_``.
     device_ : str
     n_features_in_ : int
     n_features_out_ : int
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (n_features_in,)
 
     See Also
     --------

@@ -41,17 +41,17 @@ class ProcrustesAligner(BaseAligner):
 
     Attributes
     ----------
-    components_ : ndarray of shape (n_features_in_, n_features_out_)
+    components_ : ndarray of shape (n_features_in, n_features_out)
         The orthogonal map ``W`` (float64).
     scale_ : float
         The fitted scale ``s`` (1.0 when ``scale=False``).
-    mean_in_ : ndarray of shape (n_features_in_,)
-    mean_out_ : ndarray of shape (n_features_out_,)
+    mean_in_ : ndarray of shape (n_features_in,)
+    mean_out_ : ndarray of shape (n_features_out,)
     device_ : str
         The device the model was fitted on.
     n_features_in_ : int
     n_features_out_ : int
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (n_features_in,)
         Defined only when ``X`` has string feature names.
 
     See Also

@@ -238,12 +238,12 @@ class BaseAligner(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
 
         Parameters
         ----------
-        X : array-like or torch.Tensor of shape (n_samples, n_features_in_)
+        X : array-like or torch.Tensor of shape (n_samples, n_features_in)
             Source embeddings. Tensors are processed on their own device.
 
         Returns
         -------
-        Y_hat : ndarray of shape (n_samples, n_features_out_)
+        Y_hat : ndarray of shape (n_samples, n_features_out)
             Translated embeddings; float64 for float64 input, float32 otherwise.
         """
         check_is_fitted(self)
@@ -263,12 +263,12 @@ class BaseAligner(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features_out_)
+        X : array-like of shape (n_samples, n_features_out)
             Target-space embeddings.
 
         Returns
         -------
-        X_hat : ndarray of shape (n_samples, n_features_in_)
+        X_hat : ndarray of shape (n_samples, n_features_in)
         """
         check_is_fitted(self)
         X = self._validate_X(
@@ -282,8 +282,8 @@ class BaseAligner(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features_in_)
-        y : array-like of shape (n_samples, n_features_out_)
+        X : array-like of shape (n_samples, n_features_in)
+        y : array-like of shape (n_samples, n_features_out)
         sample_weight : array-like of shape (n_samples,), default=None
 
         Returns
