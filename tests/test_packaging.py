@@ -34,3 +34,10 @@ def test_ci_constraints_pin_cpu_torch_and_importable_geomstats():
     assert re.search(r"numpy==2\.[0-3]\.", constraints)
     for extra in ("tests", "reference"):
         assert "numpy<2.4" in PYPROJECT["project"]["optional-dependencies"][extra]
+
+
+def test_readme_tour_runs():
+    tour = re.findall(r"```python\n(.+?)\n```", README, re.S)[0]
+    namespace = {}
+    exec(compile(tour, "README.md", "exec"), namespace)
+    assert namespace["stitched"].score(namespace["A"][namespace["te"]], namespace["labels"][namespace["te"]]) > 0.9
