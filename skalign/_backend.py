@@ -155,6 +155,16 @@ def apply_in_batches(fn, X, *, device, batch_size=None, n_outputs=None, out_dtyp
     return out
 
 
+def affine_fn(W, mean_in, mean_out, device):
+    """A batch function ``B ↦ (B − mean_in) W + mean_out`` with its operands moved to ``device`` once.
+
+    ``W``, ``mean_in`` and ``mean_out`` are the fitted numpy arrays; used by every aligner whose
+    ``transform`` is an affine map.
+    """
+    W, mi, mo = to_tensor(W, device), to_tensor(mean_in, device), to_tensor(mean_out, device)
+    return lambda B: torch.addmm(mo, B - mi, W)
+
+
 # ---------------------------------------------------------------------------------- numerics
 def row_normalize(T: torch.Tensor, eps: float = 0.0) -> torch.Tensor:
     """L2-normalise rows. Zero rows must be rejected by validation before calling this."""

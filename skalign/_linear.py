@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from numbers import Real
 
-import torch
+import numpy as np
 
-from ._backend import SOLVE_DTYPE, ridge_svd, to_numpy, to_tensor
+from ._backend import affine_fn, ridge_svd, to_numpy
 from ._compat import Interval, _fit_context
 from .base import BaseAligner
 
@@ -90,18 +90,11 @@ class LinearAligner(BaseAligner):
         self : LinearAligner
         """
         X, y = self._validate_pair(X, y)
-        dev = torch.device(self.device_)
-        Xt, Yt = to_tensor(X, dev, SOLVE_DTYPE), to_tensor(y, dev, SOLVE_DTYPE)
-        if self.fit_intercept:
-            mx, my = Xt.mean(0), Yt.mean(0)
-        else:
-            mx = torch.zeros(Xt.shape[1], dtype=SOLVE_DTYPE, device=dev)
-            my = torch.zeros(Yt.shape[1], dtype=SOLVE_DTYPE, device=dev)
-        W = ridge_svd(Xt - mx, Yt - my, float(self.alpha), rtol=self.rtol)
+        Xc, Yc, mx, my = self._centered_pair_tensors(X, y, center=self.fit_intercept)
+        W = ridge_svd(Xc, Yc, float(self.alpha), rtol=self.rtol)
         self.coef_ = to_numpy(W)
         self.intercept_ = to_numpy(my - mx @ W)
         return self
 
     def _transform_fn(self, device):
-        W, b = to_tensor(self.coef_, device), to_tensor(self.intercept_, device)
-        return lambda B: torch.addmm(b, B, W)
+        return affine_fn(self.coef_, np.zeros(self.n_features_in_), self.intercept_, device)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ._backend import SOLVE_DTYPE, polar, to_numpy, to_tensor
+from ._backend import affine_fn, polar, to_numpy
 from ._compat import _fit_context
 from .base import BaseAligner
 
@@ -100,11 +100,7 @@ class ProcrustesAligner(BaseAligner):
         self : ProcrustesAligner
         """
         X, y = self._validate_pair(X, y)
-        dev = torch.device(self.device_)
-        Xt, Yt = to_tensor(X, dev, SOLVE_DTYPE), to_tensor(y, dev, SOLVE_DTYPE)
-        mx = Xt.mean(0) if self.center else torch.zeros(Xt.shape[1], dtype=SOLVE_DTYPE, device=dev)
-        my = Yt.mean(0) if self.center else torch.zeros(Yt.shape[1], dtype=SOLVE_DTYPE, device=dev)
-        Xc, Yc = Xt - mx, Yt - my
+        Xc, Yc, mx, my = self._centered_pair_tensors(X, y, center=self.center)
         M = Xc.T @ Yc
         W = polar(M)
         s = 1.0
@@ -118,14 +114,11 @@ class ProcrustesAligner(BaseAligner):
         return self
 
     def _transform_fn(self, device):
-        W = to_tensor(self.components_ * self.scale_, device)
-        mx, my = to_tensor(self.mean_in_, device), to_tensor(self.mean_out_, device)
-        return lambda B: torch.addmm(my, B - mx, W)
+        return affine_fn(self.components_ * self.scale_, self.mean_in_, self.mean_out_, device)
 
     def _inverse_transform_fn(self, device):
-        Winv = to_tensor(self.components_.T / (self.scale_ if self.scale_ else 1.0), device)
-        mx, my = to_tensor(self.mean_in_, device), to_tensor(self.mean_out_, device)
-        return lambda B: torch.addmm(mx, B - my, Winv)
+        inverse = self.components_.T / (self.scale_ if self.scale_ else 1.0)
+        return affine_fn(inverse, self.mean_out_, self.mean_in_, device)
 
     def orthogonality_error(self):
         """‖WᵀW − I‖_F (or ‖WWᵀ − I‖_F for a wide map) of the fitted map, in float64."""

@@ -19,7 +19,7 @@ from sklearn.utils import check_array
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import FLOAT_DTYPES, check_is_fitted
 
-from ._backend import apply_in_batches, as_numpy, resolve_device, transform_device
+from ._backend import SOLVE_DTYPE, apply_in_batches, as_numpy, resolve_device, to_tensor, transform_device
 from ._compat import Interval, validate_data
 
 __all__ = ["BaseAligner", "UnpairedPool", "check_min_pairs", "check_nonzero_rows"]
@@ -189,6 +189,21 @@ class BaseAligner(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
         else:
             self._check_target_width(y)
         return X, y
+
+    def _centered_pair_tensors(self, X, y, *, center=True, dtype=SOLVE_DTYPE):
+        """Move a validated pair to ``device_`` and optionally centre both sides.
+
+        Returns ``(X - μ_X, y - μ_Y, μ_X, μ_Y)`` as tensors; the means are zero vectors when
+        ``center`` is false.
+        """
+        dev = torch.device(self.device_)
+        Xt, Yt = to_tensor(X, dev, dtype), to_tensor(y, dev, dtype)
+        if center:
+            mx, my = Xt.mean(0), Yt.mean(0)
+        else:
+            mx = torch.zeros(Xt.shape[1], dtype=dtype, device=dev)
+            my = torch.zeros(Yt.shape[1], dtype=dtype, device=dev)
+        return Xt - mx, Yt - my, mx, my
 
     def _check_target_width(self, y):
         if y.shape[1] != self.n_features_out_:
