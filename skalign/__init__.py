@@ -1,7 +1,9 @@
 """skalign: scikit-learn estimators that align and translate neural embedding spaces."""
 
+from ._irp import InverseRelativeProjector
 from ._linear import LinearAligner
 from ._procrustes import ProcrustesAligner
+from ._relative import RelativeProjector
 from ._views import split_views, stack_views
 from .base import BaseAligner, UnpairedPool
 
@@ -9,7 +11,9 @@ __version__ = "0.1.0.dev0"
 
 __all__ = [
     "BaseAligner",
+    "InverseRelativeProjector",
     "LinearAligner",
+    "RelativeProjector",
     "ProcrustesAligner",
     "UnpairedPool",
     "split_views",

@@ -1,0 +1,269 @@
+"""InverseRelativeProjector: ground truth, the collapsed map vs Eq. 5, pruning, model selection."""
+
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from sklearn.base import clone
+from sklearn.frozen import FrozenEstimator
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import GridSearchCV, KFold
+from sklearn.pipeline import Pipeline
+
+from skalign import InverseRelativeProjector, RelativeProjector
+from skalign._irp import farthest_point_sampling
+from skalign.datasets import load_digits_embeddings, make_paired_spaces
+
+
+def centred_cosine(A, B, mu):
+    A, B = A - mu, B - mu
+    return float(np.mean(np.sum(A * B, 1) / np.linalg.norm(A, axis=1) / np.linalg.norm(B, axis=1)))
+
+
+def normalized_centred(A):
+    C = A - A.mean(0)
+    return C / np.linalg.norm(C, axis=1, keepdims=True)
+
+
+@pytest.fixture(scope="module")
+def scaled_rotation():
+    """Y = 2.5·X·Q + 7 + 5 % noise, anisotropic spectrum; 128 random anchors, the rest held out."""
+    X, Y = make_paired_spaces(4000, 128, spectrum_decay=3.0, scale=2.5, shift=7.0, noise=0.05,
+                              random_state=0)
+    anchors = np.random.default_rng(0).choice(len(X), 128, replace=False)
+    held_out = np.setdiff1d(np.arange(len(X)), anchors)
+    return X[anchors], Y[anchors], X[held_out], Y[held_out]
+
+
+def test_scaled_rotation_defaults_reach_095(scaled_rotation):
+    AX, AY, X, Y = scaled_rotation
+    irp = InverseRelativeProjector(random_state=0).fit(AX, AY)
+    assert centred_cosine(irp.transform(X), Y, AY.mean(0)) >= 0.95
+    # Negative control: without pruning the 128 centred anchors in 128-d are rank 127 and the
+    # pseudo-inverse amplifies noise (condition number ~1e15): the translation is destroyed.
+    raw = InverseRelativeProjector(pruning_threshold=0.0, n_subspaces=1, random_state=0).fit(AX, AY)
+    assert raw.condition_numbers_[0] > 1e12
+    assert centred_cosine(raw.transform(X), Y, AY.mean(0)) < 0.5
+    # Averaging subspaces helps over a single pruned subspace (paper Fig. 4).
+    one = InverseRelativeProjector(n_subspaces=1, random_state=0).fit(AX, AY)
+    assert centred_cosine(one.transform(X), Y, AY.mean(0)) < centred_cosine(irp.transform(X), Y, AY.mean(0))
+    # Output lands at the target's location and scale.
+    out = irp.transform(X)
+    assert np.allclose(out.mean(0), Y.mean(0), atol=0.1 * np.linalg.norm(Y - Y.mean(0), axis=1).mean())
+    ratio = np.linalg.norm(out - AY.mean(0), axis=1).mean() / np.linalg.norm(Y - AY.mean(0), axis=1).mean()
+    assert 0.8 < ratio < 1.25
+
+
+def _explicit_eq5(irp, AX, AY, X):
+    """Per-subspace encode/decode and average (Eq. 5), in float64 numpy, before rescaling."""
+    Ax, Ay = normalized_centred(AX), normalized_centred(AY)
+    C = X - AX.mean(0)
+    x_hat = C / np.linalg.norm(C, axis=1, keepdims=True)
+    out = 0.0
+    for idx in irp.subspace_indices_:
+        Sx, Sy = Ax[idx], Ay[idx]
+        rel = x_hat @ Sx.T
+        out = out + rel @ np.linalg.pinv(Sy.T, rcond=max(Sy.shape) * np.finfo(float).eps)
+    return out / len(irp.subspace_indices_)
+
+
+@pytest.mark.parametrize("d_y", [12, 20])
+def test_collapsed_map_equals_explicit_eq5(d_y):
+    X, Y = make_paired_spaces(300, 12, n_features_target=d_y, relation="linear", noise=0.1,
+                              random_state=1)
+    AX, AY, Xte = X[:80], Y[:80], X[80:]
+    irp = InverseRelativeProjector(pruning_threshold=0.3, n_subspaces=5, random_state=0).fit(AX, AY)
+    assert irp.n_subspaces_ == 5 and irp.components_.shape == (12, d_y)
+    ref = _explicit_eq5(irp, AX, AY, Xte)
+    C = Xte - AX.mean(0)
+    collapsed = (C / np.linalg.norm(C, axis=1, keepdims=True)) @ irp.components_
+    assert np.abs(collapsed - ref).max() < 1e-6 * np.abs(ref).max()
+    assert np.abs(collapsed - ref).max() < 1e-10
+    # The full float32 transform agrees with the explicit pipeline to float32 precision.
+    full = ref / np.linalg.norm(ref, axis=1, keepdims=True) * irp.scale_out_ + AY.mean(0)
+    np.testing.assert_allclose(irp.transform(Xte), full, rtol=1e-5, atol=1e-5)
+
+
+def test_raising_delta_lowers_condition_number(scaled_rotation):
+    AX, AY, _, _ = scaled_rotation
+    conds, kept = [], []
+    for delta in (0.0, 0.4, 0.6, 0.8):
+        irp = InverseRelativeProjector(pruning_threshold=delta, random_state=0).fit(AX, AY)
+        conds.append(np.mean(irp.condition_numbers_))
+        kept.append(irp.anchors_per_subspace_.mean())
+    assert all(a > b for a, b in zip(conds, conds[1:])), conds
+    assert all(a > b for a, b in zip(kept, kept[1:])), kept
+    assert conds[0] > 1e12 and conds[-1] < 3.0
+
+
+def _naive_fps(A, start, delta):
+    """Reference: one greedy farthest point sampling run, recomputing distances each step."""
+    D = 1 - np.abs(A @ A.T)
+    chosen = [start]
+    while len(chosen) < len(A):
+        rest = [j for j in range(len(A)) if j not in chosen]
+        dmin = D[np.ix_(rest, chosen)].min(1)
+        if dmin.max() < delta:
+            break
+        chosen.append(rest[int(np.argmax(dmin))])
+    return chosen
+
+
+@pytest.mark.parametrize("delta", [0.0, 0.5, 0.8])
+def test_batched_fps_matches_naive_runs(delta):
+    A = normalized_centred(np.random.default_rng(3).standard_normal((60, 6)) * [5, 3, 2, 1, 1, 0.5])
+    starts = np.array([0, 7, 19, 33, 59])
+    order = farthest_point_sampling(torch.from_numpy(A), torch.from_numpy(starts), delta).numpy()
+    for row, s in zip(order, starts):
+        kept = row[row >= 0]
+        assert kept.tolist() == _naive_fps(A, int(s), delta)
+        G = np.abs(A[kept] @ A[kept].T) - np.eye(len(kept))
+        assert G.max() <= 1 - delta + 1e-12
+    if delta == 0.0:
+        assert (order >= 0).all() and order.shape[1] == 60
+
+
+def test_subspaces_start_from_distinct_anchors_and_repeat(scaled_rotation):
+    AX, AY, X, _ = scaled_rotation
+    a = InverseRelativeProjector(random_state=7).fit(AX, AY)
+    starts = [idx[0] for idx in a.subspace_indices_]
+    assert len(set(starts)) == a.n_subspaces_ == 16
+    b = InverseRelativeProjector(random_state=7).fit(AX, AY)
+    np.testing.assert_array_equal(a.components_, b.components_)
+    c = InverseRelativeProjector(random_state=8).fit(AX, AY)
+    assert [i[0] for i in c.subspace_indices_] != starts
+    # n_subspaces is clipped to the number of anchors in a fitted attribute, not the parameter.
+    small = InverseRelativeProjector(n_subspaces=50, random_state=0).fit(AX[:10], AY[:10])
+    assert small.n_subspaces == 50 and small.n_subspaces_ <= 10
+
+
+@pytest.mark.parametrize("prune_on", ["source", "joint"])
+def test_prune_on_other_spaces(scaled_rotation, prune_on):
+    AX, AY, X, Y = scaled_rotation
+    irp = InverseRelativeProjector(prune_on=prune_on, random_state=0).fit(AX, AY)
+    Ax, Ay = normalized_centred(AX), normalized_centred(AY)
+    spaces = [Ax] if prune_on == "source" else [Ax, Ay]
+    for idx in irp.subspace_indices_:
+        for A in spaces:
+            G = np.abs(A[idx] @ A[idx].T) - np.eye(len(idx))
+            assert G.max() <= 0.5 + 1e-9
+    assert centred_cosine(irp.transform(X), Y, AY.mean(0)) > 0.9
+
+
+def test_rescale_modes(scaled_rotation):
+    AX, AY, X, Y = scaled_rotation
+    s_y = np.linalg.norm(AY - AY.mean(0), axis=1).mean()
+    norm = InverseRelativeProjector(random_state=0).fit(AX, AY)
+    assert norm.scale_out_ == pytest.approx(s_y)
+    radii = np.linalg.norm(norm.transform(X) - AY.mean(0), axis=1)
+    np.testing.assert_allclose(radii, s_y, rtol=1e-4)
+    fit = InverseRelativeProjector(rescale="fit", random_state=0).fit(AX, AY)
+    scaled = InverseRelativeProjector(rescale="scale", random_state=0).fit(AX, AY)
+    for est in (fit, scaled):
+        assert centred_cosine(est.transform(X), Y, AY.mean(0)) >= 0.95
+    # The fitted scalar is the least-squares one: it beats s_Y on the anchors' squared error.
+    err = [np.sum((e.transform(AX) - AY) ** 2) for e in (fit, scaled)]
+    assert err[0] <= err[1] * (1 + 1e-6)
+
+
+def test_different_dimensions_and_inverse_transform():
+    X, Y = make_paired_spaces(2000, 24, n_features_target=40, spectrum_decay=2.0, scale=3.0,
+                              shift=-2.0, noise=0.02, random_state=2)
+    irp = InverseRelativeProjector(random_state=0).fit(X[:300], Y[:300])
+    assert irp.transform(X[300:]).shape == (1700, 40)
+    assert centred_cosine(irp.transform(X[300:]), Y[300:], Y[:300].mean(0)) > 0.95
+    back = irp.inverse_transform(Y[300:])
+    assert back.shape == (1700, 24)
+    assert centred_cosine(back, X[300:], X[:300].mean(0)) > 0.95
+    # Negative control: the inverse of an unrelated target does not reconstruct the source.
+    shuffled = np.random.default_rng(0).permutation(Y[300:])
+    assert centred_cosine(irp.inverse_transform(shuffled), X[300:], X[:300].mean(0)) < 0.2
+
+
+def test_matches_two_relative_projectors_fitted_separately(scaled_rotation):
+    AX, AY, X, _ = scaled_rotation
+    irp = InverseRelativeProjector(random_state=0).fit(AX, AY)
+    S = irp.subspace_indices_
+    rel = RelativeProjector(anchor_subsets=S).fit(AX).transform(X)  # "machine 1": source only
+    assert rel.shape == (len(X), irp.anchors_per_subspace_.sum())
+    out = RelativeProjector(anchor_subsets=S).fit(AY).inverse_transform(rel)  # "machine 2"
+    np.testing.assert_allclose(out, irp.transform(X), rtol=1e-4, atol=1e-4)
+
+
+def test_too_few_anchors_after_pruning_is_a_clear_error():
+    rng = np.random.default_rng(0)
+    u = rng.standard_normal(8)
+    AY = rng.standard_normal((50, 1)) * u + 1e-3 * rng.standard_normal((50, 8))  # one direction
+    AX = rng.standard_normal((50, 8))
+    with pytest.raises(ValueError, match="no subspace kept at least min_anchors=2.*pruning_threshold"):
+        InverseRelativeProjector(pruning_threshold=0.2).fit(AX, AY)
+    InverseRelativeProjector(pruning_threshold=0.2, prune_on="source").fit(AX, AY)
+    with pytest.raises(ValueError, match="No usable anchor"):
+        InverseRelativeProjector().fit(np.ones((5, 3)), np.ones((5, 4)))
+    with pytest.raises(ValueError, match="NaN"):
+        InverseRelativeProjector().fit(np.full((5, 3), np.nan), np.ones((5, 4)))
+
+
+def test_diagnostics(scaled_rotation):
+    AX, AY, _, _ = scaled_rotation
+    irp = InverseRelativeProjector(random_state=0).fit(AX, AY)
+    assert irp.anchors_per_subspace_.shape == irp.condition_numbers_.shape == (16,)
+    assert np.array_equal(irp.anchors_per_subspace_, [len(i) for i in irp.subspace_indices_])
+    assert (irp.ranks_ <= irp.anchors_per_subspace_).all()
+    assert np.isfinite(irp.inverse_condition_numbers_).all()
+    # Related spaces: small mismatch of relative representations; unrelated: large.
+    assert irp.relative_mismatch_ < 0.2
+    bad = InverseRelativeProjector(random_state=0).fit(AX, np.random.default_rng(0).permutation(AY))
+    assert bad.relative_mismatch_ > 0.5
+
+
+def test_grid_search_selects_pruning_and_pickles(scaled_rotation):
+    AX, AY, X, Y = scaled_rotation
+    AY0, Y0 = AY - 7.0, Y - 7.0  # raw cosine is only informative around the origin
+    search = GridSearchCV(
+        InverseRelativeProjector(random_state=0),
+        {"pruning_threshold": [0.0, 0.5], "n_subspaces": [1, 8]},
+        cv=KFold(3, shuffle=True, random_state=0),
+    ).fit(AX, AY0)
+    assert search.best_params_["pruning_threshold"] == 0.5
+    assert search.best_estimator_.score(X, Y0) > 0.95
+    loaded = pickle.loads(pickle.dumps(search.best_estimator_))
+    np.testing.assert_array_equal(loaded.transform(X[:50]), search.best_estimator_.transform(X[:50]))
+
+
+def test_tensor_input_and_clone(scaled_rotation):
+    AX, AY, X, _ = scaled_rotation
+    irp = InverseRelativeProjector(random_state=0).fit(torch.from_numpy(AX), torch.from_numpy(AY))
+    np.testing.assert_allclose(irp.transform(torch.from_numpy(X[:20]).float()), irp.transform(X[:20]).astype(np.float32),
+                               rtol=1e-5, atol=1e-5)
+    assert clone(irp).get_params() == irp.get_params()
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return load_digits_embeddings(["mlp-a", "mlp-b"])
+
+
+def test_digits_stitching_in_a_pipeline(digits):
+    E, lab, tr, te = digits.embeddings, digits.target, digits.train_index, digits.test_index
+    clf_b = LogisticRegression(max_iter=2000).fit(E["mlp-b"][tr], lab[tr])
+    native = clf_b.score(E["mlp-b"][te], lab[te])
+    anchors = np.random.default_rng(0).choice(tr, 300, replace=False)
+    irp = InverseRelativeProjector(random_state=0).fit(E["mlp-a"][anchors], E["mlp-b"][anchors])
+    stitched = Pipeline([("align", FrozenEstimator(irp)), ("clf", FrozenEstimator(clf_b))])
+    acc = stitched.score(E["mlp-a"][te], lab[te])
+    raw = clf_b.score(E["mlp-a"][te], lab[te])
+    assert native > 0.95
+    assert acc >= 0.9 * native  # recovers most of the accuracy
+    assert raw < 0.35           # same width, untranslated: near chance (0.1)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_matches_cpu(scaled_rotation):
+    AX, AY, X, _ = scaled_rotation
+    cpu = InverseRelativeProjector(random_state=0).fit(AX, AY)
+    gpu = InverseRelativeProjector(random_state=0, device="cuda").fit(AX, AY)
+    assert [i.tolist() for i in cpu.subspace_indices_] == [i.tolist() for i in gpu.subspace_indices_]
+    np.testing.assert_allclose(gpu.transform(X), cpu.transform(X), rtol=1e-4, atol=1e-4)
+    assert pickle.loads(pickle.dumps(gpu)).components_.dtype == np.float64
