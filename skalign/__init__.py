@@ -1,5 +1,7 @@
 """skalign: scikit-learn estimators that align and translate neural embedding spaces."""
 
+from ._asif import ASIFAligner
+from ._gera import GeRAAligner
 from ._irp import InverseRelativeProjector
 from ._linear import LinearAligner
 from ._procrustes import ProcrustesAligner
@@ -10,7 +12,9 @@ from .base import BaseAligner, UnpairedPool
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "ASIFAligner",
     "BaseAligner",
+    "GeRAAligner",
     "InverseRelativeProjector",
     "LinearAligner",
     "RelativeProjector",

@@ -1,0 +1,244 @@
+"""ASIF: training-free alignment through sparse relative representations to paired anchors."""
+
+from __future__ import annotations
+
+from numbers import Integral, Real
+
+import numpy as np
+import torch
+from sklearn.utils.validation import check_is_fitted
+
+from ._backend import apply_in_batches, to_numpy, to_tensor, transform_device
+from ._compat import Interval, _fit_context
+from .base import BaseAligner
+
+__all__ = ["ASIFAligner"]
+
+
+def _unit(T):
+    return T / torch.linalg.vector_norm(T, dim=-1, keepdim=True).clamp_min(1e-12)
+
+
+def relative_representation(Q, anchors, *, n_nonzero, exponent, mean=None):
+    r"""Sparse relative representation of the rows of ``Q`` with respect to unit-norm ``anchors``.
+
+    .. math:: r(q) = \frac{\operatorname{top}_k\big(\max(\hat q \hat A^\top, 0)\big)^{p}}
+              {\big\|\operatorname{top}_k\big(\max(\hat q \hat A^\top, 0)\big)^{p}\big\|}
+
+    Parameters
+    ----------
+    Q : tensor of shape (n, d)
+    anchors : tensor of shape (N, d)
+        Unit-norm anchor rows.
+    n_nonzero : int
+        Entries kept per row (``k``), ``<= N``.
+    exponent : float
+        ``p``.
+    mean : tensor of shape (d,), default=None
+        Subtracted from ``Q`` before normalising (the anchors must be centred the same way).
+
+    Returns
+    -------
+    R : tensor of shape (n, N), unit-norm rows (zero rows when no similarity is positive)
+    """
+    if mean is not None:
+        Q = Q - mean
+    S = _unit(Q) @ anchors.T
+    top = torch.topk(S, n_nonzero, dim=1)
+    vals = top.values.clamp_min(0.0).pow(exponent)
+    R = torch.zeros_like(S).scatter_(1, top.indices, vals)
+    return _unit(R)
+
+
+class ASIFAligner(BaseAligner):
+    r"""ASIF: both spaces represented by their sparse similarities to the same paired anchors.
+
+    No training. With ``N`` anchor pairs :math:`(a^X_i, a^Y_i)`, a source embedding is represented
+    by its cosine similarities to the source anchors, and a target embedding by its similarities to
+    the target anchors; since anchor ``i`` is the same item in both spaces, the two representations
+    live in one ``N``-dimensional space:
+
+    .. math::
+
+        r_X(x) = \frac{\operatorname{top}_k\big(\max(\hat x \hat A_X^\top, 0)\big)^{p}}
+                      {\|\operatorname{top}_k(\cdot)^{p}\|},\qquad
+        \operatorname{sim}(x, y) = \langle r_X(x), r_Y(y)\rangle,
+
+    where :math:`\hat{\cdot}` denotes L2 normalisation, :math:`\operatorname{top}_k` keeps a row's
+    ``k`` largest entries and zeroes the rest, and the power ``p`` sharpens the kept similarities.
+    Negative similarities are clipped at 0 before the power (a fractional power of a negative
+    number is undefined).
+
+    Parameters
+    ----------
+    n_nonzero : int, default=800
+        ``k``: similarities kept per row (clipped to the number of anchors in ``n_nonzero_``).
+    exponent : float, default=8.0
+        ``p``.
+    center : bool, default=False
+        Centre each space on its anchor mean before the cosine similarities (not in the original
+        method; helps embeddings whose cosines are all close to 1, such as ReLU features).
+    device : {"cpu", "cuda", "auto"} or torch.device, default="cpu"
+    batch_size : int, default=None
+        Rows per batch in :meth:`transform` and :meth:`transform_target`.
+
+    Attributes
+    ----------
+    anchors_source_ : ndarray of shape (n_anchors, n_features_in)
+        Unit-norm (centred when ``center``) source anchors, float32.
+    anchors_target_ : ndarray of shape (n_anchors, n_features_out)
+    mean_source_ : ndarray of shape (n_features_in,)
+        Zero when ``center=False``.
+    mean_target_ : ndarray of shape (n_features_out,)
+    n_nonzero_ : int
+    n_components_ : int
+        Width of the shared space = number of anchors.
+    device_ : str
+    n_features_in_ : int
+    n_features_out_ : int
+    feature_names_in_ : ndarray of shape (n_features_in,)
+        Defined only when ``X`` has string feature names.
+
+    See Also
+    --------
+    GeRAAligner : trained alignment regularised with unpaired data.
+
+    References
+    ----------
+    .. [1] A. Norelli, M. Fumero, V. Maiorca, L. Moschella, E. Rodolà, F. Locatello, "ASIF:
+       Coupled Data Turns Unimodal Models to Multimodal without Training", NeurIPS 2023.
+
+    Examples
+    --------
+    >>> from skalign import ASIFAligner
+    >>> from skalign.datasets import make_paired_spaces
+    >>> X, Y = make_paired_spaces(n_samples=500, n_features=8, relation="orthogonal",
+    ...                           random_state=0)
+    >>> asif = ASIFAligner(n_nonzero=50).fit(X[:400], Y[:400])
+    >>> asif.transform(X[400:]).shape
+    (100, 400)
+    >>> bool(asif.score(X[400:], Y[400:]) > 0.5)
+    True
+    """
+
+    _parameter_constraints = {
+        **BaseAligner._parameter_constraints,
+        "n_nonzero": [Interval(Integral, 1, None, closed="left")],
+        "exponent": [Interval(Real, 0, None, closed="neither")],
+        "center": ["boolean"],
+    }
+
+    def __init__(self, *, n_nonzero=800, exponent=8.0, center=False, device="cpu",
+                 batch_size=None):
+        self.n_nonzero = n_nonzero
+        self.exponent = exponent
+        self.center = center
+        self.device = device
+        self.batch_size = batch_size
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y):
+        """Store the normalised anchor pairs.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_anchors, n_features_in)
+            Source embeddings of the anchors.
+        y : array-like of shape (n_anchors, n_features_out)
+            Target embeddings of the same anchors, row for row.
+
+        Returns
+        -------
+        self : ASIFAligner
+        """
+        X, y = self._validate_pair(X, y)
+        dev = torch.device(self.device_)
+        Xt, Yt = to_tensor(X, dev), to_tensor(y, dev)
+        mx = Xt.mean(0) if self.center else torch.zeros_like(Xt[0])
+        my = Yt.mean(0) if self.center else torch.zeros_like(Yt[0])
+        self.anchors_source_ = to_numpy(_unit(Xt - mx))
+        self.anchors_target_ = to_numpy(_unit(Yt - my))
+        self.mean_source_, self.mean_target_ = to_numpy(mx), to_numpy(my)
+        self.n_components_ = len(X)
+        self.n_nonzero_ = min(self.n_nonzero, len(X))
+        return self
+
+    def _rel_fn(self, anchors, mean, device, dtype=torch.float32):
+        # float64 input is compared in float64: a float32 GEMM's rounding depends on how many rows
+        # it is given, which would make a row's output depend on its batch
+        A, mu = to_tensor(anchors, device, dtype), to_tensor(mean, device, dtype)
+        k, p = self.n_nonzero_, float(self.exponent)
+        return lambda B: relative_representation(B.to(dtype), A, n_nonzero=k, exponent=p, mean=mu)
+
+    def _transform_fn(self, device, dtype=torch.float32):
+        return self._rel_fn(self.anchors_source_, self.mean_source_, device, dtype)
+
+    def _apply_rel(self, fn_factory, X):
+        device = transform_device(self.device_, X)
+        out_dtype = np.float32
+        if (isinstance(X, np.ndarray) and X.dtype == np.float64) or (
+            isinstance(X, torch.Tensor) and X.dtype == torch.float64
+        ):
+            out_dtype = np.float64
+        dtype = torch.float64 if out_dtype == np.float64 else torch.float32
+        return apply_in_batches(fn_factory(device, dtype), X, device=device,
+                                batch_size=self.batch_size, n_outputs=self.n_components_,
+                                out_dtype=out_dtype)
+
+    def transform(self, X):
+        """Relative representation of source embeddings.
+
+        Parameters
+        ----------
+        X : array-like or torch.Tensor of shape (n_samples, n_features_in)
+
+        Returns
+        -------
+        R : ndarray of shape (n_samples, n_anchors)
+            At most ``n_nonzero_`` non-zeros per row; unit-norm rows.
+        """
+        check_is_fitted(self)
+        return self._apply_rel(self._transform_fn, self._validate_X(X))
+
+    def transform_target(self, y):
+        """Relative representation of target embeddings (same space as :meth:`transform`).
+
+        Parameters
+        ----------
+        y : array-like or torch.Tensor of shape (n_samples, n_features_out)
+
+        Returns
+        -------
+        R : ndarray of shape (n_samples, n_anchors)
+        """
+        check_is_fitted(self)
+        if not isinstance(y, torch.Tensor):
+            y = np.asarray(y)
+            if y.ndim == 1:
+                y = y.reshape(-1, 1)
+        y = self._validate_X(y, n_features=self.n_features_out_, name="y")
+        return self._apply_rel(
+            lambda dev, dtype: self._rel_fn(self.anchors_target_, self.mean_target_, dev, dtype), y
+        )
+
+    def score(self, X, y, sample_weight=None):
+        """Top-1 retrieval accuracy of the pairs in the relative space (greater is better).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features_in)
+        y : array-like of shape (n_samples, n_features_out)
+        sample_weight : None
+            Not supported; present for scikit-learn's API.
+
+        Returns
+        -------
+        score : float in [0, 1]
+        """
+        from .metrics import top_k_accuracy
+
+        return top_k_accuracy(self.transform_target(y), self.transform(X), k=1)
+
+    @property
+    def _n_features_out(self):
+        return self.n_components_

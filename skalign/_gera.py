@@ -1,0 +1,674 @@
+r"""GeRA: contrastive alignment regularised by diffusion operators on unpaired data."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from numbers import Integral, Real
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils.validation import check_is_fitted
+
+from ._backend import (
+    SOLVE_DTYPE, NumericalError, apply_in_batches, check_finite, make_generator, polar, to_numpy, to_tensor,
+    transform_device,
+)
+from ._compat import Interval, StrOptions, _fit_context
+from ._knn import knn_graph
+from ._optim import LossHistory
+from .base import BaseAligner, check_unpaired
+
+__all__ = ["GeRAAligner"]
+
+_KERNELS = ("heat", "linear", "squared", "inverse")
+_DIVERGENCES = ("kl", "js", "frobenius")
+_LOG_FLOOR = 1e-30  # probabilities below this are treated as 0 inside logarithms
+_VALIDATION_GALLERY = 4096  # max. training pairs used as distractors for the validation loss
+
+
+# ------------------------------------------------------------------------------ maps
+def _unit(T):
+    """L2-normalise rows; a zero row stays zero instead of becoming NaN."""
+    return T / torch.linalg.vector_norm(T, dim=-1, keepdim=True).clamp_min(1e-12)
+
+
+def _preprocess(A, mean):
+    """Centre on the pool mean and L2-normalise: the coordinates in which both the original
+    geometry is measured and the maps are applied."""
+    return _unit(A - mean)
+
+
+def _forward(params, U):
+    """Apply a map (linear, or linear + residual MLP) to preprocessed rows; unit-norm output."""
+    Z = torch.addmm(params["intercept"], U, params["coef"])
+    if "hidden_coef" in params:
+        H = F.gelu(torch.addmm(params["hidden_intercept"], U, params["hidden_coef"]))
+        Z = Z + H @ params["output_coef"]
+    return _unit(Z)
+
+
+def _initial_params(U, k, *, init, mapping, hidden_size, generator):
+    """Initial parameters of one map.
+
+    ``init="pca"``: the top-``k`` principal directions of the preprocessed pool (orthonormal
+    columns; when ``k > d`` an isometric embedding padded with zero columns), so the map starts as
+    close to an isometry as its width allows. ``init="random"``: the orthonormal polar factor of a
+    Gaussian matrix. The MLP branch starts at zero output, so every map starts linear.
+    """
+    d = U.shape[1]
+    dev = U.device
+    if init in ("pca", "procrustes"):
+        U64 = U.to(SOLVE_DTYPE)
+        _, vecs = torch.linalg.eigh(U64.T @ U64)
+        V = vecs.flip(-1)  # descending eigenvalues
+        W = V[:, :k] if k <= d else torch.cat([V, V.new_zeros(d, k - d)], dim=1)
+    else:
+        G = torch.randn(d, k, generator=generator, device=dev, dtype=SOLVE_DTYPE)
+        Us, _, Vh = torch.linalg.svd(G, full_matrices=False)
+        W = Us @ Vh
+    params = {"coef": W.to(U.dtype), "intercept": U.new_zeros(k)}
+    if mapping == "mlp":
+        params["hidden_coef"] = (
+            torch.randn(d, hidden_size, generator=generator, device=dev) / math.sqrt(d)
+        ).to(U.dtype)
+        params["hidden_intercept"] = U.new_zeros(hidden_size)
+        params["output_coef"] = U.new_zeros(hidden_size, k)
+    return params
+
+
+# -------------------------------------------------------------------------- losses
+def contrastive_loss(Zx, Zy, scale):
+    r"""Symmetric InfoNCE (CLIP) loss of unit-norm paired rows.
+
+    .. math:: \tfrac12\big[\mathrm{CE}(s Z_X Z_Y^\top, I) + \mathrm{CE}(s Z_Y Z_X^\top, I)\big]
+    """
+    logits = scale * (Zx @ Zy.T)
+    labels = torch.arange(len(Zx), device=Zx.device)
+    return 0.5 * (F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels))
+
+
+def _sq_dist(Z):
+    return (2.0 - 2.0 * (Z @ Z.mT)).clamp_min(0.0)
+
+
+def _bandwidth(D2, neighbor_mask, bandwidth):
+    if bandwidth != "median":
+        return torch.as_tensor(float(bandwidth), dtype=D2.dtype, device=D2.device)
+    return D2.detach()[neighbor_mask].median().clamp_min(1e-8)
+
+
+def _log_kernel(D2, kernel, eps):
+    """Elementwise log of the kernel κ(D); ``eps`` is the space's bandwidth."""
+    if kernel == "heat":
+        return -D2 / eps
+    cos = 1.0 - 0.5 * D2
+    if kernel == "linear":
+        return torch.log((0.5 * (1.0 + cos)).clamp_min(_LOG_FLOOR))
+    if kernel == "squared":
+        return 2.0 * torch.log((0.5 * (1.0 + cos)).clamp_min(_LOG_FLOOR))
+    # inverse: 1 / (D + c) with c = sqrt(eps); D from a clamped D² keeps the gradient finite at 0
+    return -torch.log(D2.clamp_min(1e-12).sqrt() + eps.sqrt())
+
+
+def _log_operator(D2, support, kernel, eps, steps):
+    """log of the row-stochastic diffusion operator P = diag(W1)⁻¹W (or its power Pᵗ)."""
+    logW = _log_kernel(D2, kernel, eps)
+    if support is not None:
+        logW = logW.masked_fill(~support, -torch.inf)
+    logP = torch.log_softmax(logW, dim=-1)
+    if steps > 1:
+        P = torch.linalg.matrix_power(logP.exp(), steps)
+        logP = torch.log(P.clamp_min(_LOG_FLOOR))
+    return logP
+
+
+def _row_divergence(logP, logQ, divergence):
+    """Divergence between corresponding rows of two operators, averaged over rows."""
+    P, Q = logP.exp(), logQ.exp()
+    if divergence == "frobenius":
+        div = (P - Q).square()
+    elif divergence == "kl":
+        div = P * (logP - logQ)
+    else:
+        logM = torch.logaddexp(logP, logQ) - math.log(2.0)
+        div = 0.5 * (P * (logP - logM) + Q * (logQ - logM))
+    return div.sum(-1).mean()
+
+
+def geometric_term(U, Z, *, kernel="heat", divergence="kl", bandwidth="median", steps=1,
+                   neighbors=None):
+    r"""Divergence between the diffusion operators of the same points in two spaces.
+
+    ``U`` holds the points in the original space and ``Z`` their images under the map, both with
+    unit-norm rows. Two layouts:
+
+    * local (``neighbors=None``): ``U`` of shape (A, K + 1, d) and ``Z`` of shape (A, K + 1, k),
+      one neighbourhood :math:`S_i = \{i\} \cup N_K(i)` per anchor (the anchor first), each with
+      its own :math:`(K+1) \times (K+1)` operator;
+    * batch: ``U`` of shape (B, d) and ``Z`` of shape (B, k), one operator over the B points
+      restricted to ``neighbors`` (B, K + 1), the indices of each row's K nearest points in the
+      original space (itself first). For ``steps=1`` only these B × (K + 1) entries are computed.
+
+    .. math::
+
+        W_{jl} = \kappa(\|u_j - u_l\|),\quad P = \operatorname{diag}(W\mathbf 1)^{-1} W,\quad
+        L_g = \operatorname{mean}_{\text{rows } j}\ \mathrm{Div}\big(P^{\circ\,t}_{j\cdot}
+        \,\|\, P^{a\,t}_{j\cdot}\big).
+
+    The bandwidth :math:`\varepsilon` of each space is the median squared distance between
+    neighbours in that space (the aligned one detached), so an isometry gives exactly 0.
+
+    Returns
+    -------
+    loss : scalar tensor (differentiable with respect to ``Z``)
+    """
+    if neighbors is not None and neighbors.shape[1] < 2:
+        return Z.sum() * 0.0
+    support = None
+    if neighbors is None:
+        Do, Da = _sq_dist(U), _sq_dist(Z)
+        nb = torch.zeros(Do.shape[-2:], dtype=torch.bool, device=Do.device)
+        nb[0, 1:] = True
+        nb = nb.expand_as(Do)
+    elif steps == 1:  # sparse rows: entry (j, m) is the pair (j, neighbors[j, m])
+        Do = _sq_dist(U).gather(1, neighbors)  # a B x B GEMM beats gathering B(K+1) rows
+        Da = _sq_dist(Z).gather(1, neighbors)
+        nb = torch.ones_like(Do, dtype=torch.bool)
+        nb[:, 0] = False
+    else:  # powers need the whole (sparse-supported) B x B operator
+        Do, Da = _sq_dist(U), _sq_dist(Z)
+        support = torch.zeros(Do.shape, dtype=torch.bool, device=Do.device)
+        support.scatter_(1, neighbors, True)
+        support |= torch.eye(len(support), dtype=torch.bool, device=support.device)
+        nb = support & ~torch.eye(len(support), dtype=torch.bool, device=support.device)
+    eps_o, eps_a = _bandwidth(Do, nb, bandwidth), _bandwidth(Da, nb, bandwidth)
+    logPo = _log_operator(Do, support, kernel, eps_o, steps)
+    logPa = _log_operator(Da, support, kernel, eps_a, steps)
+    return _row_divergence(logPo, logPa, divergence)
+
+
+# ------------------------------------------------------------------------ estimator
+class GeRAAligner(BaseAligner):
+    r"""Geometrically regularised alignment (GeRA) of two embedding spaces.
+
+    Two maps, :math:`f` for the source and :math:`g` for the target, send both spaces into a shared
+    L2-normalised ``n_components``-dimensional space. They are trained with a contrastive loss on
+    the paired rows plus a geometric term that keeps each space's local neighbourhoods — found in
+    its *original* coordinates over the paired and the *unpaired* points — undistorted:
+
+    .. math::
+
+        L = \underbrace{\tfrac12\big[\mathrm{CE}(s\,Z_X Z_Y^\top, I)
+            + \mathrm{CE}(s\,Z_Y Z_X^\top, I)\big]}_{\text{symmetric InfoNCE on pairs}}
+          + \alpha\,\tfrac12\big(L_g^X + L_g^Y\big),
+
+    with :math:`s = 1/\tau`. For each space, with :math:`u = (x - \mu)/\|x - \mu\|` (centred on the
+    pool mean) and :math:`z = f(u)`, :math:`L_g` compares the diffusion operators
+    :math:`P = \operatorname{diag}(W\mathbf 1)^{-1}W` of the kernels
+    :math:`W^\circ_{jl} = \kappa(\|u_j - u_l\|)` and :math:`W^a_{jl} = \kappa(\|z_j - z_l\|)`
+    row by row with a divergence (KL, Jensen–Shannon or squared Frobenius). Kernels:
+    heat :math:`e^{-D^2/\varepsilon}`, linear :math:`(1 + \cos)/2`, squared
+    :math:`((1 + \cos)/2)^2`, inverse :math:`1/(D + \sqrt\varepsilon)`; :math:`\varepsilon` is the
+    median squared neighbour distance of each space, measured per batch. ``alpha=0`` is the
+    contrastive-only baseline (no graph is built).
+
+    Parameters
+    ----------
+    n_components : int, default=None
+        Width ``k`` of the shared space; ``None`` uses ``min(n_features_in, n_features_out)``.
+    alpha : float, default=1.0
+        Weight of the geometric term. ``0`` gives plain contrastive alignment.
+    n_neighbors : int, default=10
+        ``K`` of the nearest-neighbour graphs (clipped to the pool size minus one in
+        ``n_neighbors_``).
+    kernel : {"heat", "linear", "squared", "inverse"}, default="heat"
+    divergence : {"kl", "js", "frobenius"}, default="kl"
+    mode : {"local", "batch"}, default="local"
+        ``"local"``: one ``(K+1) × (K+1)`` operator per anchor over the anchor and its K nearest
+        neighbours in the whole pool (graph built once, block-wise). ``"batch"``: one operator over
+        the mini-batch (pairs plus sampled unpaired rows), restricted to each row's K nearest
+        neighbours within the batch.
+    n_anchors : int, default=None
+        Per batch and space: anchors of the geometric term (``"local"``; half from the batch's
+        pairs, half drawn from the pool) or unpaired rows added to the batch (``"batch"``).
+        ``None``: ``ceil(2 B / (K + 1))`` for ``"local"`` (the term then maps about twice as many
+        rows as the contrastive term) and ``B`` for ``"batch"``, with ``B`` the pair batch size.
+    diffusion_steps : int, default=1
+        Compare the operators' powers :math:`P^t`.
+    bandwidth : "median" or float, default="median"
+        :math:`\varepsilon` of the heat and inverse kernels; a float fixes it for both spaces.
+    temperature : float, default=0.07
+        Contrastive temperature :math:`\tau`.
+    learn_temperature : bool, default=False
+        Learn :math:`\log(1/\tau)` (clamped at ``log 100``) with the maps.
+    mapping : {"linear", "mlp"}, default="linear"
+        ``"mlp"`` adds a one-hidden-layer GELU branch (initialised to output 0) to the linear map.
+    hidden_size : int, default=128
+        Width of the MLP branch.
+    init : {"pca", "random"}, default="pca"
+        Start each map at its space's principal directions or at a random orthonormal map.
+    learning_rate : float, default=1e-2
+        Adam step size.
+    pair_batch_size : int, default=256
+        Pairs per mini-batch (clipped to the number of training pairs).
+    max_iter : int, default=200
+        Maximum number of epochs (passes over the training pairs).
+    tol : float, default=1e-4
+        Minimum improvement of the monitored loss (validation loss with ``early_stopping``, training
+        loss otherwise).
+    n_iter_no_change : int, default=10
+        Epochs without improvement before stopping.
+    early_stopping : bool, default=True
+        Hold out ``validation_fraction`` of the pairs, monitor their contrastive loss against up
+        to 4096 training targets, stop when it stalls and keep the best epoch's maps. Disabled
+        automatically when fewer than two pairs would remain for training.
+    validation_fraction : float, default=0.1
+    random_state : int, RandomState instance or None, default=None
+        Seeds the local torch generator (initialisation, batches, anchors, validation split).
+    verbose : int, default=0
+    device : {"cpu", "cuda", "auto"} or torch.device, default="cpu"
+    batch_size : int, default=None
+        Rows per batch in :meth:`transform` and :meth:`transform_target`.
+
+    Attributes
+    ----------
+    n_components_ : int
+    n_neighbors_ : int
+        The ``K`` actually used (0 when ``alpha=0`` or a pool has a single point).
+    source_params_, target_params_ : dict of str to ndarray
+        Parameters of ``f`` and ``g``: ``coef`` (d, k), ``intercept`` (k,) and, for
+        ``mapping="mlp"``, ``hidden_coef``, ``hidden_intercept``, ``output_coef``.
+    source_mean_ : ndarray of shape (n_features_in,)
+    target_mean_ : ndarray of shape (n_features_out,)
+    temperature_ : float
+    n_unpaired_source_, n_unpaired_target_ : int
+        Sizes of the unpaired pool seen by this fit.
+    n_iter_ : int
+        Epochs run.
+    loss_curve_ : list of float
+        Mean training loss per epoch.
+    validation_scores_ : list of float or None
+        Validation contrastive loss per epoch (``None`` without early stopping).
+    best_validation_score_ : float or None
+    device_ : str
+    n_features_in_ : int
+    n_features_out_ : int
+        Width of the target embeddings ``y``.
+    feature_names_in_ : ndarray of shape (n_features_in,)
+        Defined only when ``X`` has string feature names.
+
+    See Also
+    --------
+    ASIFAligner : training-free relative-representation baseline.
+    ProcrustesAligner : closed-form isometry from pairs only.
+
+    References
+    ----------
+    .. [1] Z. Klebe, T. Shnitzer, M. Yurochkin, L. Karlinsky, J. Solomon, "GeRA: Label-Efficient
+       Geometrically Regularized Alignment", arXiv:2310.00672, 2023.
+    .. [2] R. R. Coifman, S. Lafon, "Diffusion maps", Applied and Computational Harmonic
+       Analysis 21, 2006.
+    .. [3] A. Radford et al., "Learning Transferable Visual Models From Natural Language
+       Supervision", ICML 2021.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skalign import GeRAAligner, UnpairedPool
+    >>> from skalign.datasets import make_paired_spaces
+    >>> X, Y = make_paired_spaces(n_samples=400, n_features=8, relation="orthogonal",
+    ...                           random_state=0)
+    >>> pool = UnpairedPool(X=X[100:], y=Y[100:])
+    >>> gera = GeRAAligner(alpha=1.0, random_state=0).fit(X[:100], Y[:100], unpaired=pool)
+    >>> gera.transform(X[100:]).shape
+    (300, 8)
+    >>> bool(gera.score(X[100:], Y[100:]) > 0.5)
+    True
+    """
+
+    _parameter_constraints = {
+        **BaseAligner._parameter_constraints,
+        "n_components": [Interval(Integral, 1, None, closed="left"), None],
+        "alpha": [Interval(Real, 0, None, closed="left")],
+        "n_neighbors": [Interval(Integral, 1, None, closed="left")],
+        "kernel": [StrOptions(set(_KERNELS))],
+        "divergence": [StrOptions(set(_DIVERGENCES))],
+        "mode": [StrOptions({"local", "batch"})],
+        "n_anchors": [Interval(Integral, 1, None, closed="left"), None],
+        "diffusion_steps": [Interval(Integral, 1, None, closed="left")],
+        "bandwidth": [StrOptions({"median"}), Interval(Real, 0, None, closed="neither")],
+        "temperature": [Interval(Real, 0, None, closed="neither")],
+        "learn_temperature": ["boolean"],
+        "mapping": [StrOptions({"linear", "mlp"})],
+        "hidden_size": [Interval(Integral, 1, None, closed="left")],
+        "init": [StrOptions({"pca", "procrustes", "random"})],
+        "learning_rate": [Interval(Real, 0, None, closed="neither")],
+        "pair_batch_size": [Interval(Integral, 2, None, closed="left")],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "tol": [Interval(Real, 0, None, closed="left")],
+        "n_iter_no_change": [Interval(Integral, 1, None, closed="left")],
+        "early_stopping": ["boolean"],
+        "validation_fraction": [Interval(Real, 0, 1, closed="neither")],
+        "random_state": ["random_state"],
+        "verbose": ["verbose"],
+    }
+
+    def __init__(self, *, n_components=None, alpha=1.0, n_neighbors=10, kernel="heat",
+                 divergence="kl", mode="local", n_anchors=None, diffusion_steps=1,
+                 bandwidth="median", temperature=0.07, learn_temperature=False, mapping="linear",
+                 hidden_size=128, init="procrustes", learning_rate=1e-2, pair_batch_size=256,
+                 max_iter=200, tol=1e-4, n_iter_no_change=10, early_stopping=True,
+                 validation_fraction=0.1, random_state=None, verbose=0, device="cpu",
+                 batch_size=None):
+        self.n_components = n_components
+        self.alpha = alpha
+        self.n_neighbors = n_neighbors
+        self.kernel = kernel
+        self.divergence = divergence
+        self.mode = mode
+        self.n_anchors = n_anchors
+        self.diffusion_steps = diffusion_steps
+        self.bandwidth = bandwidth
+        self.temperature = temperature
+        self.learn_temperature = learn_temperature
+        self.mapping = mapping
+        self.hidden_size = hidden_size
+        self.init = init
+        self.learning_rate = learning_rate
+        self.pair_batch_size = pair_batch_size
+        self.max_iter = max_iter
+        self.tol = tol
+        self.n_iter_no_change = n_iter_no_change
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.random_state = random_state
+        self.verbose = verbose
+        self.device = device
+        self.batch_size = batch_size
+
+    # ------------------------------------------------------------------------------- fit
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y, unpaired=None):
+        """Train the two maps on paired rows and the unpaired pool.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_pairs, n_features_in)
+            Source embeddings of the pairs.
+        y : array-like of shape (n_pairs, n_features_out)
+            Target embeddings of the same items, row for row.
+        unpaired : UnpairedPool, default=None
+            Unpaired source (``unpaired.X``) and/or target (``unpaired.y``) embeddings, used by the
+            geometric term and for the centring means. Passed whole to every cross-validation fold.
+
+        Returns
+        -------
+        self : GeRAAligner
+        """
+        X, y = self._validate_pair(X, y)
+        pool = check_unpaired(unpaired, X.shape[1], y.shape[1])
+        dev = torch.device(self.device_)
+        gen = make_generator(self.random_state, dev)
+        n = len(X)
+        self.n_components_ = self.n_components or min(X.shape[1], y.shape[1])
+        self.n_unpaired_source_ = 0 if pool is None else pool.n_source
+        self.n_unpaired_target_ = 0 if pool is None else pool.n_target
+
+        perm = torch.randperm(n, generator=gen, device=dev)
+        n_val = math.ceil(self.validation_fraction * n) if self.early_stopping else 0
+        if n - n_val < 2:
+            n_val = 0
+        val_idx, train_idx = perm[:n_val], perm[n_val:]
+
+        # pools: training pairs first (pool index i = training pair i), then unpaired rows
+        Xt, Yt = to_tensor(X, dev), to_tensor(y, dev)
+        Px = torch.cat([Xt[train_idx]] + ([to_tensor(pool.X, dev)] if self.n_unpaired_source_ else []))
+        Py = torch.cat([Yt[train_idx]] + ([to_tensor(pool.y, dev)] if self.n_unpaired_target_ else []))
+        mx, my = Px.mean(0), Py.mean(0)
+        Ux, Uy = _preprocess(Px, mx), _preprocess(Py, my)
+        del Px, Py
+        Vx, Vy = _preprocess(Xt[val_idx], mx), _preprocess(Yt[val_idx], my)
+
+        K = min(self.n_neighbors, len(Ux) - 1, len(Uy) - 1) if self.alpha > 0 else 0
+        self.n_neighbors_ = max(int(K), 0)
+        graphs = None
+        if self.n_neighbors_ and self.mode == "local":
+            graphs = (knn_graph(Ux, self.n_neighbors_)[0], knn_graph(Uy, self.n_neighbors_)[0])
+
+        k = self.n_components_
+        init_kw = dict(init=self.init, mapping=self.mapping, hidden_size=self.hidden_size,
+                       generator=gen)
+        fp = _initial_params(Ux, k, **init_kw)
+        gp = _initial_params(Uy, k, **init_kw)
+        if self.init == "procrustes":
+            # g starts as the isometry that best sends the training pairs onto f's images
+            n_tr = len(train_idx)
+            M = Uy[:n_tr].to(SOLVE_DTYPE).T @ (Ux[:n_tr] @ fp["coef"]).to(SOLVE_DTYPE)
+            gp["coef"] = polar(M).to(Uy.dtype)
+        log_scale = torch.tensor(math.log(1.0 / self.temperature), device=dev)
+        leaves = list(fp.values()) + list(gp.values())
+        if self.learn_temperature:
+            leaves.append(log_scale)
+        for t in leaves:
+            t.requires_grad_(True)
+        opt = torch.optim.Adam(leaves, lr=self.learning_rate)
+
+        trainer = _Trainer(self, len(train_idx), Ux, Uy, graphs, fp, gp, log_scale, gen)
+        history = LossHistory(
+            type(self).__name__, max_iter=self.max_iter,
+            tol=None if n_val else self.tol, n_iter_no_change=self.n_iter_no_change,
+            verbose=self.verbose,
+            divergence_hint="Lower learning_rate (or alpha, or raise temperature).",
+        )
+        gallery = None
+        if n_val:
+            n_gal = min(len(train_idx), _VALIDATION_GALLERY)
+            gallery = (Uy[:n_gal], Ux[:n_gal])
+        best, best_state, stall, val_curve = math.inf, None, 0, []
+        for _ in range(self.max_iter):
+            epoch_loss = trainer.epoch(opt)
+            _check_weights(leaves, history.n_iter + 1)
+            if history.record(epoch_loss):
+                break
+            if n_val:
+                score = _validation_loss(fp, gp, log_scale, Vx, Vy, gallery)
+                check_finite(score, what="the validation loss", hint="Lower learning_rate.")
+                val_curve.append(score)
+                if not math.isfinite(best) or score < best - self.tol * max(abs(best), 1.0):
+                    best, stall = score, 0
+                    best_state = [t.detach().clone() for t in leaves]
+                else:
+                    stall += 1
+                if stall >= self.n_iter_no_change:
+                    break
+        else:
+            if n_val:
+                warnings.warn(
+                    f"{type(self).__name__}: the validation loss was still improving after "
+                    f"max_iter={self.max_iter} epochs; increase max_iter.",
+                    ConvergenceWarning, stacklevel=2,
+                )
+        history.finish()
+        if best_state is not None:
+            with torch.no_grad():
+                for t, b in zip(leaves, best_state):
+                    t.copy_(b)
+
+        self.source_params_ = {name: to_numpy(t) for name, t in fp.items()}
+        self.target_params_ = {name: to_numpy(t) for name, t in gp.items()}
+        self.source_mean_, self.target_mean_ = to_numpy(mx), to_numpy(my)
+        self.temperature_ = float(torch.exp(-log_scale.detach()))
+        self.loss_curve_ = history.curve
+        self.n_iter_ = history.n_iter
+        self.validation_scores_ = val_curve if n_val else None
+        self.best_validation_score_ = best if n_val else None
+        return self
+
+    # ------------------------------------------------------------------------- transform
+    def _map_fn(self, params, mean, device):
+        P = {name: to_tensor(a, device) for name, a in params.items()}
+        mu = to_tensor(mean, device)
+        return lambda B: _forward(P, _preprocess(B, mu))
+
+    def _transform_fn(self, device):
+        return self._map_fn(self.source_params_, self.source_mean_, device)
+
+    def _target_transform_fn(self, device):
+        return self._map_fn(self.target_params_, self.target_mean_, device)
+
+    def _apply_map(self, fn_factory, X):
+        device = transform_device(self.device_, X)
+        out_dtype = np.float32
+        if (isinstance(X, np.ndarray) and X.dtype == np.float64) or (
+            isinstance(X, torch.Tensor) and X.dtype == torch.float64
+        ):
+            out_dtype = np.float64
+        return apply_in_batches(fn_factory(device), X, device=device, batch_size=self.batch_size,
+                                n_outputs=self.n_components_, out_dtype=out_dtype)
+
+    def transform(self, X):
+        """Map source embeddings into the shared space.
+
+        Parameters
+        ----------
+        X : array-like or torch.Tensor of shape (n_samples, n_features_in)
+
+        Returns
+        -------
+        Z : ndarray of shape (n_samples, n_components)
+            Unit-norm rows.
+        """
+        check_is_fitted(self)
+        return self._apply_map(self._transform_fn, self._validate_X(X))
+
+    def transform_target(self, y):
+        """Map target embeddings into the shared space.
+
+        Parameters
+        ----------
+        y : array-like or torch.Tensor of shape (n_samples, n_features_out)
+
+        Returns
+        -------
+        Z : ndarray of shape (n_samples, n_components)
+            Unit-norm rows.
+        """
+        check_is_fitted(self)
+        if not isinstance(y, torch.Tensor):
+            y = np.asarray(y)
+            if y.ndim == 1:
+                y = y.reshape(-1, 1)
+        y = self._validate_X(y, n_features=self.n_features_out_, name="y")
+        return self._apply_map(self._target_transform_fn, y)
+
+    def score(self, X, y, sample_weight=None):
+        """Top-1 retrieval accuracy of the pairs in the shared space (greater is better).
+
+        Each ``transform(X)[i]`` queries all rows of ``transform_target(y)``; a hit is the true
+        counterpart ranked first.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features_in)
+        y : array-like of shape (n_samples, n_features_out)
+        sample_weight : None
+            Not supported; present for scikit-learn's API.
+
+        Returns
+        -------
+        score : float in [0, 1]
+        """
+        from .metrics import top_k_accuracy
+
+        return top_k_accuracy(self.transform_target(y), self.transform(X), k=1)
+
+    @property
+    def _n_features_out(self):
+        return self.n_components_
+
+
+#: inputs and outputs of the maps are unit vectors, so healthy weights stay O(1)–O(100); the
+#: bounded loss cannot signal a blow-up, the weights can.
+_MAX_WEIGHT = 1e6
+
+
+def _check_weights(leaves, epoch):
+    top = max(float(t.detach().abs().max()) for t in leaves)
+    if not math.isfinite(top) or top > _MAX_WEIGHT:
+        raise NumericalError(
+            f"GeRAAligner: the map weights reached {top:.3g} at epoch {epoch}; the optimisation "
+            "diverged. Lower learning_rate."
+        )
+
+
+def _validation_loss(fp, gp, log_scale, Vx, Vy, gallery):
+    """Symmetric InfoNCE of the validation pairs against validation + training targets."""
+    with torch.no_grad():
+        scale = log_scale.exp()
+        Zx, Zy = _forward(fp, Vx), _forward(gp, Vy)
+        Gy, Gx = _forward(gp, gallery[0]), _forward(fp, gallery[1])
+        labels = torch.arange(len(Zx), device=Zx.device)
+        lx = scale * (Zx @ torch.cat([Zy, Gy]).T)
+        ly = scale * (Zy @ torch.cat([Zx, Gx]).T)
+        return float(0.5 * (F.cross_entropy(lx, labels) + F.cross_entropy(ly, labels)))
+
+
+class _Trainer:
+    """One epoch of mini-batch training; holds the pools and the graphs on the device."""
+
+    def __init__(self, est, n_train, Ux, Uy, graphs, fp, gp, log_scale, gen):
+        # the training pairs are the first n_train rows of both pools
+        self.est, self.n_train, self.Ux, self.Uy, self.graphs = est, n_train, Ux, Uy, graphs
+        self.fp, self.gp, self.log_scale, self.gen = fp, gp, log_scale, gen
+
+    def epoch(self, opt):
+        est, gen = self.est, self.gen
+        dev = self.Ux.device
+        n = self.n_train
+        B = min(est.pair_batch_size, n)
+        order = torch.randperm(n, generator=gen, device=dev)
+        total, count = 0.0, 0
+        for start in range(0, n, B):
+            idx = order[start:start + B]
+            if len(idx) < 2:
+                continue
+            opt.zero_grad(set_to_none=True)
+            Zx, Zy = _forward(self.fp, self.Ux[idx]), _forward(self.gp, self.Uy[idx])
+            scale = self.log_scale.clamp(max=math.log(100.0)).exp()
+            loss = contrastive_loss(Zx, Zy, scale)
+            if est.alpha > 0 and est.n_neighbors_ > 0:
+                gx = self._geometric(self.fp, self.Ux, Zx, idx, 0)
+                gy = self._geometric(self.gp, self.Uy, Zy, idx, 1)
+                loss = loss + est.alpha * 0.5 * (gx + gy)
+            loss.backward()
+            opt.step()
+            total += float(loss.detach()) * len(idx)
+            count += len(idx)
+        return total / max(count, 1)
+
+    def _geometric(self, params, U, Zb, idx, side):
+        est, gen = self.est, self.gen
+        K = est.n_neighbors_
+        B = len(idx)
+        if est.mode == "local":
+            A = est.n_anchors or math.ceil(2 * B / (K + 1))
+            n_pairs = min((A + 1) // 2, B)
+            extra = torch.randint(len(U), (A - n_pairs,), generator=gen, device=U.device)
+            anchors = torch.cat([idx[:n_pairs], extra])
+            S = torch.cat([anchors[:, None], self.graphs[side][anchors]], dim=1)
+            Uo = U[S]
+            Za = _forward(params, Uo.reshape(-1, U.shape[1])).reshape(len(S), K + 1, -1)
+            return geometric_term(Uo, Za, kernel=est.kernel, divergence=est.divergence,
+                                  bandwidth=est.bandwidth, steps=est.diffusion_steps)
+        m = est.n_anchors or B
+        extra = torch.randint(len(U), (m,), generator=gen, device=U.device)
+        Uo = torch.cat([U[idx], U[extra]])
+        Za = torch.cat([Zb, _forward(params, U[extra])])
+        with torch.no_grad():
+            nearest = torch.topk(Uo @ Uo.T, min(K + 1, len(Uo)), dim=1).indices
+        return geometric_term(Uo, Za, kernel=est.kernel, divergence=est.divergence,
+                              bandwidth=est.bandwidth, steps=est.diffusion_steps,
+                              neighbors=nearest)
