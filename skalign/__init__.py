@@ -1,6 +1,7 @@
 """skalign: scikit-learn estimators that align and translate neural embedding spaces."""
 
 from ._asif import ASIFAligner
+from ._ensemble import OrthogonalEnsembleAligner
 from ._gera import GeRAAligner
 from ._irp import InverseRelativeProjector
 from ._linear import LinearAligner
@@ -17,6 +18,7 @@ __all__ = [
     "GeRAAligner",
     "InverseRelativeProjector",
     "LinearAligner",
+    "OrthogonalEnsembleAligner",
     "RelativeProjector",
     "ProcrustesAligner",
     "UnpairedPool",

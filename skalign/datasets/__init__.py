@@ -1,6 +1,14 @@
 """Data with known ground truth for tests, examples and benchmarks. Nothing downloads."""
 
 from ._digits import DIGITS_ENCODERS, get_data_home, load_digits_embeddings
+from ._digits_ensemble import DIGITS_SHIFTS, load_digits_ensemble
 from ._synthetic import make_paired_spaces
 
-__all__ = ["DIGITS_ENCODERS", "get_data_home", "load_digits_embeddings", "make_paired_spaces"]
+__all__ = [
+    "DIGITS_ENCODERS",
+    "DIGITS_SHIFTS",
+    "get_data_home",
+    "load_digits_embeddings",
+    "load_digits_ensemble",
+    "make_paired_spaces",
+]
