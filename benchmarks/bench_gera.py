@@ -26,7 +26,7 @@ import torch
 from skalign import GeRAAligner
 from skalign._backend import make_generator, resolve_device
 from skalign._gera import _initial_params, _preprocess, _Trainer
-from skalign._knn import knn_graph
+from skalign._knn import _BLOCK_ENTRIES, knn_graph
 
 
 class PeakRSS:
@@ -105,10 +105,12 @@ def main(argv=None):
         t0 = time.perf_counter()
         if exact:
             graph_x = knn_graph(Ux, K)[0]
-        else:  # q query rows against the whole pool, as one block of the full computation
-            S = Ux[:q] @ Ux.T
-            torch.topk(S, K + 1, dim=1)
-            del S
+        else:  # the first q query rows of the full computation, in knn_graph's blocks
+            block = max(1, _BLOCK_ENTRIES // n_pool)
+            for start in range(0, q, block):
+                S = Ux[start:min(start + block, q)] @ Ux.T
+                torch.topk(S, K + 1, dim=1)
+                del S
         _sync(dev)
         graph_s = (time.perf_counter() - t0) * n_pool / q
     graph_mem = mem.mib

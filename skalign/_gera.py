@@ -139,7 +139,7 @@ def _row_divergence(logP, logQ, divergence):
 
 
 def geometric_term(U, Z, *, kernel="heat", divergence="kl", bandwidth="median", steps=1,
-                   neighbors=None):
+                   neighbors=None, original_sq_dist=None):
     r"""Divergence between the diffusion operators of the same points in two spaces.
 
     ``U`` holds the points in the original space and ``Z`` their images under the map, both with
@@ -151,6 +151,8 @@ def geometric_term(U, Z, *, kernel="heat", divergence="kl", bandwidth="median", 
     * batch: ``U`` of shape (B, d) and ``Z`` of shape (B, k), one operator over the B points
       restricted to ``neighbors`` (B, K + 1), the indices of each row's K nearest points in the
       original space (itself first). For ``steps=1`` only these B × (K + 1) entries are computed.
+      ``original_sq_dist`` may pass the (B, B) squared distances of ``U`` already computed to find
+      the neighbours.
 
     .. math::
 
@@ -168,18 +170,19 @@ def geometric_term(U, Z, *, kernel="heat", divergence="kl", bandwidth="median", 
     if neighbors is not None and neighbors.shape[1] < 2:
         return Z.sum() * 0.0
     support = None
+    Do_full = _sq_dist(U) if original_sq_dist is None else original_sq_dist
     if neighbors is None:
-        Do, Da = _sq_dist(U), _sq_dist(Z)
+        Do, Da = Do_full, _sq_dist(Z)
         nb = torch.zeros(Do.shape[-2:], dtype=torch.bool, device=Do.device)
         nb[0, 1:] = True
         nb = nb.expand_as(Do)
     elif steps == 1:  # sparse rows: entry (j, m) is the pair (j, neighbors[j, m])
-        Do = _sq_dist(U).gather(1, neighbors)  # a B x B GEMM beats gathering B(K+1) rows
+        Do = Do_full.gather(1, neighbors)  # a B x B GEMM beats gathering B(K+1) rows
         Da = _sq_dist(Z).gather(1, neighbors)
         nb = torch.ones_like(Do, dtype=torch.bool)
         nb[:, 0] = False
     else:  # powers need the whole (sparse-supported) B x B operator
-        Do, Da = _sq_dist(U), _sq_dist(Z)
+        Do, Da = Do_full, _sq_dist(Z)
         support = torch.zeros(Do.shape, dtype=torch.bool, device=Do.device)
         support.scatter_(1, neighbors, True)
         support |= torch.eye(len(support), dtype=torch.bool, device=support.device)
@@ -667,8 +670,8 @@ class _Trainer:
         extra = torch.randint(len(U), (m,), generator=gen, device=U.device)
         Uo = torch.cat([U[idx], U[extra]])
         Za = torch.cat([Zb, _forward(params, U[extra])])
-        with torch.no_grad():
-            nearest = torch.topk(Uo @ Uo.T, min(K + 1, len(Uo)), dim=1).indices
+        Do = _sq_dist(Uo)
+        nearest = torch.topk(Do, min(K + 1, len(Uo)), dim=1, largest=False).indices
         return geometric_term(Uo, Za, kernel=est.kernel, divergence=est.divergence,
                               bandwidth=est.bandwidth, steps=est.diffusion_steps,
-                              neighbors=nearest)
+                              neighbors=nearest, original_sq_dist=Do)
