@@ -95,7 +95,8 @@ def _geomstats():
 
 def _angle_deg(A, B):
     A, B = np.asarray(A, dtype=np.float64), np.asarray(B, dtype=np.float64)
-    return np.degrees(2 * np.arctan2(np.linalg.norm(A - B, axis=-1), np.linalg.norm(A + B, axis=-1)))
+    chord, co = np.linalg.norm(A - B, axis=-1), np.linalg.norm(A + B, axis=-1)
+    return np.degrees(2 * np.arctan2(chord, co))
 
 
 def _time(fn, repeats):

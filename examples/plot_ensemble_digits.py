@@ -69,8 +69,9 @@ for seed in SEEDS:
                 value = np.mean([fn(e, y) for e in E]) if isinstance(E, list) else fn(E, y)
                 scores.setdefault((metric, method, split), []).append(value)
 splits = data.splits[1:]
-print(f"{len(SEEDS)} seeds x {N_ENCODERS} encoders (dim {DIM}) in {time.perf_counter() - t0:.0f} s; "
-      f"agreement of the aligned views on test: {ens.score(data.X['test']):.3f}")
+agreement = ens.score(data.X["test"])
+print(f"{len(SEEDS)} seeds x {N_ENCODERS} encoders (dim {DIM}) in "
+      f"{time.perf_counter() - t0:.0f} s; agreement of the aligned views on test: {agreement:.3f}")
 
 # %%
 # The table: mean ± standard deviation over seeds

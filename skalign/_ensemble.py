@@ -11,6 +11,7 @@ from sklearn.utils.validation import FLOAT_DTYPES, check_is_fitted
 
 from ._backend import (
     COMPUTE_DTYPE,
+    as_numpy,
     SOLVE_DTYPE,
     polar,
     resolve_device,
@@ -62,7 +63,8 @@ class OrthogonalEnsembleAligner(ClassNamePrefixFeaturesOutMixin, TransformerMixi
 
     .. math::
 
-        \frac1n \sum_{j=1}^n \theta\big(\operatorname{normalize}(x_{ij} R_i),\, x_{\text{ref},j}\big)
+        \frac1n \sum_{j=1}^n
+        \theta\big(\operatorname{normalize}(x_{ij} R_i),\, x_{\text{ref},j}\big)
         + \lambda \|R_i^\top R_i - I\|_F^2,
         \qquad \theta(a, b) = 2 \operatorname{atan2}(\|a - b\|, \|a + b\|),
 
@@ -105,8 +107,8 @@ class OrthogonalEnsembleAligner(ClassNamePrefixFeaturesOutMixin, TransformerMixi
     max_iter : int, default=200
         Iteration cap of ``"geodesic"`` (Adam steps) and ``"gpa"`` (alternations).
     tol : float, default=1e-6
-        Convergence: stop when the loss has not improved by more than ``tol`` (relative, see
-        :class:`~skalign._optim.LossHistory`) for 10 Adam steps, or 2 GPA alternations.
+        Convergence: stop when the loss has not improved by more than
+        ``tol · max(|best loss|, 1)`` for 10 Adam steps, or for 2 GPA alternations.
     karcher_tol : float, default=1e-6
         Stopping threshold (radians) of the Karcher iteration in ``transform``.
     karcher_max_iter : int, default=100
@@ -228,8 +230,6 @@ class OrthogonalEnsembleAligner(ClassNamePrefixFeaturesOutMixin, TransformerMixi
         -------
         self : OrthogonalEnsembleAligner
         """
-        from ._backend import as_numpy
-
         X = validate_data(self, as_numpy(X), dtype=FLOAT_DTYPES, ensure_min_samples=2)
         if X.shape[1] % self.n_views:
             raise ValueError(
@@ -237,7 +237,9 @@ class OrthogonalEnsembleAligner(ClassNamePrefixFeaturesOutMixin, TransformerMixi
                 "stack views of equal width with skalign.stack_views."
             )
         if self.reference >= self.n_views:
-            raise ValueError(f"reference={self.reference} must be smaller than n_views={self.n_views}.")
+            raise ValueError(
+                f"reference={self.reference} must be smaller than n_views={self.n_views}."
+            )
         self.device_ = str(resolve_device(self.device))
         dev = torch.device(self.device_)
         m, d = self.n_views, X.shape[1] // self.n_views
@@ -287,10 +289,11 @@ class OrthogonalEnsembleAligner(ClassNamePrefixFeaturesOutMixin, TransformerMixi
             divergence_hint="Lower learning_rate or orthogonality_penalty.",
         )
         best, best_loss = param.detach().clone(), float("inf")
+        index = (torch.tensor(others, device=R.device),)
         penalty = float(self.orthogonality_penalty)
         for _ in range(self.max_iter):
             opt.zero_grad()
-            R_full = R.index_put((torch.tensor(others, device=R.device),), param)
+            R_full = R.index_put(index, param)
             loss = self._geodesic_objective(Vc, present, R_full, penalty=penalty)
             value = float(loss.detach())
             converged = history.record(value)

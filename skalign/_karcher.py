@@ -8,8 +8,9 @@ exponential are combinations of them), so the mean is carried as ``m`` coefficie
 step needs only the ``m × m`` Gram matrix of the points. The data are read twice — once for the
 Gram matrices, once for the final combination — whatever the number of iterations, and the
 iterations themselves touch only ``n × m × m`` numbers (in the input's dtype: at convergence the
-tangent coefficients vanish, so float32 rounding moves the mean by about 1e-7 rad, not more). Each sample stops on its own
-criterion and is then frozen, so a sample's result depends on its own points only.
+tangent coefficients vanish, so float32 rounding moves the mean by about 1e-7 rad, not more).
+Each sample stops on its own criterion and is then frozen, so a sample's result depends on its
+own points only.
 """
 
 from __future__ import annotations

@@ -27,7 +27,8 @@ def _cloud(n, m, d, spread_deg, rng):
 
 def _angle_deg(A, B):
     A, B = np.asarray(A, dtype=np.float64), np.asarray(B, dtype=np.float64)
-    return np.degrees(2 * np.arctan2(np.linalg.norm(A - B, axis=-1), np.linalg.norm(A + B, axis=-1)))
+    chord, co = np.linalg.norm(A - B, axis=-1), np.linalg.norm(A + B, axis=-1)
+    return np.degrees(2 * np.arctan2(chord, co))
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +120,8 @@ def test_rows_are_independent():
 
 
 def test_hemisphere_warning():
-    antipodal = torch.tensor([[[1.0, 0.0, 0.0], [-1.0, 0.0, 0.0]], [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]])
+    antipodal = torch.tensor([[[1.0, 0.0, 0.0], [-1.0, 0.0, 0.0]],
+                              [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]])
     assert hemisphere_certified(antipodal).tolist() == [False, True]
     with pytest.warns(UserWarning, match="1 of 2 samples could not be certified"):
         karcher_mean(antipodal)
