@@ -1,7 +1,7 @@
 """
-====================================================================
+===========================================================================
 Aligned ensembles of contrastive digit encoders, in and out of distribution
-====================================================================
+===========================================================================
 
 Several encoders trained with the same self-supervised InfoNCE objective on the same unlabelled
 digits, differing only in their seed, learn the same structure in unrelated coordinates. Peng et
