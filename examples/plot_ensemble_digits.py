@@ -103,7 +103,7 @@ for ax, metric in zip(axes, ("R@1", "MAP@R")):
     lo = min(np.mean(scores[(metric, m, s)]) for m in METHODS for s in splits)
     ax.set_ylim(max(0.0, lo - 0.05), 1.0)
     ax.set_title(f"{metric}, mean ± std over {len(SEEDS)} seeds")
-axes[0].legend(fontsize=8, loc="lower left")
+axes[1].legend(fontsize=8, loc="upper right")
 fig.tight_layout()
 plt.show()
 
