@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from scipy.stats import ortho_group
+from sklearn import config_context
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import GridSearchCV
 
@@ -255,6 +256,18 @@ def test_grid_search_every_fold_sees_the_whole_pool():
     assert best.n_unpaired_source_ == 120 and best.get_params()["n_neighbors"] in (3, 200)
     if best.alpha > 0:
         assert best.n_neighbors_ == min(best.n_neighbors, 120 + 120 - 1)
+
+
+def test_grid_search_with_metadata_routing():
+    X, Y, _ = clustered_pairs(seed=6, n=300, d=6)
+    pool = UnpairedPool(X=X[100:], y=Y[100:])
+    RecordingGeRA.seen = []
+    with config_context(enable_metadata_routing=True), warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = RecordingGeRA(max_iter=3, random_state=0).set_fit_request(unpaired=True)
+        GridSearchCV(est, {"alpha": [0.0, 1.0]}, cv=2).fit(X[:100], Y[:100], unpaired=pool)
+    assert len(RecordingGeRA.seen) == 2 * 2 + 1
+    assert {s[1:] for s in RecordingGeRA.seen} == {(200, 200)}
 
 
 def test_n_neighbors_is_clipped_without_changing_the_parameter():
