@@ -7,7 +7,8 @@ Label efficiency of GeRA on real digit embeddings
 geometric term that keeps each encoder's local neighbourhoods, measured on plentiful *unpaired*
 embeddings, from being distorted. Here two different small encoders trained on scikit-learn's
 digits play the two modalities: an MLP (``"mlp-a"``) against a CNN (``"cnn"``) and against a wider
-tanh MLP (``"mlp-wide"``), see :func:`~skalign.datasets.load_digits_embeddings`. We vary the number of pairs from 25 to 1,000 and keep the unpaired pool fixed (all
+tanh MLP (``"mlp-wide"``), see :func:`~skalign.datasets.load_digits_embeddings`. We vary the
+number of pairs from 25 to 1,000 and keep the unpaired pool fixed (all
 1,078 training digits, seen separately by each encoder, with no correspondence given), then
 measure cross-space retrieval of the 719 held-out digits: top-1 accuracy and mean reciprocal rank
 (MRR) of the true counterpart among all held-out targets.
