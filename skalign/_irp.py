@@ -10,7 +10,7 @@ from sklearn import get_config
 
 from ._backend import SOLVE_DTYPE, make_generator, to_numpy, to_tensor
 from ._compat import Interval, StrOptions, _fit_context
-from ._relative import _center_normalize, _encode, _rescale, _subset_decoders
+from ._relative import _center_normalize, _subset_decoders
 from .base import BaseAligner
 
 __all__ = ["InverseRelativeProjector", "farthest_point_sampling"]
@@ -338,18 +338,12 @@ class InverseRelativeProjector(BaseAligner):
         return kept
 
     def _transform_fn(self, device):
-        M = to_tensor(self.components_, device)
-        mu_x, mu_y = to_tensor(self.mean_in_, device), to_tensor(self.mean_out_, device)
-        mode = "normalize" if self.rescale == "normalize" else "scale"
-        scale = self.scale_out_
-        return lambda B: _rescale(_encode(B, mu_x) @ M, mode, scale, mu_y)
+        return _map_fn(self.components_, self.mean_in_, self.mean_out_, self.scale_out_,
+                       self.rescale, device)
 
     def _inverse_transform_fn(self, device):
-        M = to_tensor(self.inverse_components_, device)
-        mu_x, mu_y = to_tensor(self.mean_in_, device), to_tensor(self.mean_out_, device)
-        mode = "normalize" if self.rescale == "normalize" else "scale"
-        scale = self.scale_in_
-        return lambda B: _rescale(_encode(B, mu_y) @ M, mode, scale, mu_x)
+        return _map_fn(self.inverse_components_, self.mean_out_, self.mean_in_, self.scale_in_,
+                       self.rescale, device)
 
     def inverse_transform(self, X):
         """Translate target-space embeddings into the source space through the relative space.
@@ -364,6 +358,27 @@ class InverseRelativeProjector(BaseAligner):
         X_hat : ndarray of shape (n_samples, n_features_in)
         """
         return super().inverse_transform(X)
+
+
+def _map_fn(M, mean_in, mean_out, scale, rescale, device):
+    """Batch function of the collapsed map: ``normalize(B − μ_in) M``, rescaled, plus ``μ_out``.
+
+    With ``rescale="normalize"`` the input normalisation cancels in the output normalisation and
+    is skipped; the output is rescaled in place, so a batch costs one subtraction, one matrix
+    product and a few in-place row operations.
+    """
+    M = to_tensor(M, device)
+    mu_in, mu_out = to_tensor(mean_in, device), to_tensor(mean_out, device)
+
+    def fn(B):
+        C = B - mu_in
+        Z = C @ M
+        norms = torch.linalg.vector_norm(Z if rescale == "normalize" else C, dim=1, keepdim=True)
+        # A row on the source mean has no direction: it maps to the target mean, not to NaN.
+        factor = torch.where(norms > 0, scale / norms, torch.zeros_like(norms))
+        return Z.mul_(factor).add_(mu_out)
+
+    return fn
 
 
 def _lstsq_scale(Y_hat, centred, fallback):

@@ -205,6 +205,16 @@ def test_too_few_anchors_after_pruning_is_a_clear_error():
         InverseRelativeProjector().fit(np.full((5, 3), np.nan), np.ones((5, 4)))
 
 
+@pytest.mark.parametrize("rescale", ["normalize", "scale", "fit"])
+def test_rows_on_the_anchor_mean_map_to_the_other_mean(rescale):
+    rng = np.random.default_rng(0)
+    AX, AY = rng.standard_normal((50, 5)) + 3, rng.standard_normal((50, 7)) - 1
+    irp = InverseRelativeProjector(rescale=rescale, random_state=0).fit(AX, AY)
+    np.testing.assert_allclose(irp.transform(AX.mean(0, keepdims=True))[0], AY.mean(0), atol=1e-6)
+    np.testing.assert_allclose(irp.inverse_transform(AY.mean(0, keepdims=True))[0], AX.mean(0),
+                               atol=1e-6)
+
+
 def test_diagnostics(scaled_rotation):
     AX, AY, _, _ = scaled_rotation
     irp = InverseRelativeProjector(random_state=0).fit(AX, AY)
@@ -267,3 +277,18 @@ def test_cuda_matches_cpu(scaled_rotation):
     assert [i.tolist() for i in cpu.subspace_indices_] == [i.tolist() for i in gpu.subspace_indices_]
     np.testing.assert_allclose(gpu.transform(X), cpu.transform(X), rtol=1e-4, atol=1e-4)
     assert pickle.loads(pickle.dumps(gpu)).components_.dtype == np.float64
+
+
+def test_benchmark_script_runs(capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_irp.py"
+    spec = importlib.util.spec_from_file_location("bench_irp", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rows = bench.main(["--quick", "-n", "2000", "-d", "32", "-k", "80", "--repeat", "1",
+                       "--thresholds", "0.5"])
+    assert [r[0] for r in rows] == ["IRP (one matrix)", "loop: encode+decode", "loop: ω maps"]
+    assert all(r[4] > 0 for r in rows) and all(r[6] < 1e-4 for r in rows)  # loops agree
+    assert "anchors/subspace" in capsys.readouterr().out

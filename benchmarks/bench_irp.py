@@ -1,0 +1,180 @@
+"""InverseRelativeProjector: fit time and the one-matrix transform vs looping over subspaces.
+
+``n`` source rows of width ``d`` are translated with ``k`` paired anchors and ``ω`` subspaces, at
+the paper's stitching setting (``pruning_threshold=0.8``) and at the default (``0.5``). The
+anchor-completed ``transform`` (one ``d × d`` product, :math:`\\bar M`) is timed against two
+straightforward implementations that loop over the ω subspaces and apply them one by one:
+
+* ``loop: encode+decode`` — Eq. 5 literally: per subspace, cosines to its source anchors then the
+  product with its target pseudo-inverse, summed;
+* ``loop: ω maps`` — per subspace its own ``d × d`` map ``M_i``, summed.
+
+All three run in float32 on the same device, on the same row batches, and must agree. Peak memory
+is the resident-set peak above the start of each step (and ``torch.cuda.max_memory_allocated``
+on a GPU).
+
+    python benchmarks/bench_irp.py            # n = 10^5, d = 768, k = 1000, ω = 16
+    python benchmarks/bench_irp.py --quick    # n = 10^4, d = 128, k = 200
+"""
+
+import argparse
+import threading
+import time
+
+import numpy as np
+import psutil
+import torch
+
+from skalign import InverseRelativeProjector
+from skalign._backend import apply_in_batches, to_tensor
+from skalign._relative import _encode, _rescale
+
+
+class PeakRSS:
+    """Sample this process's resident set size in a background thread."""
+
+    def __init__(self, interval=0.005):
+        self.interval, self.proc = interval, psutil.Process()
+
+    def __enter__(self):
+        self.start = self.peak = self.proc.memory_info().rss
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self):
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.proc.memory_info().rss)
+            time.sleep(self.interval)
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self.proc.memory_info().rss)
+
+    @property
+    def mib(self):
+        return (self.peak - self.start) / 2**20
+
+
+def make_data(n, d, k, seed=0):
+    """Anisotropic 'embeddings' (spectrum j^-1) and a noisy scaled rotation of them."""
+    rng = np.random.default_rng(seed)
+    sd = np.arange(1, d + 1) ** -0.5
+    Q = np.linalg.qr(rng.standard_normal((d, d)))[0]
+    AX = rng.standard_normal((k, d)) * sd
+    AY = 2.5 * AX @ Q + 7.0 + 0.05 * rng.standard_normal((k, d)) * sd.mean()
+    X = (rng.standard_normal((n, d), dtype=np.float32) * sd.astype(np.float32))
+    return AX.astype(np.float32), AY.astype(np.float32), X
+
+
+def loop_fns(irp, AX, AY, device):
+    """The two straightforward per-subspace transforms, as batch functions."""
+    C_x = AX.astype(np.float64) - AX.mean(0, dtype=np.float64)
+    C_y = AY.astype(np.float64) - AY.mean(0, dtype=np.float64)
+    Ax = C_x / np.linalg.norm(C_x, axis=1, keepdims=True)
+    Ay = C_y / np.linalg.norm(C_y, axis=1, keepdims=True)
+    enc, dec, maps = [], [], []
+    for idx in irp.subspace_indices_:
+        P = np.linalg.pinv(Ay[idx].T)
+        enc.append(to_tensor(Ax[idx].T, device))
+        dec.append(to_tensor(P, device))
+        maps.append(to_tensor(Ax[idx].T @ P, device))
+    mu_x, mu_y = to_tensor(irp.mean_in_, device), to_tensor(irp.mean_out_, device)
+    w, s = len(maps), irp.scale_out_
+
+    def encode_decode(B):
+        x = _encode(B, mu_x)
+        acc = sum((x @ E) @ D for E, D in zip(enc, dec))
+        return _rescale(acc / w, "normalize", s, mu_y)
+
+    def per_map(B):
+        x = _encode(B, mu_x)
+        acc = sum(x @ M for M in maps)
+        return _rescale(acc / w, "normalize", s, mu_y)
+
+    return {"loop: encode+decode": encode_decode, "loop: ω maps": per_map}
+
+
+def _timed(fn, device, repeat=1):
+    """Run ``fn`` ``repeat`` times; the best time (robust to other load on the machine) and the
+    largest memory peak."""
+    best, peak, gpu = float("inf"), 0.0, float("nan")
+    for _ in range(repeat):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        with PeakRSS() as mem:
+            t0 = time.perf_counter()
+            out = fn()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            secs = time.perf_counter() - t0
+        best, peak = min(best, secs), max(peak, mem.mib)
+        if device.type == "cuda":
+            gpu = torch.cuda.max_memory_allocated() / 2**20
+        del secs
+    return out, best, peak, gpu
+
+
+HEAD = ("transform", "δ", "anchors/subspace", "fit s", "transform s", "×slower", "max |Δ|",
+        "peak RSS MiB", "peak GPU MiB")
+ROW = "{:<20} {:>4} {:>16.1f} {:>7.2f} {:>11.2f} {:>8.1f} {:>9.1e} {:>12.0f} {:>12.0f}"
+
+
+def _emit(rows, row):
+    rows.append(row)
+    print(ROW.format(*row), flush=True)
+
+
+def run(n, d, k, n_subspaces, thresholds, device="cpu", repeat=1, seed=0):
+    device = torch.device(device)
+    AX, AY, X = make_data(n, d, k, seed)
+    Xin = torch.from_numpy(X).to(device) if device.type == "cuda" else X
+    rows = []
+    for delta in thresholds:
+        irp = InverseRelativeProjector(pruning_threshold=delta, n_subspaces=n_subspaces,
+                                       random_state=0, device=str(device))
+        irp.fit(AX[:50], AY[:50])  # warm-up: first-call initialisation of the linear algebra
+        _, fit_s, fit_mib, fit_gpu = _timed(lambda: irp.fit(AX, AY), device, repeat)
+        kept = irp.anchors_per_subspace_.mean()
+        ref, secs, mib, gpu = _timed(lambda: irp.transform(Xin), device, repeat)
+        _emit(rows, ("IRP (one matrix)", delta, kept, fit_s, secs, 1.0, 0.0, max(fit_mib, mib),
+                     max(fit_gpu, gpu)))
+        batch = irp.batch_size
+        if batch is None:
+            from skalign._backend import default_batch_size
+            batch = default_batch_size(d, d)
+        for name, fn in loop_fns(irp, AX, AY, device).items():
+            out, lsecs, lmib, lgpu = _timed(
+                lambda: apply_in_batches(fn, Xin, device=device, batch_size=batch, n_outputs=d),
+                device, repeat,
+            )
+            err = float(np.abs(out - ref).max())
+            _emit(rows, (name, delta, kept, float("nan"), lsecs, lsecs / secs, err, lmib, lgpu))
+    return rows
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="n=1e4, d=128, k=200")
+    parser.add_argument("-n", type=int, default=None)
+    parser.add_argument("-d", type=int, default=None)
+    parser.add_argument("-k", type=int, default=None, help="number of anchors")
+    parser.add_argument("--subspaces", type=int, default=16)
+    parser.add_argument("--thresholds", type=float, nargs="+", default=[0.8, 0.5])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--repeat", type=int, default=2, help="report the best of this many runs")
+    args = parser.parse_args(argv)
+    n = args.n or (10_000 if args.quick else 100_000)
+    d = args.d or (128 if args.quick else 768)
+    k = args.k or (200 if args.quick else 1000)
+    print(f"n={n}, d={d}, k={k}, ω={args.subspaces}, device={args.device}, "
+          f"torch threads={torch.get_num_threads()}, best of {args.repeat}")
+    print("{:<20} {:>4} {:>16} {:>7} {:>11} {:>8} {:>9} {:>12} {:>12}".format(*HEAD), flush=True)
+    return run(n, d, k, args.subspaces, args.thresholds, device=args.device, repeat=args.repeat)
+
+
+if __name__ == "__main__":
+    main()
