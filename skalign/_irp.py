@@ -172,17 +172,18 @@ class InverseRelativeProjector(BaseAligner):
         Output scales of ``inverse_transform`` and ``transform`` (:math:`s_X`, :math:`s_Y`, or the
         fitted :math:`c` with ``rescale="fit"``).
     n_subspaces_ : int
-        Number of subspaces actually averaged.
+        Number of subspaces actually averaged (``n_kept_subspaces`` below): ``n_subspaces``
+        clipped to the usable anchors, less the subspaces that kept fewer than ``min_anchors``.
     subspace_indices_ : list of ndarray of int
         Anchor row indices kept by each subspace, in selection order (the first is its start).
-    anchors_per_subspace_ : ndarray of shape (n_subspaces_,)
+    anchors_per_subspace_ : ndarray of shape (n_kept_subspaces,)
         Number of anchors kept by each subspace.
-    condition_numbers_ : ndarray of shape (n_subspaces_,)
+    condition_numbers_ : ndarray of shape (n_kept_subspaces,)
         Condition number :math:`\sigma_{\max}/\sigma_{\min}` of each :math:`\hat S_Y^i` (the matrix
         pseudo-inverted by ``transform``); ``inf`` when singular.
-    inverse_condition_numbers_ : ndarray of shape (n_subspaces_,)
+    inverse_condition_numbers_ : ndarray of shape (n_kept_subspaces,)
         The same for :math:`\hat S_X^i` (used by ``inverse_transform``).
-    ranks_ : ndarray of shape (n_subspaces_,)
+    ranks_ : ndarray of shape (n_kept_subspaces,)
         Singular values of :math:`\hat S_Y^i` kept by the ``rtol`` cut-off.
     relative_mismatch_ : float
         :math:`\|R_X - R_Y\|_F / \|R_Y\|_F` between the two spaces' relative representations of
