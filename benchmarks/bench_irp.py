@@ -166,7 +166,12 @@ def main(argv=None):
     parser.add_argument("--thresholds", type=float, nargs="+", default=[0.8, 0.5])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--repeat", type=int, default=2, help="report the best of this many runs")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch intra-op threads (1 avoids OpenMP oversubscription on a "
+                             "shared machine, which slows the many small SVD steps by 10-100x)")
     args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     n = args.n or (10_000 if args.quick else 100_000)
     d = args.d or (128 if args.quick else 768)
     k = args.k or (200 if args.quick else 1000)
