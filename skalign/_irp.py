@@ -17,7 +17,7 @@ __all__ = ["InverseRelativeProjector", "farthest_point_sampling"]
 
 
 # ------------------------------------------------------------------------- anchor pruning (FPS)
-def _abs_cosine_rows(spaces, gram):
+def _abs_cosine_rows(spaces):
     """Return ``rows(idx) -> |cos|`` of anchors ``idx`` against all anchors, shape (len(idx), k).
 
     ``spaces`` holds the normalised anchors of every space the pruning looks at; with several, the
@@ -33,7 +33,7 @@ def _abs_cosine_rows(spaces, gram):
 
     k = spaces[0].shape[0]
     if k * k * 8 * len(spaces) <= get_config()["working_memory"] * 2**20:
-        full = compute(torch.arange(k, device=spaces[0].device)) if gram is None else gram
+        full = compute(torch.arange(k, device=spaces[0].device))
         return lambda idx: full[idx]
     return compute
 
@@ -67,7 +67,7 @@ def farthest_point_sampling(anchors, starts, threshold, *, valid=None, other=Non
         Row ``i`` lists the anchors kept by run ``i`` in selection order, padded with ``-1``.
     """
     spaces = [anchors] if other is None else [anchors, other]
-    rows_of = _abs_cosine_rows(spaces, None)
+    rows_of = _abs_cosine_rows(spaces)
     k, device = anchors.shape[0], anchors.device
     n_runs = starts.shape[0]
     runs = torch.arange(n_runs, device=device)

@@ -292,3 +292,24 @@ def test_benchmark_script_runs(capsys):
     assert [r[0] for r in rows] == ["IRP (one matrix)", "loop: encode+decode", "loop: ω maps"]
     assert all(r[4] > 0 for r in rows) and all(r[6] < 1e-4 for r in rows)  # loops agree
     assert "anchors/subspace" in capsys.readouterr().out
+
+
+def test_fitted_model_loads_in_a_fresh_process_without_cuda(tmp_path, scaled_rotation):
+    import os
+    import subprocess
+    import sys
+
+    AX, AY, X, _ = scaled_rotation
+    irp = InverseRelativeProjector(random_state=0).fit(AX, AY)
+    np.save(tmp_path / "X.npy", X[:30])
+    np.save(tmp_path / "ref.npy", irp.transform(X[:30]))
+    with open(tmp_path / "irp.pkl", "wb") as fh:
+        pickle.dump(irp, fh)
+    code = (
+        "import pickle, numpy as np, sys; d = sys.argv[1];"
+        "m = pickle.load(open(d + '/irp.pkl', 'rb'));"
+        "out = m.transform(np.load(d + '/X.npy'));"
+        "assert np.array_equal(out, np.load(d + '/ref.npy')), 'different output'"
+    )
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True, env=env)
