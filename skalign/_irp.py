@@ -165,7 +165,8 @@ class InverseRelativeProjector(BaseAligner):
     components_ : ndarray of shape (n_features_in, n_features_out)
         :math:`\bar M`, the averaged source→target subspace map (built in float64).
     inverse_components_ : ndarray of shape (n_features_out, n_features_in)
-        The averaged target→source map :math:`\frac1\omega\sum_i \hat S_Y^{i\top}(\hat S_X^{i\top})^{+}`.
+        The averaged target→source map
+        :math:`\frac1\omega\sum_i \hat S_Y^{i\top}(\hat S_X^{i\top})^{+}`.
     mean_in_, mean_out_ : ndarray of shape (n_features_in,), (n_features_out,)
         Anchor means :math:`\mu_X`, :math:`\mu_Y`.
     scale_in_, scale_out_ : float
@@ -187,8 +188,8 @@ class InverseRelativeProjector(BaseAligner):
         Singular values of :math:`\hat S_Y^i` kept by the ``rtol`` cut-off.
     relative_mismatch_ : float
         :math:`\|R_X - R_Y\|_F / \|R_Y\|_F` between the two spaces' relative representations of
-        all anchors (:math:`R = \hat A \hat A^\top`): 0 when the spaces agree up to an angle-preserving
-        map, the premise of the method.
+        all anchors (:math:`R = \hat A \hat A^\top`): 0 when the spaces agree up to an
+        angle-preserving map, the premise of the method.
     device_ : str
     n_features_in_ : int
     n_features_out_ : int
@@ -319,7 +320,8 @@ class InverseRelativeProjector(BaseAligner):
         gen = make_generator(self.random_state, "cpu")
         valid_idx = torch.nonzero(valid.cpu()).squeeze(1)
         starts = valid_idx[torch.randperm(n_valid, generator=gen)[:n_runs]].to(Ax.device)
-        space, other = {"target": (Ay, None), "source": (Ax, None), "joint": (Ay, Ax)}[self.prune_on]
+        pairs = {"target": (Ay, None), "source": (Ax, None), "joint": (Ay, Ax)}
+        space, other = pairs[self.prune_on]
         order = farthest_point_sampling(
             space, starts, float(self.pruning_threshold), valid=valid, other=other
         )

@@ -206,7 +206,9 @@ class RelativeProjector(BaseAligner):
         dev = torch.device(self.device_)
         mu, A_hat, scale, valid = _center_normalize(to_tensor(X, dev, SOLVE_DTYPE))
         if not bool(valid.any()):
-            raise ValueError("All anchors are identical: their centred embeddings have no direction.")
+            raise ValueError(
+                "All anchors are identical: their centred embeddings have no direction."
+            )
         subsets = self._check_subsets(X.shape[0], dev)
         decoders, self.condition_numbers_, self.ranks_ = _subset_decoders(A_hat, subsets, self.rtol)
         index = torch.cat(subsets)
@@ -264,7 +266,7 @@ class RelativeProjector(BaseAligner):
         return super().inverse_transform(X)
 
     def score(self, X, y=None, sample_weight=None):
-        """Mean cosine, around the anchor mean, of ``X`` and its round trip through the relative space.
+        """Mean cosine, around the anchor mean, of ``X`` and its round trip via the relative space.
 
         Parameters
         ----------
@@ -284,7 +286,8 @@ class RelativeProjector(BaseAligner):
         X = self._validate_X(X)
         X = np.asarray(to_numpy(X) if isinstance(X, torch.Tensor) else X, dtype=np.float64)
         back = self.inverse_transform(self.transform(X)).astype(np.float64)
-        return mean_cosine_similarity(X - self.mean_, back - self.mean_, sample_weight=sample_weight)
+        mu = self.mean_
+        return mean_cosine_similarity(X - mu, back - mu, sample_weight=sample_weight)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -47,11 +47,13 @@ def test_scaled_rotation_defaults_reach_095(scaled_rotation):
     assert centred_cosine(raw.transform(X), Y, AY.mean(0)) < 0.5
     # Averaging subspaces helps over a single pruned subspace (paper Fig. 4).
     one = InverseRelativeProjector(n_subspaces=1, random_state=0).fit(AX, AY)
-    assert centred_cosine(one.transform(X), Y, AY.mean(0)) < centred_cosine(irp.transform(X), Y, AY.mean(0))
+    mu = AY.mean(0)
+    assert centred_cosine(one.transform(X), Y, mu) < centred_cosine(irp.transform(X), Y, mu)
     # Output lands at the target's location and scale.
     out = irp.transform(X)
-    assert np.allclose(out.mean(0), Y.mean(0), atol=0.1 * np.linalg.norm(Y - Y.mean(0), axis=1).mean())
-    ratio = np.linalg.norm(out - AY.mean(0), axis=1).mean() / np.linalg.norm(Y - AY.mean(0), axis=1).mean()
+    spread = np.linalg.norm(Y - Y.mean(0), axis=1).mean()
+    assert np.allclose(out.mean(0), Y.mean(0), atol=0.1 * spread)
+    ratio = np.linalg.norm(out - mu, axis=1).mean() / np.linalg.norm(Y - mu, axis=1).mean()
     assert 0.8 < ratio < 1.25
 
 
@@ -196,7 +198,8 @@ def test_too_few_anchors_after_pruning_is_a_clear_error():
     u = rng.standard_normal(8)
     AY = rng.standard_normal((50, 1)) * u + 1e-3 * rng.standard_normal((50, 8))  # one direction
     AX = rng.standard_normal((50, 8))
-    with pytest.raises(ValueError, match="no subspace kept at least min_anchors=2.*pruning_threshold"):
+    message = "no subspace kept at least min_anchors=2.*pruning_threshold"
+    with pytest.raises(ValueError, match=message):
         InverseRelativeProjector(pruning_threshold=0.2).fit(AX, AY)
     InverseRelativeProjector(pruning_threshold=0.2, prune_on="source").fit(AX, AY)
     with pytest.raises(ValueError, match="No usable anchor"):
@@ -239,13 +242,15 @@ def test_grid_search_selects_pruning_and_pickles(scaled_rotation):
     assert search.best_params_["pruning_threshold"] == 0.5
     assert search.best_estimator_.score(X, Y0) > 0.95
     loaded = pickle.loads(pickle.dumps(search.best_estimator_))
-    np.testing.assert_array_equal(loaded.transform(X[:50]), search.best_estimator_.transform(X[:50]))
+    best = search.best_estimator_
+    np.testing.assert_array_equal(loaded.transform(X[:50]), best.transform(X[:50]))
 
 
 def test_tensor_input_and_clone(scaled_rotation):
     AX, AY, X, _ = scaled_rotation
     irp = InverseRelativeProjector(random_state=0).fit(torch.from_numpy(AX), torch.from_numpy(AY))
-    np.testing.assert_allclose(irp.transform(torch.from_numpy(X[:20]).float()), irp.transform(X[:20]).astype(np.float32),
+    from_tensor = irp.transform(torch.from_numpy(X[:20]).float())
+    np.testing.assert_allclose(from_tensor, irp.transform(X[:20]).astype(np.float32),
                                rtol=1e-5, atol=1e-5)
     assert clone(irp).get_params() == irp.get_params()
 
@@ -274,7 +279,7 @@ def test_cuda_matches_cpu(scaled_rotation):
     AX, AY, X, _ = scaled_rotation
     cpu = InverseRelativeProjector(random_state=0).fit(AX, AY)
     gpu = InverseRelativeProjector(random_state=0, device="cuda").fit(AX, AY)
-    assert [i.tolist() for i in cpu.subspace_indices_] == [i.tolist() for i in gpu.subspace_indices_]
+    assert all(np.array_equal(a, b) for a, b in zip(cpu.subspace_indices_, gpu.subspace_indices_))
     np.testing.assert_allclose(gpu.transform(X), cpu.transform(X), rtol=1e-4, atol=1e-4)
     assert pickle.loads(pickle.dumps(gpu)).components_.dtype == np.float64
 

@@ -106,5 +106,6 @@ def test_pickle_roundtrip():
     anchors = np.random.default_rng(0).standard_normal((20, 4))
     proj = RelativeProjector().fit(anchors)
     loaded = pickle.loads(pickle.dumps(proj))
-    assert all(isinstance(getattr(loaded, a), np.ndarray) for a in ("mean_", "anchors_", "decoder_"))
+    for name in ("mean_", "anchors_", "decoder_"):
+        assert isinstance(getattr(loaded, name), np.ndarray)
     np.testing.assert_array_equal(loaded.transform(anchors), proj.transform(anchors))
