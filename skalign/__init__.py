@@ -1,6 +1,7 @@
 """skalign: scikit-learn estimators that align and translate neural embedding spaces."""
 
 from ._asif import ASIFAligner
+from ._bootstrap import AnchorBootstrapper
 from ._ensemble import OrthogonalEnsembleAligner
 from ._gera import GeRAAligner
 from ._irp import InverseRelativeProjector
@@ -14,6 +15,7 @@ __version__ = "0.1.0.dev0"
 
 __all__ = [
     "ASIFAligner",
+    "AnchorBootstrapper",
     "BaseAligner",
     "GeRAAligner",
     "InverseRelativeProjector",

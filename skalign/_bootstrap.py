@@ -23,12 +23,8 @@ _MEDIAN_SAMPLE = 2**16
 
 
 def _default_estimator():
-    try:
-        from ._irp import InverseRelativeProjector
-    except ImportError:  # pragma: no cover - only while the IRP module is absent
-        from ._linear import LinearAligner
+    from ._irp import InverseRelativeProjector
 
-        return LinearAligner()
     return InverseRelativeProjector()
 
 
@@ -134,7 +130,8 @@ class AnchorBootstrapper(BaseAligner):
     chunk_size : int, default=None
         Rows per cost block in the chunked and sparse modes; ``None`` keeps blocks near 64 MiB.
     random_state : int, RandomState instance or None, default=None
-        Draws the source anchors (and random initial anchors).
+        Draws the source anchors (and random initial anchors), and seeds the inner estimator
+        when its own ``random_state`` is ``None``.
     device : {"cpu", "cuda", "auto"} or torch.device, default="cpu"
     verbose : int, default=0
 
@@ -316,7 +313,12 @@ class AnchorBootstrapper(BaseAligner):
             raise ValueError(
                 f"estimator must be an aligner with fit and transform, got {type(est).__name__}."
             )
-        self.estimator_ = clone(est).fit(self.anchors_X_, self.anchors_y_)
+        est = clone(est)
+        if "random_state" in est.get_params(deep=False) and est.random_state is None:
+            # keeps the whole fit repeatable under this estimator's random_state
+            seed = int(torch.randint(2**31 - 1, (1,), generator=gen, device=gen.device))
+            est.set_params(random_state=seed)
+        self.estimator_ = est.fit(self.anchors_X_, self.anchors_y_)
         return self
 
     def _source_anchor_rows(self, n_pool, n_seed, gen):

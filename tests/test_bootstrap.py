@@ -7,7 +7,7 @@ import pytest
 from sklearn.model_selection import GridSearchCV
 
 from skalign import InverseRelativeProjector, LinearAligner, UnpairedPool
-from skalign._bootstrap import AnchorBootstrapper
+from skalign import AnchorBootstrapper
 from skalign.datasets import make_paired_spaces
 
 
