@@ -143,9 +143,9 @@ class AnchorBootstrapper(BaseAligner):
         (source-pool row, target-pool row) of every discovered anchor.
     anchor_confidence_ : ndarray of shape (n_discovered,)
         Snap margin: cosine to the nearest target row minus cosine to the second nearest.
-    anchors_X_ : ndarray of shape (n_seed + n_discovered, n_features_in_)
+    anchors_X_ : ndarray of shape (n_seed + n_discovered, n_features_in)
         Source anchors the inner estimator was fitted on (seed first).
-    anchors_y_ : ndarray of shape (n_seed + n_discovered, n_features_out_)
+    anchors_y_ : ndarray of shape (n_seed + n_discovered, n_features_out)
         Their target counterparts.
     loss_curve_ : list of float
         The objective after each Adam step.
@@ -434,11 +434,11 @@ class AnchorBootstrapper(BaseAligner):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features_in_)
+        X : array-like of shape (n_samples, n_features_in)
 
         Returns
         -------
-        Y_hat : ndarray of shape (n_samples, n_features_out_)
+        Y_hat : ndarray of shape (n_samples, n_features_out)
         """
         check_is_fitted(self)
         return self.estimator_.transform(X)
@@ -453,11 +453,11 @@ class AnchorBootstrapper(BaseAligner):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features_out_)
+        X : array-like of shape (n_samples, n_features_out)
 
         Returns
         -------
-        X_hat : ndarray of shape (n_samples, n_features_in_)
+        X_hat : ndarray of shape (n_samples, n_features_in)
         """
         check_is_fitted(self)
         return self.estimator_.inverse_transform(X)
@@ -467,8 +467,8 @@ class AnchorBootstrapper(BaseAligner):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features_in_)
-        y : array-like of shape (n_samples, n_features_out_)
+        X : array-like of shape (n_samples, n_features_in)
+        y : array-like of shape (n_samples, n_features_out)
         sample_weight : array-like of shape (n_samples,), default=None
 
         Returns
