@@ -206,7 +206,9 @@ class SparseCost:
         lse = _segment_lse(z, self.cols, self.shape[1])
         w = torch.exp(z - lse[self.cols])
         out = torch.zeros((self.shape[1], W.shape[1]), dtype=W.dtype, device=W.device)
-        out.index_add_(0, self.cols, w[:, None].to(W.dtype) * W[self.rows])
+        step = max(1, _DEFAULT_CHUNK_ELEMENTS // max(1, W.shape[1]))  # bounded temporaries
+        for sl in iter_batches(len(w), step):
+            out.index_add_(0, self.cols[sl], w[sl, None].to(W.dtype) * W[self.rows[sl]])
         return out
 
     def col_argmax(self, f):
