@@ -3,7 +3,7 @@
 ``m`` unit points per sample, ``n`` samples, width ``d``, at angles up to ``--spread`` degrees from
 a random centre. Both libraries compute all samples at once on the CPU:
 
-* ``skalign`` — :func:`skalign._karcher.karcher_mean` (Gram-space iteration), float32 and float64
+* ``skalign`` — :func:`skalign.manifold.karcher_mean` (Gram-space iteration), float32 and float64
   input, default ``tol=1e-6`` rad;
 * ``geomstats batch (defaults)`` — ``FrechetMean(Hypersphere(d-1), method="batch")`` as shipped
   (``epsilon=1e-4`` on the *sum* over samples of squared gradient norms, ``max_iter=32``);
@@ -29,7 +29,7 @@ import numpy as np
 import psutil
 import torch
 
-from skalign._karcher import karcher_mean
+from skalign.manifold import karcher_mean
 
 
 class PeakRSS:

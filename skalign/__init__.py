@@ -8,6 +8,7 @@ from ._irp import InverseRelativeProjector
 from ._linear import LinearAligner
 from ._procrustes import ProcrustesAligner
 from ._relative import RelativeProjector
+from . import manifold
 from ._views import split_views, stack_views
 from .base import BaseAligner, UnpairedPool
 
@@ -21,8 +22,8 @@ __all__ = [
     "InverseRelativeProjector",
     "LinearAligner",
     "OrthogonalEnsembleAligner",
-    "RelativeProjector",
     "ProcrustesAligner",
+    "RelativeProjector",
     "UnpairedPool",
     "split_views",
     "stack_views",

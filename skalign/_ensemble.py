@@ -82,7 +82,7 @@ class OrthogonalEnsembleAligner(ClassNamePrefixFeaturesOutMixin, TransformerMixi
 
     **Aggregation.** ``"karcher"`` returns the intrinsic (Karcher) mean
     :math:`\arg\min_{\|\mu\|=1} \sum_i \theta(\mu, x_{ij} R_i)^2` (see
-    :func:`skalign._karcher.karcher_mean`), ``"extrinsic"`` the normalised arithmetic mean, and
+    :func:`skalign.manifold.karcher_mean`), ``"extrinsic"`` the normalised arithmetic mean, and
     ``None`` the aligned views themselves, stacked as ``(n, m·d)``.
 
     **Missing embeddings.** An all-zero embedding has no direction; it is treated as missing:

@@ -122,15 +122,16 @@ def test_geometric_term_is_differentiable_towards_the_isometry():
         opt.zero_grad()
         Z = Ut @ M
         loss = geometric_term(Ut[S], (Z / Z.norm(dim=1, keepdim=True))[S])
-        first = first if first is not None else float(loss)
+        first = first if first is not None else float(loss.detach())
         loss.backward()
         opt.step()
     s = torch.linalg.svdvals(M.detach())
-    assert float(loss) < 0.05 * first
+    assert float(loss.detach()) < 0.05 * first
     assert float(s.max() / s.min()) < 2.0  # started at 10
 
 
 # --------------------------------------------------------------- contrastive-only (alpha = 0)
+@pytest.mark.filterwarnings("ignore:GeRAAligner. the:sklearn.exceptions.ConvergenceWarning")
 def test_alpha_zero_is_plain_contrastive_training():
     X, Y, _ = clustered_pairs(n=260, d=6)
     pairs, pool = slice(0, 60), UnpairedPool(X=X[60:], y=Y[60:])
@@ -191,6 +192,7 @@ def test_contrastive_alignment_recovers_a_rotation_and_fails_on_shuffled_pairs()
 
 
 # ------------------------------------------------------------------------------ label efficiency
+@pytest.mark.filterwarnings("ignore:GeRAAligner. the:sklearn.exceptions.ConvergenceWarning")
 @pytest.mark.parametrize("seed", [0, 2])
 def test_geometric_term_helps_with_few_pairs(seed):
     """24 pairs in 16 dimensions + 976 unpaired points; the true relation is a rotation."""
@@ -281,6 +283,7 @@ def test_n_neighbors_is_clipped_without_changing_the_parameter():
 
 
 # ------------------------------------------------------------------------ fitting mechanics
+@pytest.mark.filterwarnings("ignore:GeRAAligner. the:sklearn.exceptions.ConvergenceWarning")
 def test_reproducible_with_random_state():
     X, Y, _ = clustered_pairs(n=400, d=6)
     pool = UnpairedPool(X=X[80:], y=Y[80:])

@@ -11,7 +11,7 @@ import pytest
 import torch
 from sklearn.exceptions import ConvergenceWarning
 
-from skalign._karcher import hemisphere_certified, karcher_mean
+from skalign.manifold import hemisphere_certified, karcher_mean
 
 
 def _cloud(n, m, d, spread_deg, rng):
