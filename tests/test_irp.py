@@ -218,6 +218,25 @@ def test_rows_on_the_anchor_mean_map_to_the_other_mean(rescale):
                                atol=1e-6)
 
 
+def test_mismatch_diagnoses_a_relation_that_does_not_preserve_angles():
+    """IRP assumes both spaces see the same angles; a general linear map breaks that premise,
+    and ``relative_mismatch_`` says so where a direct linear fit still succeeds."""
+    from skalign import LinearAligner
+
+    results = {}
+    for relation in ["orthogonal", "linear"]:
+        X, Y = make_paired_spaces(2000, 32, relation=relation, noise=0.1, scale=2.5, shift=3.0,
+                                  random_state=0)
+        irp = InverseRelativeProjector(random_state=0).fit(X[:300], Y[:300])
+        linear = LinearAligner().fit(X[:300], Y[:300])
+        results[relation] = (irp.relative_mismatch_, irp.score(X[1000:], Y[1000:]),
+                             linear.score(X[1000:], Y[1000:]))
+    (mm_o, irp_o, _), (mm_l, irp_l, lin_l) = results["orthogonal"], results["linear"]
+    assert mm_o < 0.2 and irp_o > 0.99
+    assert mm_l > 0.5 and mm_l > 3 * mm_o
+    assert irp_l < 0.85 < 0.98 < lin_l
+
+
 def test_diagnostics(scaled_rotation):
     AX, AY, _, _ = scaled_rotation
     irp = InverseRelativeProjector(random_state=0).fit(AX, AY)
