@@ -8,15 +8,11 @@ import numpy as np
 import torch
 from sklearn.utils.validation import check_is_fitted
 
-from ._backend import apply_in_batches, to_numpy, to_tensor, transform_device
+from ._backend import apply_in_batches, row_normalize, to_numpy, to_tensor, transform_device
 from ._compat import Interval, _fit_context
 from .base import BaseAligner
 
 __all__ = ["ASIFAligner"]
-
-
-def _unit(T):
-    return T / torch.linalg.vector_norm(T, dim=-1, keepdim=True).clamp_min(1e-12)
 
 
 def relative_representation(Q, anchors, *, n_nonzero, exponent, mean=None):
@@ -43,11 +39,11 @@ def relative_representation(Q, anchors, *, n_nonzero, exponent, mean=None):
     """
     if mean is not None:
         Q = Q - mean
-    S = _unit(Q) @ anchors.T
+    S = row_normalize(Q) @ anchors.T
     top = torch.topk(S, n_nonzero, dim=1)
     vals = top.values.clamp_min(0.0).pow(exponent)
     R = torch.zeros_like(S).scatter_(1, top.indices, vals)
-    return _unit(R)
+    return row_normalize(R)
 
 
 class ASIFAligner(BaseAligner):
@@ -156,8 +152,8 @@ class ASIFAligner(BaseAligner):
         Xt, Yt = to_tensor(X, dev), to_tensor(y, dev)
         mx = Xt.mean(0) if self.center else torch.zeros_like(Xt[0])
         my = Yt.mean(0) if self.center else torch.zeros_like(Yt[0])
-        self.anchors_source_ = to_numpy(_unit(Xt - mx))
-        self.anchors_target_ = to_numpy(_unit(Yt - my))
+        self.anchors_source_ = to_numpy(row_normalize(Xt - mx))
+        self.anchors_target_ = to_numpy(row_normalize(Yt - my))
         self.mean_source_, self.mean_target_ = to_numpy(mx), to_numpy(my)
         self.n_components_ = len(X)
         self.n_nonzero_ = min(self.n_nonzero, len(X))

@@ -166,12 +166,15 @@ def affine_fn(W, mean_in, mean_out, device):
 
 
 # ---------------------------------------------------------------------------------- numerics
-def row_normalize(T: torch.Tensor, eps: float = 0.0) -> torch.Tensor:
-    """L2-normalise rows. Zero rows must be rejected by validation before calling this."""
+def row_normalize(T: torch.Tensor) -> torch.Tensor:
+    """L2-normalise the last axis; zero rows (missing or padded embeddings) stay zero.
+
+    Used by every estimator and metric that works on the unit sphere, so they agree on the one
+    edge case: the norm is clamped at the dtype's smallest normal number, never at a fixed
+    epsilon that would leave small but valid rows short of unit norm.
+    """
     norms = torch.linalg.vector_norm(T, dim=-1, keepdim=True)
-    if eps:
-        norms = norms.clamp_min(eps)
-    return T / norms
+    return T / norms.clamp_min(torch.finfo(T.dtype).tiny)
 
 
 def check_finite(value, *, what: str, hint: str):

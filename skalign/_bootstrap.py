@@ -10,7 +10,7 @@ from sklearn.base import clone
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
-from ._backend import check_finite, make_generator, to_numpy, to_tensor
+from ._backend import check_finite, make_generator, row_normalize, to_numpy, to_tensor
 from ._compat import Interval, StrOptions, _fit_context
 from ._optim import LossHistory
 from ._sinkhorn import DenseCost, FeatureCost, knn_support, sinkhorn_log
@@ -26,10 +26,6 @@ def _default_estimator():
     from ._irp import InverseRelativeProjector
 
     return InverseRelativeProjector()
-
-
-def _unit(T):
-    return T / torch.linalg.vector_norm(T, dim=1, keepdim=True).clamp_min(torch.finfo(T.dtype).tiny)
 
 
 def _estimator_has(attr):
@@ -282,7 +278,7 @@ class AnchorBootstrapper(BaseAligner):
         if self.center:
             mx, my = XP.mean(0), YP.mean(0)
             LX, XP, LY, YP = LX - mx, XP - mx, LY - my, YP - my
-        LX, LY, XP, YP = _unit(LX), _unit(LY), _unit(XP), _unit(YP)
+        LX, LY, XP, YP = row_normalize(LX), row_normalize(LY), row_normalize(XP), row_normalize(YP)
         RX = XP @ torch.cat([LX, XP[src]]).T  # (n, s + k), fixed
         s = len(LX)
 
@@ -386,12 +382,12 @@ class AnchorBootstrapper(BaseAligner):
         else:
             W0 = torch.randn((k, YP.shape[1]), generator=gen, device=gen.device, dtype=torch.float64)
         W0 = W0 + (torch.linalg.vector_norm(W0, dim=1, keepdim=True) == 0).double()
-        W = torch.nn.Parameter(_unit(W0).float())
+        W = torch.nn.Parameter(row_normalize(W0).float())
         G32, B32 = G.float(), B.float()
         opt = torch.optim.Adam([W], lr=self.learning_rate)
 
         def loss_of(W):
-            A = _unit(W)
+            A = row_normalize(W)
             return (t_sq - 2 * (A * B32.T).sum() + ((A @ G32) * A).sum() + seed_loss) / denom
 
         for _ in range(self.max_iter):
@@ -400,11 +396,11 @@ class AnchorBootstrapper(BaseAligner):
             loss.backward()
             opt.step()
             with torch.no_grad():
-                W.data = _unit(W.data)
+                W.data = row_normalize(W.data)
                 current = float(loss_of(W))
             if history.record(current):
                 break
-        return _unit(W.detach()), history.finish()
+        return row_normalize(W.detach()), history.finish()
 
     def _snap(self, A, YP):
         """Nearest target-pool row (cosine) of each anchor, with the top-1 minus top-2 margin."""

@@ -15,6 +15,7 @@ from ._backend import (
     SOLVE_DTYPE,
     polar,
     resolve_device,
+    row_normalize,
     to_numpy,
     to_tensor,
 )
@@ -37,16 +38,10 @@ def geodesic_distance(A, B):
                            torch.linalg.vector_norm(A + B, dim=-1))
 
 
-def _safe_normalize(V):
-    """L2-normalise the last axis; zero vectors (missing embeddings) stay zero."""
-    norms = torch.linalg.vector_norm(V, dim=-1, keepdim=True)
-    return V / torch.where(norms > 0, norms, torch.ones_like(norms))
-
-
 def _unit_views(X, n_views, device, dtype=COMPUTE_DTYPE):
     """Stacked ``(n, m·d)`` → unit-norm views ``(n, m, d)`` and the mask of present ones."""
     V = split_views(to_tensor(X, device, dtype), n_views)
-    U = _safe_normalize(V)
+    U = row_normalize(V)
     return U, (U != 0).any(-1)
 
 
@@ -270,7 +265,7 @@ class OrthogonalEnsembleAligner(ClassNamePrefixFeaturesOutMixin, TransformerMixi
         """
         others = [i for i in range(self.n_views) if i != self.reference]
         Ro = R[others]
-        A = _safe_normalize(torch.einsum("nmd,mde->mne", V[:, others], Ro))
+        A = row_normalize(torch.einsum("nmd,mde->mne", V[:, others], Ro))
         both = (present[:, others] & present[:, [self.reference]]).T.to(V.dtype)  # (m-1, n)
         theta = geodesic_distance(A, V[:, self.reference].unsqueeze(0))
         theta = (theta * both).sum(1) / both.sum(1).clamp_min(1.0)
@@ -320,7 +315,7 @@ class OrthogonalEnsembleAligner(ClassNamePrefixFeaturesOutMixin, TransformerMixi
         for _ in range(self.max_iter):
             R = polar(torch.einsum("nmd,ne->mde", V, Y))
             A = torch.einsum("nmd,mde->nme", V, R)
-            Y = _safe_normalize(A.sum(1))
+            Y = row_normalize(A.sum(1))
             sq = ((A - Y.unsqueeze(1)) ** 2).sum(-1) * weight
             if history.record(float(sq.sum() / weight.sum().clamp_min(1.0))):
                 break
@@ -335,7 +330,7 @@ class OrthogonalEnsembleAligner(ClassNamePrefixFeaturesOutMixin, TransformerMixi
         m = self.n_views
 
         def aligned(B):
-            return torch.einsum("nmd,mde->nme", _safe_normalize(split_views(B, m)), R)
+            return torch.einsum("nmd,mde->nme", row_normalize(split_views(B, m)), R)
 
         return aligned
 

@@ -13,8 +13,8 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted
 
 from ._backend import (
-    SOLVE_DTYPE, NumericalError, apply_in_batches, check_finite, make_generator, polar, to_numpy, to_tensor,
-    transform_device,
+    SOLVE_DTYPE, NumericalError, apply_in_batches, check_finite, make_generator, polar,
+    row_normalize, to_numpy, to_tensor, transform_device,
 )
 from ._compat import Interval, StrOptions, _fit_context
 from ._knn import knn_graph
@@ -30,15 +30,10 @@ _VALIDATION_GALLERY = 4096  # max. training pairs used as distractors for the va
 
 
 # ------------------------------------------------------------------------------ maps
-def _unit(T):
-    """L2-normalise rows; a zero row stays zero instead of becoming NaN."""
-    return T / torch.linalg.vector_norm(T, dim=-1, keepdim=True).clamp_min(1e-12)
-
-
 def _preprocess(A, mean):
     """Centre on the pool mean and L2-normalise: the coordinates in which both the original
     geometry is measured and the maps are applied."""
-    return _unit(A - mean)
+    return row_normalize(A - mean)
 
 
 def _forward(params, U):
@@ -47,7 +42,7 @@ def _forward(params, U):
     if "hidden_coef" in params:
         H = F.gelu(torch.addmm(params["hidden_intercept"], U, params["hidden_coef"]))
         Z = Z + H @ params["output_coef"]
-    return _unit(Z)
+    return row_normalize(Z)
 
 
 def _initial_params(U, k, *, init, mapping, hidden_size, generator):

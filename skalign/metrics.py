@@ -24,7 +24,7 @@ import torch
 from sklearn.metrics import make_scorer
 from sklearn.utils import check_array, check_consistent_length
 
-from ._backend import as_numpy, iter_batches, resolve_device, to_tensor
+from ._backend import as_numpy, iter_batches, resolve_device, row_normalize, to_tensor
 
 __all__ = [
     "cosine_scorer",
@@ -57,9 +57,7 @@ def _check_pair(y_true, y_pred):
 
 
 def _unit_rows(A, device):
-    T = to_tensor(A, device)
-    norms = torch.linalg.vector_norm(T, dim=1, keepdim=True)
-    return T / norms.clamp_min(torch.finfo(T.dtype).tiny)
+    return row_normalize(to_tensor(A, device))
 
 
 def _block_rows(n_rows, n_cols, batch_size):
