@@ -6,11 +6,10 @@ from numbers import Integral, Real
 
 import numpy as np
 import torch
-from sklearn.utils.validation import check_is_fitted
 
-from ._backend import apply_in_batches, row_normalize, to_numpy, to_tensor, transform_device
+from ._backend import row_normalize, to_numpy, to_tensor
 from ._compat import Interval, _fit_context
-from .base import BaseAligner
+from .base import BaseAligner, SharedSpaceMixin, _output_dtype
 
 __all__ = ["ASIFAligner"]
 
@@ -46,7 +45,7 @@ def relative_representation(Q, anchors, *, n_nonzero, exponent, mean=None):
     return row_normalize(R)
 
 
-class ASIFAligner(BaseAligner):
+class ASIFAligner(SharedSpaceMixin, BaseAligner):
     r"""ASIF: both spaces represented by their sparse similarities to the same paired anchors.
 
     No training. With ``N`` anchor pairs :math:`(a^X_i, a^Y_i)`, a source embedding is represented
@@ -148,12 +147,9 @@ class ASIFAligner(BaseAligner):
         self : ASIFAligner
         """
         X, y = self._validate_pair(X, y)
-        dev = torch.device(self.device_)
-        Xt, Yt = to_tensor(X, dev), to_tensor(y, dev)
-        mx = Xt.mean(0) if self.center else torch.zeros_like(Xt[0])
-        my = Yt.mean(0) if self.center else torch.zeros_like(Yt[0])
-        self.anchors_source_ = to_numpy(row_normalize(Xt - mx))
-        self.anchors_target_ = to_numpy(row_normalize(Yt - my))
+        Xc, Yc, mx, my = self._centered_pair_tensors(X, y, center=self.center, dtype=torch.float32)
+        self.anchors_source_ = to_numpy(row_normalize(Xc))
+        self.anchors_target_ = to_numpy(row_normalize(Yc))
         self.mean_source_, self.mean_target_ = to_numpy(mx), to_numpy(my)
         self.n_components_ = len(X)
         self.n_nonzero_ = min(self.n_nonzero, len(X))
@@ -169,72 +165,9 @@ class ASIFAligner(BaseAligner):
     def _transform_fn(self, device, dtype=torch.float32):
         return self._rel_fn(self.anchors_source_, self.mean_source_, device, dtype)
 
-    def _apply_rel(self, fn_factory, X):
-        device = transform_device(self.device_, X)
-        out_dtype = np.float32
-        if (isinstance(X, np.ndarray) and X.dtype == np.float64) or (
-            isinstance(X, torch.Tensor) and X.dtype == torch.float64
-        ):
-            out_dtype = np.float64
-        dtype = torch.float64 if out_dtype == np.float64 else torch.float32
-        return apply_in_batches(fn_factory(device, dtype), X, device=device,
-                                batch_size=self.batch_size, n_outputs=self.n_components_,
-                                out_dtype=out_dtype)
+    def _target_transform_fn(self, device, dtype=torch.float32):
+        return self._rel_fn(self.anchors_target_, self.mean_target_, device, dtype)
 
-    def transform(self, X):
-        """Relative representation of source embeddings.
-
-        Parameters
-        ----------
-        X : array-like or torch.Tensor of shape (n_samples, n_features_in)
-
-        Returns
-        -------
-        R : ndarray of shape (n_samples, n_anchors)
-            At most ``n_nonzero_`` non-zeros per row; unit-norm rows.
-        """
-        check_is_fitted(self)
-        return self._apply_rel(self._transform_fn, self._validate_X(X))
-
-    def transform_target(self, y):
-        """Relative representation of target embeddings (same space as :meth:`transform`).
-
-        Parameters
-        ----------
-        y : array-like or torch.Tensor of shape (n_samples, n_features_out)
-
-        Returns
-        -------
-        R : ndarray of shape (n_samples, n_anchors)
-        """
-        check_is_fitted(self)
-        if not isinstance(y, torch.Tensor):
-            y = np.asarray(y)
-            if y.ndim == 1:
-                y = y.reshape(-1, 1)
-        y = self._validate_X(y, n_features=self.n_features_out_, name="y")
-        return self._apply_rel(
-            lambda dev, dtype: self._rel_fn(self.anchors_target_, self.mean_target_, dev, dtype), y
-        )
-
-    def score(self, X, y, sample_weight=None):
-        """Top-1 retrieval accuracy of the pairs in the relative space (greater is better).
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features_in)
-        y : array-like of shape (n_samples, n_features_out)
-        sample_weight : None
-            Not supported; present for scikit-learn's API.
-
-        Returns
-        -------
-        score : float in [0, 1]
-        """
-        from .metrics import top_k_accuracy
-
-        return top_k_accuracy(self.transform_target(y), self.transform(X), k=1)
-
-    @property
-    def _n_features_out(self):
-        return self.n_components_
+    def _apply(self, fn_factory, X, n_outputs):
+        dtype = torch.float64 if _output_dtype(X) == np.float64 else torch.float32
+        return super()._apply(lambda device: fn_factory(device, dtype), X, n_outputs)

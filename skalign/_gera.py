@@ -10,16 +10,15 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils.validation import check_is_fitted
 
 from ._backend import (
-    SOLVE_DTYPE, NumericalError, apply_in_batches, check_finite, make_generator, polar,
-    row_normalize, to_numpy, to_tensor, transform_device,
+    SOLVE_DTYPE, NumericalError, check_finite, make_generator, polar, row_normalize, to_numpy,
+    to_tensor,
 )
 from ._compat import Interval, StrOptions, _fit_context
 from ._knn import knn_graph
 from ._optim import LossHistory
-from .base import BaseAligner, check_unpaired
+from .base import BaseAligner, SharedSpaceMixin, check_unpaired
 
 __all__ = ["GeRAAligner"]
 
@@ -189,7 +188,7 @@ def geometric_term(U, Z, *, kernel="heat", divergence="kl", bandwidth="median", 
 
 
 # ------------------------------------------------------------------------ estimator
-class GeRAAligner(BaseAligner):
+class GeRAAligner(SharedSpaceMixin, BaseAligner):
     r"""Geometrically regularised alignment (GeRA) of two embedding spaces.
 
     Two maps, :math:`f` for the source and :math:`g` for the target, send both spaces into a shared
@@ -516,76 +515,6 @@ class GeRAAligner(BaseAligner):
 
     def _target_transform_fn(self, device):
         return self._map_fn(self.target_params_, self.target_mean_, device)
-
-    def _apply_map(self, fn_factory, X):
-        device = transform_device(self.device_, X)
-        out_dtype = np.float32
-        if (isinstance(X, np.ndarray) and X.dtype == np.float64) or (
-            isinstance(X, torch.Tensor) and X.dtype == torch.float64
-        ):
-            out_dtype = np.float64
-        return apply_in_batches(fn_factory(device), X, device=device, batch_size=self.batch_size,
-                                n_outputs=self.n_components_, out_dtype=out_dtype)
-
-    def transform(self, X):
-        """Map source embeddings into the shared space.
-
-        Parameters
-        ----------
-        X : array-like or torch.Tensor of shape (n_samples, n_features_in)
-
-        Returns
-        -------
-        Z : ndarray of shape (n_samples, n_components)
-            Unit-norm rows.
-        """
-        check_is_fitted(self)
-        return self._apply_map(self._transform_fn, self._validate_X(X))
-
-    def transform_target(self, y):
-        """Map target embeddings into the shared space.
-
-        Parameters
-        ----------
-        y : array-like or torch.Tensor of shape (n_samples, n_features_out)
-
-        Returns
-        -------
-        Z : ndarray of shape (n_samples, n_components)
-            Unit-norm rows.
-        """
-        check_is_fitted(self)
-        if not isinstance(y, torch.Tensor):
-            y = np.asarray(y)
-            if y.ndim == 1:
-                y = y.reshape(-1, 1)
-        y = self._validate_X(y, n_features=self.n_features_out_, name="y")
-        return self._apply_map(self._target_transform_fn, y)
-
-    def score(self, X, y, sample_weight=None):
-        """Top-1 retrieval accuracy of the pairs in the shared space (greater is better).
-
-        Each ``transform(X)[i]`` queries all rows of ``transform_target(y)``; a hit is the true
-        counterpart ranked first.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features_in)
-        y : array-like of shape (n_samples, n_features_out)
-        sample_weight : None
-            Not supported; present for scikit-learn's API.
-
-        Returns
-        -------
-        score : float in [0, 1]
-        """
-        from .metrics import top_k_accuracy
-
-        return top_k_accuracy(self.transform_target(y), self.transform(X), k=1)
-
-    @property
-    def _n_features_out(self):
-        return self.n_components_
 
 
 #: inputs and outputs of the maps are unit vectors, so healthy weights stay O(1)–O(100); the

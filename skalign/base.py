@@ -22,7 +22,7 @@ from sklearn.utils.validation import FLOAT_DTYPES, check_is_fitted
 from ._backend import SOLVE_DTYPE, apply_in_batches, as_numpy, resolve_device, to_tensor, transform_device
 from ._compat import Interval, validate_data
 
-__all__ = ["BaseAligner", "UnpairedPool", "check_min_pairs", "check_nonzero_rows"]
+__all__ = ["BaseAligner", "SharedSpaceMixin", "UnpairedPool", "check_min_pairs", "check_nonzero_rows"]
 
 
 # ------------------------------------------------------------------------------ input checks
@@ -136,6 +136,21 @@ def check_unpaired(unpaired, n_features_source, n_features_target):
 
 
 # ------------------------------------------------------------------------------ the base class
+def _output_dtype(X):
+    """float64 output for float64 input (array or tensor), float32 otherwise."""
+    if isinstance(X, torch.Tensor):
+        return np.float64 if X.dtype == torch.float64 else np.float32
+    return np.float64 if X.dtype == np.float64 else np.float32
+
+
+def _as_2d(y):
+    """A 1-D target becomes one column; tensors are left to validation."""
+    if isinstance(y, torch.Tensor):
+        return y
+    y = np.asarray(y)
+    return y.reshape(-1, 1) if y.ndim == 1 else y
+
+
 class BaseAligner(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """Base class for estimators that map source embeddings into a target space.
 
@@ -240,12 +255,9 @@ class BaseAligner(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
 
     def _apply(self, fn_factory, X, n_outputs):
         device = transform_device(getattr(self, "device_", None), X)
-        out_dtype = X.dtype if isinstance(X, np.ndarray) and X.dtype == np.float64 else np.float32
-        if isinstance(X, torch.Tensor) and X.dtype == torch.float64:
-            out_dtype = np.float64
         return apply_in_batches(
             fn_factory(device), X, device=device, batch_size=self.batch_size,
-            n_outputs=n_outputs, out_dtype=out_dtype,
+            n_outputs=n_outputs, out_dtype=_output_dtype(X),
         )
 
     def transform(self, X):
@@ -328,3 +340,68 @@ class BaseAligner(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
         tags.target_tags.single_output = False
         tags.transformer_tags.preserves_dtype = ["float64", "float32"]
         return tags
+
+
+class SharedSpaceMixin:
+    """Two-tower aligners: both sides are mapped into one shared space of ``n_components_``.
+
+    Mixed in before :class:`BaseAligner`. Subclasses implement ``_transform_fn(device)`` (source
+    side) and ``_target_transform_fn(device)`` (target side). ``score`` is the top-1 retrieval
+    accuracy of the pairs in the shared space: a paired cosine alone would reward a map that
+    collapses everything onto one point.
+    """
+
+    def transform(self, X):
+        """Map source embeddings into the shared space.
+
+        Parameters
+        ----------
+        X : array-like or torch.Tensor of shape (n_samples, n_features_in)
+
+        Returns
+        -------
+        Z : ndarray of shape (n_samples, n_components)
+            Float64 for float64 input, float32 otherwise.
+        """
+        check_is_fitted(self)
+        return self._apply(self._transform_fn, self._validate_X(X), self.n_components_)
+
+    def transform_target(self, y):
+        """Map target embeddings into the shared space.
+
+        Parameters
+        ----------
+        y : array-like or torch.Tensor of shape (n_samples, n_features_out)
+
+        Returns
+        -------
+        Z : ndarray of shape (n_samples, n_components)
+        """
+        check_is_fitted(self)
+        y = self._validate_X(_as_2d(y), n_features=self.n_features_out_, name="y")
+        return self._apply(self._target_transform_fn, y, self.n_components_)
+
+    def score(self, X, y, sample_weight=None):
+        """Top-1 retrieval accuracy of the pairs in the shared space (greater is better).
+
+        Each ``transform(X)[i]`` queries all rows of ``transform_target(y)``; a hit is the true
+        counterpart ranked first.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features_in)
+        y : array-like of shape (n_samples, n_features_out)
+        sample_weight : None
+            Not supported; present for scikit-learn's API.
+
+        Returns
+        -------
+        score : float in [0, 1]
+        """
+        from .metrics import top_k_accuracy
+
+        return top_k_accuracy(self.transform_target(y), self.transform(X), k=1)
+
+    @property
+    def _n_features_out(self):
+        return self.n_components_
