@@ -13,37 +13,16 @@ the discovered anchors (the item itself retrieved among the target pool).
 """
 
 import argparse
-import threading
 import time
 
 import numpy as np
 import ot
-import psutil
 import torch
 
 from skalign import AnchorBootstrapper, LinearAligner, UnpairedPool
 from skalign.datasets import make_paired_spaces
 
-
-class PeakRSS:
-    """Peak resident set size above the start, sampled in a background thread."""
-
-    def __enter__(self):
-        self.proc = psutil.Process()
-        self.start = self.peak = self.proc.memory_info().rss
-        self._stop = threading.Event()
-        self._t = threading.Thread(target=self._run, daemon=True)
-        self._t.start()
-        return self
-
-    def _run(self):
-        while not self._stop.is_set():
-            self.peak = max(self.peak, self.proc.memory_info().rss)
-            time.sleep(0.01)
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._t.join()
+from _common import PeakRSS
 
 
 def make_problem(n, d=32, noise=0.1, seed=0):
@@ -95,17 +74,17 @@ def run(n, n_anchors, steps, naive_steps, plan="auto", run_naive=True):
     rows = []
     boot = AnchorBootstrapper(LinearAligner(), n_anchors=n_anchors, max_iter=steps, tol=None,
                               plan=plan, random_state=0)
-    with PeakRSS() as mem:
+    with PeakRSS(interval=0.01) as mem:
         t0 = time.perf_counter()
         boot.fit(Xs, Ys, unpaired=UnpairedPool(X=Xp, y=Yp))
         secs = time.perf_counter() - t0
     src, tgt = boot.anchor_pairs_.T
-    rows.append((f"AnchorBootstrapper ({boot.plan_})", n, steps, secs, (mem.peak - mem.start) / 2**20,
+    rows.append((f"AnchorBootstrapper ({boot.plan_})", n, steps, secs, mem.mib,
                  np.mean(perm[tgt] == src), rel_mrr(Xp, Yp, perm, boot.anchors_X_, boot.anchors_y_),
                  "measured"))
     if run_naive:
         k = naive_steps if naive_steps and naive_steps < steps else steps
-        with PeakRSS() as mem:
+        with PeakRSS(interval=0.01) as mem:
             t0 = time.perf_counter()
             tgt_n = naive(Xs, Ys, Xp, Yp, torch.as_tensor(src), k)
             secs = time.perf_counter() - t0
@@ -114,7 +93,7 @@ def run(n, n_anchors, steps, naive_steps, plan="auto", run_naive=True):
             if k == steps else float("nan")
         acc = np.mean(perm[tgt_n] == src) if k == steps else float("nan")
         rows.append(("naive dense POT every step", n, steps, secs * steps / k,
-                     (mem.peak - mem.start) / 2**20, acc, mrr, note))
+                     mem.mib, acc, mrr, note))
     return rows
 
 

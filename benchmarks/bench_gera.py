@@ -16,11 +16,9 @@ a random graph of the same shape (the epoch's cost does not depend on which rows
 
 import argparse
 import math
-import threading
 import time
 
 import numpy as np
-import psutil
 import torch
 
 from skalign import GeRAAligner
@@ -28,33 +26,7 @@ from skalign._backend import make_generator, resolve_device
 from skalign._gera import _initial_params, _preprocess, _Trainer
 from skalign._knn import _BLOCK_ENTRIES, knn_graph
 
-
-class PeakRSS:
-    """Sample this process's resident set size in a background thread."""
-
-    def __init__(self, interval=0.005):
-        self.interval, self.proc = interval, psutil.Process()
-
-    def __enter__(self):
-        self.start = self.peak = self.proc.memory_info().rss
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return self
-
-    def _run(self):
-        while not self._stop.is_set():
-            self.peak = max(self.peak, self.proc.memory_info().rss)
-            time.sleep(self.interval)
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, self.proc.memory_info().rss)
-
-    @property
-    def mib(self):
-        return max(0.0, (self.peak - self.start) / 2**20)
+from _common import PeakRSS
 
 
 def _sync(dev):

@@ -18,44 +18,16 @@ on a GPU).
 """
 
 import argparse
-import threading
 import time
 
 import numpy as np
-import psutil
 import torch
 
 from skalign import InverseRelativeProjector
 from skalign._backend import apply_in_batches, to_tensor
 from skalign._relative import _encode, _rescale
 
-
-class PeakRSS:
-    """Sample this process's resident set size in a background thread."""
-
-    def __init__(self, interval=0.005):
-        self.interval, self.proc = interval, psutil.Process()
-
-    def __enter__(self):
-        self.start = self.peak = self.proc.memory_info().rss
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return self
-
-    def _run(self):
-        while not self._stop.is_set():
-            self.peak = max(self.peak, self.proc.memory_info().rss)
-            time.sleep(self.interval)
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, self.proc.memory_info().rss)
-
-    @property
-    def mib(self):
-        return (self.peak - self.start) / 2**20
+from _common import PeakRSS
 
 
 def make_data(n, d, k, seed=0):

@@ -21,43 +21,15 @@ OpenMP's spinning barriers make multi-threaded timings of small kernels meaningl
 
 import argparse
 import os
-import threading
 import time
 import warnings
 
 import numpy as np
-import psutil
 import torch
 
 from skalign.manifold import karcher_mean
 
-
-class PeakRSS:
-    """Sample this process's resident set size in a background thread."""
-
-    def __init__(self, interval=0.002):
-        self.interval, self.proc = interval, psutil.Process()
-
-    def __enter__(self):
-        self.start = self.peak = self.proc.memory_info().rss
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return self
-
-    def _run(self):
-        while not self._stop.is_set():
-            self.peak = max(self.peak, self.proc.memory_info().rss)
-            time.sleep(self.interval)
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, self.proc.memory_info().rss)
-
-    @property
-    def mib(self):
-        return (self.peak - self.start) / 2**20
+from _common import PeakRSS
 
 
 def make_cloud(n, m, d, spread_deg, seed=0):
@@ -102,7 +74,7 @@ def _angle_deg(A, B):
 def _time(fn, repeats):
     best, out, mem = np.inf, None, 0.0
     for _ in range(repeats):
-        with PeakRSS() as rss:
+        with PeakRSS(interval=0.002) as rss:
             t0 = time.perf_counter()
             out = fn()
             best = min(best, time.perf_counter() - t0)

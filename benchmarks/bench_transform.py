@@ -12,7 +12,6 @@ the input and output arrays themselves, for the default ``batch_size`` (from sci
 import argparse
 import os
 import tempfile
-import threading
 import time
 
 import numpy as np
@@ -21,29 +20,7 @@ from sklearn import config_context
 
 from skalign import LinearAligner, ProcrustesAligner
 
-
-class PeakRSS:
-    """Sample this process's resident set size in a background thread."""
-
-    def __init__(self, interval=0.005):
-        self.interval, self.proc = interval, psutil.Process()
-
-    def __enter__(self):
-        self.start = self.peak = self.proc.memory_info().rss
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return self
-
-    def _run(self):
-        while not self._stop.is_set():
-            self.peak = max(self.peak, self.proc.memory_info().rss)
-            time.sleep(self.interval)
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, self.proc.memory_info().rss)
+from _common import PeakRSS
 
 
 def run(n, d, working_memory=256, seed=0):
@@ -70,7 +47,7 @@ def run(n, d, working_memory=256, seed=0):
                     out = est.transform(X)
                     secs = time.perf_counter() - t0
                 rows.append((type(est).__name__, batch_size or f"auto ({working_memory} MiB)",
-                             secs, n / secs, (mem.peak - mem.start) / 2**20, out_mb))
+                             secs, n / secs, mem.mib, out_mb))
                 del out, X
     return rows
 

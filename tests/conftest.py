@@ -1,3 +1,6 @@
+import importlib.util
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -14,3 +17,20 @@ def device(request):
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)
+
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture
+def load_benchmark(monkeypatch):
+    """Import ``benchmarks/<name>.py`` as a module (with its folder on ``sys.path``, as when run)."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+
+    def load(name):
+        spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load

@@ -121,13 +121,7 @@ def test_irp_with_discovered_anchors_translates_like_ground_truth():
     assert ao > seed.score(X_test, Y_test) + 0.05
 
 
-def test_benchmark_smoke():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_bootstrap.py"
-    spec = importlib.util.spec_from_file_location("bench_bootstrap", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+def test_benchmark_smoke(load_benchmark):
+    bench = load_benchmark("bench_bootstrap")
     rows = bench.run(300, 40, 5, 5)
     assert len(rows) == 2 and rows[0][5] > 0.9  # exact-pair rate of the bootstrapper

@@ -1,11 +1,9 @@
 """GeRAAligner: the geometric term, contrastive-only equivalence, label efficiency, data contract."""
 
-import importlib.util
 import pickle
 import subprocess
 import sys
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,8 +17,6 @@ from skalign import GeRAAligner, UnpairedPool
 from skalign._gera import _initial_params, _preprocess, contrastive_loss, geometric_term
 from skalign._knn import knn_graph
 from skalign.metrics import top_k_accuracy
-
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 @pytest.fixture(autouse=True)
@@ -391,10 +387,8 @@ def test_cuda_matches_cpu():
 
 
 # ------------------------------------------------------------------------------- benchmark
-def test_benchmark_runs_quick():
-    spec = importlib.util.spec_from_file_location("bench_gera", BENCH / "bench_gera.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+def test_benchmark_runs_quick(load_benchmark):
+    module = load_benchmark("bench_gera")
     rows = module.main(["--pairs", "300", "--unpaired", "1500", "--dim", "16", "--neighbors", "4",
                         "--repeats", "1"])
     assert {r["variant"] for r in rows} >= {"contrastive only (alpha=0)", "GeRA local"}

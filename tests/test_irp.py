@@ -303,14 +303,8 @@ def test_cuda_matches_cpu(scaled_rotation):
     assert pickle.loads(pickle.dumps(gpu)).components_.dtype == np.float64
 
 
-def test_benchmark_script_runs(capsys):
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_irp.py"
-    spec = importlib.util.spec_from_file_location("bench_irp", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+def test_benchmark_script_runs(capsys, load_benchmark):
+    bench = load_benchmark("bench_irp")
     rows = bench.main(["--quick", "-n", "2000", "-d", "32", "-k", "80", "--repeat", "1",
                        "--thresholds", "0.5"])
     assert [r[0] for r in rows] == ["IRP (one matrix)", "loop: encode+decode", "loop: ω maps"]

@@ -1,10 +1,8 @@
 """The batched Karcher mean: closed forms, geomstats as the reference, warnings, benchmark smoke."""
 
-import importlib.util
 import os
 import sys
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -150,11 +148,8 @@ def test_bad_shape():
         karcher_mean(torch.zeros(3, 4))
 
 
-def test_benchmark_quick_runs(capsys):
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_karcher.py"
-    spec = importlib.util.spec_from_file_location("bench_karcher", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+def test_benchmark_quick_runs(capsys, load_benchmark):
+    module = load_benchmark("bench_karcher")
     rows = module.main(["-n", "300", "-d", "16", "--repeats", "1"])
     out = capsys.readouterr().out
     assert "speed-up" in out

@@ -1,0 +1,44 @@
+"""What the benchmark scripts share: a peak-memory probe.
+
+The scripts run as ``python benchmarks/bench_*.py`` (this folder is then on ``sys.path``); the
+test suite's ``load_benchmark`` fixture puts it there too.
+"""
+
+import threading
+import time
+
+import psutil
+
+
+class PeakRSS:
+    """Peak resident set size of this process above its value at ``__enter__``.
+
+    Sampled every ``interval`` seconds in a background thread (and once more on exit), so a
+    spike shorter than the interval can be missed; use it for allocations that live at least
+    tens of milliseconds, which is what the benchmarks measure.
+    """
+
+    def __init__(self, interval=0.005):
+        self.interval, self.proc = interval, psutil.Process()
+
+    def __enter__(self):
+        self.start = self.peak = self.proc.memory_info().rss
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self):
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.proc.memory_info().rss)
+            time.sleep(self.interval)
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self.proc.memory_info().rss)
+
+    @property
+    def mib(self):
+        """Peak above the start, in MiB."""
+        return (self.peak - self.start) / 2**20
