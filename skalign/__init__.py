@@ -8,7 +8,7 @@ from ._irp import InverseRelativeProjector
 from ._linear import LinearAligner
 from ._procrustes import ProcrustesAligner
 from ._relative import RelativeProjector
-from . import manifold
+from . import manifold  # noqa: F401  (public submodule: skalign.manifold)
 from ._views import split_views, stack_views
 from .base import BaseAligner, UnpairedPool
 

@@ -6,7 +6,6 @@ import math
 import warnings
 from numbers import Integral, Real
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from sklearn.exceptions import ConvergenceWarning

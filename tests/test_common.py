@@ -1,6 +1,5 @@
 """scikit-learn's common estimator checks for every public skalign estimator."""
 
-import pytest
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from skalign.utils import all_estimators

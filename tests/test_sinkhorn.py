@@ -1,6 +1,5 @@
 """Log-domain Sinkhorn: agreement with POT, the three cost storages, numerics and failures."""
 
-import numpy as np
 import ot
 import pytest
 import torch

@@ -1,6 +1,7 @@
 """Data with known ground truth for tests, examples and benchmarks. Nothing downloads."""
 
-from ._digits import DIGITS_ENCODERS, get_data_home, load_digits_embeddings
+from ._cache import get_data_home
+from ._digits import DIGITS_ENCODERS, load_digits_embeddings
 from ._digits_ensemble import DIGITS_SHIFTS, load_digits_ensemble
 from ._synthetic import make_paired_spaces
 

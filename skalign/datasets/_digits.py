@@ -6,19 +6,15 @@ encoders are trained here in a few seconds each, and the embeddings are cached o
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-from pathlib import Path
-
-import joblib
 import numpy as np
 import torch
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 from sklearn.utils import Bunch
 
-__all__ = ["DIGITS_ENCODERS", "get_data_home", "load_digits_embeddings"]
+from ._cache import cached
+
+__all__ = ["DIGITS_ENCODERS", "load_digits_embeddings"]
 
 _CACHE_VERSION = 1
 
@@ -32,14 +28,6 @@ DIGITS_ENCODERS = {
     "mlp-wide": {"arch": "mlp", "hidden": 256, "dim": 48, "activation": "tanh", "seed": 2},
     "cnn": {"arch": "cnn", "hidden": 32, "dim": 32, "activation": "relu", "seed": 3},
 }
-
-
-def get_data_home(data_home=None) -> Path:
-    """Folder of skalign's cached data: ``data_home``, else ``$SKALIGN_DATA``, else ``~/skalign_data``."""
-    path = data_home or os.environ.get("SKALIGN_DATA") or Path.home() / "skalign_data"
-    path = Path(path).expanduser()
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def _activation(name):
@@ -95,22 +83,13 @@ def train_classifier_encoder(spec, X, labels, *, n_classes=10, epochs=60, batch_
     return encoder.eval()
 
 
-def _cache_key(encoders, test_size, split_seed):
-    payload = json.dumps(
-        {"v": _CACHE_VERSION, "enc": {n: DIGITS_ENCODERS[n] for n in encoders},
-         "test_size": test_size, "split_seed": split_seed},
-        sort_keys=True,
-    )
-    return hashlib.sha1(payload.encode()).hexdigest()[:12]
-
-
 def load_digits_embeddings(encoders=None, *, test_size=0.4, split_seed=0, data_home=None,
                            use_cache=True):
     """Embeddings of the 1,797 scikit-learn digits by several small trained encoders.
 
     Each encoder (see :data:`DIGITS_ENCODERS`) is trained as a classifier on the training split
     only; its penultimate layer is the embedding. Held-out rows are therefore genuinely unseen by
-    every encoder. The result is cached in :func:`get_data_home`; a rerun with the same arguments
+    every encoder. The result is cached in :func:`~skalign.datasets.get_data_home`; a rerun with the same arguments
     returns identical arrays.
 
     Parameters
@@ -122,7 +101,7 @@ def load_digits_embeddings(encoders=None, *, test_size=0.4, split_seed=0, data_h
     split_seed : int, default=0
         Seed of the train/test split.
     data_home : str or path-like, default=None
-        Cache folder; see :func:`get_data_home`.
+        Cache folder; see :func:`~skalign.datasets.get_data_home`.
     use_cache : bool, default=True
         Read and write the on-disk cache.
 
@@ -150,19 +129,18 @@ def load_digits_embeddings(encoders=None, *, test_size=0.4, split_seed=0, data_h
     train_index, test_index = train_test_split(
         np.arange(len(labels)), test_size=test_size, stratify=labels, random_state=split_seed
     )
-    cache = get_data_home(data_home) / f"digits_embeddings_{_cache_key(names, test_size, split_seed)}.joblib"
-    if use_cache and cache.exists():
-        embeddings = joblib.load(cache)
-    else:
+    def compute():
         embeddings = {}
         for name in names:
             enc = train_classifier_encoder(DIGITS_ENCODERS[name], images[train_index], labels[train_index])
             with torch.no_grad():
                 embeddings[name] = enc(torch.as_tensor(images)).numpy().astype(np.float32)
-        if use_cache:
-            tmp = cache.with_suffix(f".tmp{os.getpid()}")
-            joblib.dump(embeddings, tmp)
-            os.replace(tmp, cache)
+        return embeddings
+
+    params = {"v": _CACHE_VERSION, "enc": {n: DIGITS_ENCODERS[n] for n in names},
+              "test_size": test_size, "split_seed": split_seed}
+    embeddings = cached("digits_embeddings", params, compute, data_home=data_home,
+                        use_cache=use_cache)
     return Bunch(
         embeddings=embeddings,
         target=labels,

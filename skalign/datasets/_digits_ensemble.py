@@ -10,18 +10,14 @@ are cached in :func:`~skalign.datasets.get_data_home`.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
-import os
 
-import joblib
 import numpy as np
 import torch
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 from sklearn.utils import Bunch, check_random_state
 
-from ._digits import get_data_home
+from ._cache import cached
 
 __all__ = ["DIGITS_SHIFTS", "load_digits_ensemble"]
 
@@ -147,11 +143,6 @@ def _train(images, seed, dim, hidden, epochs, batch_size, temperature, lr):
     return encoder.eval()
 
 
-def _cache_key(params):
-    payload = json.dumps({"v": _CACHE_VERSION, **params}, sort_keys=True)
-    return hashlib.sha1(payload.encode()).hexdigest()[:12]
-
-
 def load_digits_ensemble(n_encoders=5, *, dim=16, random_state=0, epochs=60, test_size=0.5,
                          split_seed=0, data_home=None, use_cache=True):
     """Embeddings of digits by several InfoNCE encoders, in and out of distribution.
@@ -226,10 +217,7 @@ def load_digits_ensemble(n_encoders=5, *, dim=16, random_state=0, epochs=60, tes
 
     params = {"seeds": seeds, "shift_seed": shift_seed, "dim": dim, "epochs": epochs,
               "test_size": test_size, "split_seed": split_seed}
-    cache = get_data_home(data_home) / f"digits_ensemble_{_cache_key(params)}.joblib"
-    if use_cache and cache.exists():
-        X = joblib.load(cache)
-    else:
+    def compute():
         blocks = {name: [] for name in inputs}
         for seed in seeds:
             enc = train_infonce_encoder(inputs["train"].numpy(), seed=seed, dim=dim, epochs=epochs)
@@ -237,11 +225,10 @@ def load_digits_ensemble(n_encoders=5, *, dim=16, random_state=0, epochs=60, tes
                 for name, imgs in inputs.items():
                     z = torch.nn.functional.normalize(enc(imgs), dim=1)
                     blocks[name].append(z.numpy().astype(np.float32))
-        X = {name: np.hstack(b) for name, b in blocks.items()}
-        if use_cache:
-            tmp = cache.with_suffix(f".tmp{os.getpid()}")
-            joblib.dump(X, tmp)
-            os.replace(tmp, cache)
+        return {name: np.hstack(b) for name, b in blocks.items()}
+
+    X = cached("digits_ensemble", {"v": _CACHE_VERSION, **params}, compute, data_home=data_home,
+               use_cache=use_cache)
     return Bunch(
         X=X,
         target=target,
