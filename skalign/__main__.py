@@ -1,9 +1,10 @@
 """``python -m skalign``: the end-to-end demo on real digit embeddings.
 
-Trains (or loads from the cache) small torch encoders on scikit-learn's digits, fits every aligner
-on anchor pairs from the training split and reports, on held-out digits, how well encoder A's
-embeddings translated into encoder B's space match B's own embeddings and how much of a classifier
-trained on B they recover.
+Trains (or loads from the cache) small torch encoders on scikit-learn's digits, fits the
+translating aligners on anchor pairs from the training split (300 known pairs, or only 15 plus
+the unpaired training embeddings for anchor bootstrapping) and reports, on held-out digits, how
+well encoder A's embeddings translated into encoder B's space match B's own embeddings and how
+much of a classifier trained on B they recover.
 """
 
 from __future__ import annotations
@@ -15,38 +16,59 @@ import numpy as np
 from sklearn.base import clone
 from sklearn.linear_model import LogisticRegression
 
+from ._bootstrap import AnchorBootstrapper
 from .datasets import load_digits_embeddings
 from .metrics import mean_reciprocal_rank, top_k_accuracy
 
 
-def demo_aligners():
-    """The estimators the demo compares: name → unfitted estimator."""
-    from . import LinearAligner, ProcrustesAligner
+def demo_aligners(n_seed=15):
+    """The estimators the demo compares: name → (unfitted estimator, known pairs it gets).
+
+    ``None`` known pairs means all the anchors; an int means only that many seed pairs, plus the
+    whole training split of both encoders as an unpaired pool.
+    """
+    from . import AnchorBootstrapper, InverseRelativeProjector, LinearAligner, ProcrustesAligner
 
     return {
-        "Procrustes": ProcrustesAligner(scale=True),
-        "Linear (ridge 1e-2)": LinearAligner(alpha=1e-2),
+        "Procrustes": (ProcrustesAligner(scale=True), None),
+        "Linear (ridge 1e-2)": (LinearAligner(alpha=1e-2), None),
+        "IRP (no training)": (InverseRelativeProjector(random_state=0), None),
+        f"Linear, {n_seed} pairs only": (LinearAligner(alpha=1e-2), n_seed),
+        f"Bootstrap {n_seed} -> IRP": (AnchorBootstrapper(random_state=0), n_seed),
     }
 
 
-def run_demo(source="mlp-a", target="mlp-b", n_anchors=300, seed=0, out=print):
-    """Fit each demo aligner on ``n_anchors`` training pairs; return a list of result rows."""
+def run_demo(source="mlp-a", target="mlp-b", n_anchors=300, n_seed=15, seed=0, out=print):
+    """Fit each demo aligner on training pairs; return a list of result rows.
+
+    Rows are ``(name, known pairs, cosine, top-1, MRR, stitched accuracy, fit seconds)`` on the
+    held-out digits.
+    """
+    from . import UnpairedPool
+
     data = load_digits_embeddings()
     A, B, labels = data.embeddings[source], data.embeddings[target], data.target
+    train, test = data.train_index, data.test_index
     rng = np.random.default_rng(seed)
-    anchors = rng.choice(data.train_index, size=n_anchors, replace=False)
-    test = data.test_index
-    clf = LogisticRegression(max_iter=3000).fit(B[data.train_index], labels[data.train_index])
-    rows = [("B's own embeddings", np.nan, np.nan, np.nan, clf.score(B[test], labels[test]), 0.0)]
+    anchors = rng.choice(train, size=n_anchors, replace=False)
+    # the unpaired pool: both encoders' training embeddings, the target side shuffled
+    pool = UnpairedPool(X=A[train], y=B[rng.permutation(train)])
+    clf = LogisticRegression(max_iter=3000).fit(B[train], labels[train])
+    nan = np.nan
+    rows = [("B's own embeddings", 0, nan, nan, nan, clf.score(B[test], labels[test]), 0.0)]
     if A.shape[1] == B.shape[1]:
-        rows.append(("no alignment (raw A)", np.nan, np.nan, np.nan, clf.score(A[test], labels[test]), 0.0))
-    for name, est in demo_aligners().items():
+        rows.append(("no alignment (raw A)", 0, nan, nan, nan, clf.score(A[test], labels[test]),
+                     0.0))
+    for name, (est, n_known) in demo_aligners(n_seed).items():
+        known = anchors if n_known is None else anchors[:n_known]
+        kwargs = {"unpaired": pool} if isinstance(est, AnchorBootstrapper) else {}
         t0 = time.perf_counter()
-        est = clone(est).fit(A[anchors], B[anchors])
+        est = clone(est).fit(A[known], B[known], **kwargs)
         fit_s = time.perf_counter() - t0
         B_hat = est.transform(A[test])
         rows.append((
             name,
+            len(known),
             est.score(A[test], B[test]),
             top_k_accuracy(B[test], B_hat),
             mean_reciprocal_rank(B[test], B_hat),
@@ -54,12 +76,14 @@ def run_demo(source="mlp-a", target="mlp-b", n_anchors=300, seed=0, out=print):
             fit_s,
         ))
     out(f"skalign demo: {source} -> {target} on scikit-learn digits "
-        f"({n_anchors} anchor pairs, {len(test)} held-out digits)")
-    out(f"{'method':<24}{'cosine':>8}{'top-1':>8}{'MRR':>8}{'stitched acc':>14}{'fit s':>8}")
-    for name, cos, top1, mrr, acc, secs in rows:
+        f"({len(test)} held-out digits; a classifier trained on {target} is fed {source}'s "
+        "embeddings translated into its space)")
+    out(f"{'method':<26}{'pairs':>6}{'cosine':>8}{'top-1':>8}{'MRR':>8}{'stitched acc':>14}"
+        f"{'fit s':>8}")
+    for name, pairs, cos, top1, mrr, acc, secs in rows:
         def f(v):
             return f"{v:8.3f}" if np.isfinite(v) else f"{'-':>8}"
-        out(f"{name:<24}{f(cos)}{f(top1)}{f(mrr)}{acc:14.3f}{secs:8.3f}")
+        out(f"{name:<26}{pairs or '-':>6}{f(cos)}{f(top1)}{f(mrr)}{acc:14.3f}{secs:8.2f}")
     return rows
 
 
@@ -68,8 +92,10 @@ def main(argv=None):
     parser.add_argument("--source", default="mlp-a")
     parser.add_argument("--target", default="mlp-b")
     parser.add_argument("--anchors", type=int, default=300)
+    parser.add_argument("--seed-pairs", type=int, default=15,
+                        help="known pairs for the rows that get only a few")
     args = parser.parse_args(argv)
-    run_demo(args.source, args.target, args.anchors)
+    run_demo(args.source, args.target, args.anchors, args.seed_pairs)
 
 
 if __name__ == "__main__":
