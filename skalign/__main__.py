@@ -10,13 +10,13 @@ much of a classifier trained on B they recover.
 from __future__ import annotations
 
 import argparse
+import inspect
 import time
 
 import numpy as np
 from sklearn.base import clone
 from sklearn.linear_model import LogisticRegression
 
-from ._bootstrap import AnchorBootstrapper
 from .datasets import load_digits_embeddings
 from .metrics import mean_reciprocal_rank, top_k_accuracy
 
@@ -24,8 +24,9 @@ from .metrics import mean_reciprocal_rank, top_k_accuracy
 def demo_aligners(n_seed=15):
     """The estimators the demo compares: name → (unfitted estimator, known pairs it gets).
 
-    ``None`` known pairs means all the anchors; an int means only that many seed pairs, plus the
-    whole training split of both encoders as an unpaired pool.
+    ``None`` known pairs means all the anchors; an int means only that many seed pairs. Estimators
+    whose ``fit`` takes ``unpaired`` also get both encoders' training embeddings as an unpaired
+    pool.
     """
     from . import AnchorBootstrapper, InverseRelativeProjector, LinearAligner, ProcrustesAligner
 
@@ -61,7 +62,7 @@ def run_demo(source="mlp-a", target="mlp-b", n_anchors=300, n_seed=15, seed=0, o
                      0.0))
     for name, (est, n_known) in demo_aligners(n_seed).items():
         known = anchors if n_known is None else anchors[:n_known]
-        kwargs = {"unpaired": pool} if isinstance(est, AnchorBootstrapper) else {}
+        kwargs = {"unpaired": pool} if "unpaired" in inspect.signature(est.fit).parameters else {}
         t0 = time.perf_counter()
         est = clone(est).fit(A[known], B[known], **kwargs)
         fit_s = time.perf_counter() - t0

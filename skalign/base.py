@@ -22,7 +22,9 @@ from sklearn.utils.validation import FLOAT_DTYPES, check_is_fitted
 from ._backend import SOLVE_DTYPE, apply_in_batches, as_numpy, resolve_device, to_tensor, transform_device
 from ._compat import Interval, validate_data
 
-__all__ = ["BaseAligner", "SharedSpaceMixin", "UnpairedPool", "check_min_pairs", "check_nonzero_rows"]
+__all__ = [
+    "BaseAligner", "SharedSpaceMixin", "UnpairedPool", "check_min_pairs", "check_nonzero_rows",
+]
 
 
 # ------------------------------------------------------------------------------ input checks
@@ -320,9 +322,7 @@ class BaseAligner(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
         from .metrics import mean_cosine_similarity
 
         check_is_fitted(self)
-        y = np.asarray(as_numpy(y))
-        if y.ndim == 1:
-            y = y.reshape(-1, 1)
+        y = _as_2d(as_numpy(y))
         self._check_target_width(y)
         return mean_cosine_similarity(y, self.transform(X), sample_weight=sample_weight)
 

@@ -13,7 +13,10 @@ __all__ = ["cached", "get_data_home"]
 
 
 def get_data_home(data_home=None) -> Path:
-    """Folder of skalign's cached data: ``data_home``, else ``$SKALIGN_DATA``, else ``~/skalign_data``."""
+    """Folder of skalign's cached data.
+
+    ``data_home`` if given, else ``$SKALIGN_DATA``, else ``~/skalign_data``; created if missing.
+    """
     path = data_home or os.environ.get("SKALIGN_DATA") or Path.home() / "skalign_data"
     path = Path(path).expanduser()
     path.mkdir(parents=True, exist_ok=True)

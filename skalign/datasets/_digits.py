@@ -89,8 +89,8 @@ def load_digits_embeddings(encoders=None, *, test_size=0.4, split_seed=0, data_h
 
     Each encoder (see :data:`DIGITS_ENCODERS`) is trained as a classifier on the training split
     only; its penultimate layer is the embedding. Held-out rows are therefore genuinely unseen by
-    every encoder. The result is cached in :func:`~skalign.datasets.get_data_home`; a rerun with the same arguments
-    returns identical arrays.
+    every encoder. The result is cached in :func:`~skalign.datasets.get_data_home`; a rerun with
+    the same arguments returns identical arrays.
 
     Parameters
     ----------
@@ -132,7 +132,8 @@ def load_digits_embeddings(encoders=None, *, test_size=0.4, split_seed=0, data_h
     def compute():
         embeddings = {}
         for name in names:
-            enc = train_classifier_encoder(DIGITS_ENCODERS[name], images[train_index], labels[train_index])
+            enc = train_classifier_encoder(DIGITS_ENCODERS[name], images[train_index],
+                                           labels[train_index])
             with torch.no_grad():
                 embeddings[name] = enc(torch.as_tensor(images)).numpy().astype(np.float32)
         return embeddings
