@@ -53,3 +53,32 @@ def test_digits_encoders_differ():
     assert data.embeddings["mlp-wide"].shape[1] == 48
     with pytest.raises(ValueError, match="Unknown encoder"):
         load_digits_embeddings(["resnet"])
+
+
+def test_docstring_embeddings_vendored_subset():
+    from skalign.datasets import REAL_ENCODERS, load_docstring_embeddings
+
+    data = load_docstring_embeddings()
+    assert set(data.embeddings) == set(REAL_ENCODERS)
+    for key, (_, dim) in REAL_ENCODERS.items():
+        E = data.embeddings[key]
+        assert E.shape == (1350, dim) and E.dtype == np.float32 and np.isfinite(E).all()
+    assert len(data.texts) == 1350 and data.target.shape == (1350,)
+    # Real raw mean-pooled encoders: far from the origin and anisotropic (the geometry that broke
+    # defaults tuned on digits), and the two spaces agree on which texts are near each other.
+    A, B = data.embeddings["minilm_l6"], data.embeddings["mpnet_base"]
+    An = A / np.linalg.norm(A, axis=1, keepdims=True)
+    assert (An @ An.mean(0)).mean() > 0.2
+    Ac, Bc = A - A.mean(0), B - B.mean(0)
+    ka, kb = Ac @ Ac.T, Bc @ Bc.T
+    assert np.corrcoef(ka.ravel(), kb.ravel())[0, 1] > 0.5
+
+
+def test_docstring_embeddings_from_path(tmp_path):
+    from skalign.datasets import load_docstring_embeddings
+
+    np.savez(tmp_path / "dev.npz", a=np.ones((4, 3), np.float16))
+    data = load_docstring_embeddings(tmp_path / "dev.npz")
+    assert data.embeddings["a"].dtype == np.float32 and data.texts is None
+    with pytest.raises(ValueError, match="no such file"):
+        load_docstring_embeddings(tmp_path / "missing.npz")
