@@ -220,3 +220,11 @@ def test_skalign_demo_runs_the_demo(monkeypatch):
     assert main(["demo", "--anchors", "50"]) == 0
     assert seen == [("mlp-a", "mlp-b", 50, 15)]
 
+
+
+def test_bench_translate_quick(load_benchmark, tmp_path, capsys):
+    bench = load_benchmark("bench_translate")
+    results = bench.main(["--quick", "--workdir", str(tmp_path)])
+    assert results["rows"] > 0 and results["cli_rows_per_s"] > 0 and results["floor_rows_per_s"] > 0
+    assert results["max_abs_diff"] < 1e-5
+    assert os.listdir(tmp_path) == []  # the benchmark removes its files
