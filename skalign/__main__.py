@@ -104,7 +104,7 @@ def demo_main(argv=None):
 
 
 def main(argv=None):
-    """``python -m skalign [demo options]`` runs the demo; a command runs :func:`skalign.cli.main`."""
+    """``python -m skalign [demo options]``: the demo; ``python -m skalign COMMAND``: the CLI."""
     import sys
 
     argv = sys.argv[1:] if argv is None else list(argv)

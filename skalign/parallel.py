@@ -1,7 +1,7 @@
 """Scale out on a dask distributed cluster: translate Parquet shards, run grid searches.
 
-Nothing here is needed on one machine — :func:`skalign.io.translate` streams any store in bounded
-memory — and importing this module does not import dask; only calling its functions does.
+Nothing here is needed on one machine (:func:`skalign.io.translate` streams any store in
+bounded memory) — and importing this module does not import dask; only calling its functions does.
 
 * :func:`translate_parquet` reads a Parquet file or folder of shards with
   :func:`dask.dataframe.read_parquet`, translates every partition with ``map_partitions`` (the

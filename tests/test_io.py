@@ -41,7 +41,9 @@ def _listing(folder):
 def test_save_load_round_trip(tmp_path, real, make):
     A, B, _ = real
     est = make()
-    kwargs = {"unpaired": UnpairedPool(X=A[:80], y=B[:80])} if isinstance(est, AnchorBootstrapper) else {}
+    kwargs = {}
+    if isinstance(est, AnchorBootstrapper):
+        kwargs["unpaired"] = UnpairedPool(X=A[:80], y=B[:80])
     est.fit(A[:40], B[:40], **kwargs)
     path = save(est, tmp_path / "m.skops")
     assert _listing(tmp_path) == ["m.skops"]  # no temporary left behind
@@ -246,7 +248,8 @@ def test_store_errors_leave_nothing_behind(tmp_path, real, case, match):
         path = src / "in"
     elif case == "nulls":
         path = src / "n.parquet"
-        pq.write_table(pa.table({"emb": pa.array([list(X[0]), None], pa.list_(pa.float32()))}), path)
+        vectors = pa.array([list(X[0]), None], pa.list_(pa.float32()))
+        pq.write_table(pa.table({"emb": vectors}), path)
     elif case == "two_vector_columns":
         path = src / "t.parquet"
         pq.write_table(pa.table({"a": [list(X[0])], "b": [list(X[1])]}), path)
