@@ -1,5 +1,8 @@
 """``python -m skalign``: the end-to-end demo on real digit embeddings.
 
+``python -m skalign`` (and ``skalign demo``) runs the demo; ``python -m skalign fit|translate|
+evaluate ...`` runs the command line of :mod:`skalign.cli`.
+
 Trains (or loads from the cache) small torch encoders on scikit-learn's digits, fits the
 translating aligners on anchor pairs from the training split (300 known pairs, or only 15 plus
 the unpaired training embeddings for anchor bootstrapping) and reports, on held-out digits, how
@@ -88,8 +91,9 @@ def run_demo(source="mlp-a", target="mlp-b", n_anchors=300, n_seed=15, seed=0, o
     return rows
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m skalign", description=__doc__.splitlines()[0])
+def demo_main(argv=None):
+    """Parse the demo's options and print its table."""
+    parser = argparse.ArgumentParser(prog="skalign demo", description=__doc__.splitlines()[0])
     parser.add_argument("--source", default="mlp-a")
     parser.add_argument("--target", default="mlp-b")
     parser.add_argument("--anchors", type=int, default=300)
@@ -99,5 +103,19 @@ def main(argv=None):
     run_demo(args.source, args.target, args.anchors, args.seed_pairs)
 
 
+def main(argv=None):
+    """``python -m skalign [demo options]``: the demo; ``python -m skalign COMMAND``: the CLI."""
+    import sys
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    from .cli import COMMANDS
+    from .cli import main as cli_main
+
+    if argv and argv[0] in COMMANDS:
+        return cli_main(argv)
+    demo_main(argv)
+    return 0
+
+
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

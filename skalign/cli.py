@@ -1,0 +1,470 @@
+"""The ``skalign`` command line: fit, save, apply and evaluate aligners on vector stores.
+
+::
+
+    skalign fit METHOD --source A --target B -o MODEL [--param NAME=VALUE ...]
+                [--unpaired-source P] [--unpaired-target Q]
+    skalign translate MODEL INPUT OUTPUT [--column NAME] [--batch-size N]
+                [--scheduler ADDRESS] [--quiet]
+    skalign evaluate MODEL --source A --target B [--json]
+    skalign demo [--source ENCODER] [--target ENCODER] [--anchors N] [--seed-pairs N]
+
+``A``, ``B``, ``P``, ``Q``, ``INPUT`` and ``OUTPUT`` are ``.npy`` arrays, Parquet files, folders
+of Parquet shards or LanceDB tables ``DIR/TABLE.lance`` (see :mod:`skalign.io`). ``METHOD`` is a
+short name (``procrustes``, ``linear``, ``irp``, ``gera``, ``asif``, ``bootstrap``, ``ensemble``,
+``relative``) or a class name; ``--param`` values are typed from the estimator's own parameter
+constraints (``none`` for ``None``, ``true``/``false`` for booleans, a method name for a
+meta-estimator's ``estimator``). Mistakes the user can fix end with a one-line message on
+standard error and exit status 2; no partial ``OUTPUT`` or ``MODEL`` is left behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import re
+import sys
+import time
+from numbers import Integral, Real
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["main", "parse_param", "resolve_method"]
+
+COMMANDS = ("fit", "translate", "evaluate", "demo")
+
+#: hand-picked short names; every estimator is also reachable by its class name and by its class
+#: name without the "Aligner"/"Projector" suffix, in any case
+_ALIASES = {
+    "irp": "InverseRelativeProjector",
+    "bootstrap": "AnchorBootstrapper",
+    "ensemble": "OrthogonalEnsembleAligner",
+    "relative": "RelativeProjector",
+}
+_TRUE = {"true", "yes", "on", "1"}
+_FALSE = {"false", "no", "off", "0"}
+
+
+class CommandError(ValueError):
+    """A mistake on the command line; the message is printed as one line, exit status 2."""
+
+
+# ------------------------------------------------------------------------------------- methods
+def _short(name):
+    return re.sub(r"(Aligner|Projector)$", "", name).lower()
+
+
+def method_names():
+    """Short name → estimator class of every public skalign estimator, sorted by short name."""
+    from .utils import all_estimators
+
+    classes = dict(all_estimators())
+    named = {alias: classes[cls] for alias, cls in _ALIASES.items() if cls in classes}
+    taken = set(named.values())
+    for name, cls in classes.items():
+        if cls not in taken:
+            named[_short(name)] = cls
+    return dict(sorted(named.items()))
+
+
+def resolve_method(name):
+    """The estimator class for a short name or a class name (case-insensitive).
+
+    Parameters
+    ----------
+    name : str
+        ``"procrustes"``, ``"irp"``, ``"ProcrustesAligner"``, ...
+
+    Returns
+    -------
+    cls : type
+    """
+    from .utils import all_estimators
+
+    table = {k.lower(): v for k, v in method_names().items()}
+    for cls_name, cls in all_estimators():
+        table.setdefault(cls_name.lower(), cls)
+        table.setdefault(_short(cls_name), cls)
+    try:
+        return table[name.lower()]
+    except KeyError:
+        raise CommandError(
+            f"unknown method {name!r}; choose one of {', '.join(method_names())} (or a class "
+            "name such as ProcrustesAligner)."
+        ) from None
+
+
+# ------------------------------------------------------------------------------------ --param
+def _describe(constraint):
+    if constraint is None:
+        return "none"
+    if constraint == "boolean":
+        return "true/false"
+    if constraint == "random_state":
+        return "an int seed or none"
+    if constraint == "verbose":
+        return "an int verbosity"
+    if constraint == "array-like":
+        return "comma-separated numbers or a .npy file"
+    if constraint == "no_validation":
+        return "a method name"
+    if isinstance(constraint, type):
+        return f"a {constraint.__name__}"
+    return str(constraint)
+
+
+def _convert(text, constraint):
+    """``text`` converted for one constraint, or ``NotImplemented`` when it does not fit."""
+    from ._compat import Hidden, Interval, StrOptions
+
+    low = text.strip().lower()
+    if isinstance(constraint, Hidden):
+        constraint = constraint.constraint
+    if constraint is None:
+        return None if low in ("none", "null") else NotImplemented
+    if constraint == "boolean":
+        return True if low in _TRUE else False if low in _FALSE else NotImplemented
+    if constraint in ("random_state", "verbose"):
+        try:
+            return int(text)
+        except ValueError:
+            return NotImplemented
+    if isinstance(constraint, Interval):
+        try:
+            number = float(text)
+        except ValueError:
+            return NotImplemented
+        if issubclass(constraint.type, Integral):
+            if not number.is_integer():
+                return NotImplemented
+            number = int(number)
+        return number if constraint.is_satisfied_by(number) else NotImplemented
+    if isinstance(constraint, StrOptions):
+        return text if constraint.is_satisfied_by(text) else NotImplemented
+    if constraint == "array-like":
+        if text.endswith(".npy"):
+            return np.load(text, allow_pickle=False)
+        try:
+            values = [float(v) for v in text.split(",") if v.strip()]
+        except ValueError:
+            return NotImplemented
+        arr = np.asarray(values)
+        return arr.astype(np.int64) if np.all(arr == np.round(arr)) else arr
+    if constraint is list:
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            return NotImplemented
+        return value if isinstance(value, list) else NotImplemented
+    if constraint == "no_validation":
+        return resolve_method(text)()
+    if constraint is str:
+        return text
+    if isinstance(constraint, type):  # e.g. torch.device: its constructor takes the text
+        try:
+            return constraint(text)
+        except (TypeError, ValueError, RuntimeError):
+            return NotImplemented
+    return NotImplemented
+
+
+def parse_param(cls, item):
+    """Parse one ``NAME=VALUE`` for estimator class ``cls``, typed from its constraints.
+
+    Constraints are tried in the order ``None``, booleans, numeric intervals, string options,
+    then free strings, so ``none`` means ``None`` and ``1`` an int wherever those are allowed.
+
+    Returns
+    -------
+    name : str
+    value : object
+    """
+    if "=" not in item:
+        raise CommandError(f"--param expects NAME=VALUE, got {item!r}.")
+    name, text = item.split("=", 1)
+    name = name.strip().replace("-", "_")
+    params = [p for p in inspect.signature(cls).parameters if p != "self"]
+    if name not in params:
+        raise CommandError(
+            f"{cls.__name__} has no parameter {name!r}; its parameters are {', '.join(params)}."
+        )
+    constraints = cls._parameter_constraints.get(name, "no_validation")
+    if not isinstance(constraints, list):
+        constraints = [constraints]
+
+    def rank(c):
+        if c is None:
+            return 0
+        if c == "boolean":
+            return 1
+        if c in (str, "no_validation") or (isinstance(c, type) and c is not list):
+            return 4
+        return 2
+
+    for constraint in sorted(constraints, key=rank):
+        value = _convert(text, constraint)
+        if value is not NotImplemented:
+            return name, value
+    raise CommandError(
+        f"--param {name}={text}: {cls.__name__}'s {name} must be "
+        f"{' or '.join(_describe(c) for c in constraints)}."
+    )
+
+
+# --------------------------------------------------------------------------------- arguments
+def _parser():
+    parser = argparse.ArgumentParser(
+        prog="skalign",
+        description="Fit, apply and evaluate embedding-space aligners on vector stores "
+        "(.npy, Parquet files or shard folders, LanceDB tables DIR/TABLE.lance).",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    fit = sub.add_parser("fit", help="fit an aligner on paired embeddings and save it (skops)")
+    fit.add_argument("method", metavar="METHOD",
+                     help="procrustes, linear, irp, gera, asif, bootstrap, ensemble, relative "
+                     "or a class name")
+    fit.add_argument("--source", required=True, metavar="A", help="source-encoder embeddings")
+    fit.add_argument("--target", metavar="B", help="target-encoder embeddings of the same items, "
+                     "row for row")
+    fit.add_argument("-o", "--output", required=True, metavar="MODEL",
+                     help="model file to write (.skops)")
+    fit.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                     help="estimator parameter, repeatable (none, true/false, numbers, strings)")
+    fit.add_argument("--unpaired-source", metavar="P", help="source embeddings with no pair")
+    fit.add_argument("--unpaired-target", metavar="Q", help="target embeddings with no pair")
+    _column_args(fit)
+
+    tr = sub.add_parser("translate", help="translate a whole store, streaming in batches")
+    tr.add_argument("model", metavar="MODEL")
+    tr.add_argument("input", metavar="INPUT")
+    tr.add_argument("output", metavar="OUTPUT")
+    tr.add_argument("--column", metavar="NAME", help="vector column of a Parquet/LanceDB input "
+                    "(default: the only list-of-floats column, or vector/embedding)")
+    tr.add_argument("--batch-size", type=_positive_int, metavar="N",
+                    help="rows per batch (default: about 128 MiB of float32 per batch)")
+    tr.add_argument("--scheduler", metavar="ADDRESS", help="dask distributed scheduler (e.g. "
+                    "tcp://host:8786): translate Parquet shards on that cluster")
+    tr.add_argument("--quiet", action="store_true", help="no progress bar and no summary")
+
+    ev = sub.add_parser("evaluate", help="cosine, top-1/top-10 and MRR on held-out pairs")
+    ev.add_argument("model", metavar="MODEL")
+    ev.add_argument("--source", required=True, metavar="A")
+    ev.add_argument("--target", required=True, metavar="B")
+    ev.add_argument("--json", action="store_true", help="print one JSON object")
+    _column_args(ev)
+
+    sub.add_parser("demo", help="the digits demo (also `python -m skalign`)", add_help=False)
+    return parser
+
+
+def _column_args(p):
+    p.add_argument("--source-column", metavar="NAME",
+                   help="vector column of a Parquet/LanceDB A (and P)")
+    p.add_argument("--target-column", metavar="NAME",
+                   help="vector column of a Parquet/LanceDB B (and Q)")
+
+
+def _positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _read(path, column, flag):
+    from ._stores import open_reader
+
+    reader = open_reader(path, column=column)
+    if reader.n_rows == 0:
+        raise CommandError(f"{path}: {flag} has no rows.")
+    return reader.read_all()
+
+
+def _target_space(model, B):
+    """What ``model.transform`` output is compared with: ``B`` or its shared-space image."""
+    return model.transform_target(B) if hasattr(model, "transform_target") else np.asarray(B)
+
+
+def _fmt_params(est):
+    """The parameters that differ from the class defaults, as ``name=value, ...``."""
+    defaults = type(est)().get_params(deep=False)
+    return ", ".join(f"{k}={v!r}" for k, v in est.get_params(deep=False).items()
+                     if repr(v) != repr(defaults.get(k)))
+
+
+# ---------------------------------------------------------------------------------- commands
+def cmd_fit(args, out):
+    from . import UnpairedPool
+    from .io import output_dim, save
+    from .metrics import mean_cosine_similarity
+
+    cls = resolve_method(args.method)
+    params = dict(parse_param(cls, item) for item in args.param)
+    est = cls(**params)
+    try:
+        est._validate_params()
+    except ValueError as exc:
+        raise CommandError(" ".join(str(exc).split())) from None
+    fit_params = inspect.signature(cls.fit).parameters
+    if (args.unpaired_source or args.unpaired_target) and "unpaired" not in fit_params:
+        takes = [n for n, c in method_names().items()
+                 if "unpaired" in inspect.signature(c.fit).parameters]
+        raise CommandError(
+            f"{cls.__name__} does not use unpaired embeddings; drop --unpaired-source/"
+            f"--unpaired-target or choose a method that does ({', '.join(takes)})."
+        )
+    y_required = fit_params["y"].default is inspect.Parameter.empty if "y" in fit_params else False
+    if args.target is None and y_required:
+        raise CommandError(f"{cls.__name__} needs --target B (embeddings paired with --source).")
+    A = _read(args.source, args.source_column, "--source")
+    B = None if args.target is None else _read(args.target, args.target_column, "--target")
+    if B is not None and len(A) != len(B):
+        raise CommandError(
+            f"--source {args.source} has {len(A)} rows but --target {args.target} has {len(B)}; "
+            "row i of both must embed the same item."
+        )
+    kwargs = {}
+    if args.unpaired_source or args.unpaired_target:
+        P = _read(args.unpaired_source, args.source_column, "--unpaired-source") \
+            if args.unpaired_source else None
+        Q = _read(args.unpaired_target, args.target_column, "--unpaired-target") \
+            if args.unpaired_target else None
+        kwargs["unpaired"] = UnpairedPool(X=P, y=Q)
+    t0 = time.perf_counter()
+    est.fit(A, B, **kwargs) if B is not None else est.fit(A, **kwargs)
+    fit_s = time.perf_counter() - t0
+    d_out = output_dim(est)
+    out(f"fitted {cls.__name__}({_fmt_params(est)}) on {len(A)} pairs"
+        + (f" + unpaired pool {kwargs['unpaired']!r}" if kwargs else "")
+        + f": {est.n_features_in_}-d -> {d_out}-d in {fit_s:.2f} s")
+    if B is not None:
+        cos = mean_cosine_similarity(_target_space(est, B), est.transform(A))
+        out(f"training cosine {cos:.4f}")
+    path = save(est, args.output)
+    out(f"saved {path} ({path.stat().st_size / 1024:.0f} kB, skops)")
+    return 0
+
+
+def cmd_translate(args, out):
+    from .io import load, output_dim
+
+    model = load(args.model)
+    t0 = time.perf_counter()
+    if args.scheduler:
+        from .parallel import translate_parquet
+
+        n = translate_parquet(model, args.input, args.output, scheduler=args.scheduler,
+                              column=args.column, batch_size=args.batch_size)
+    else:
+        from ._stores import translate_store
+
+        n = translate_store(model, args.input, args.output, column=args.column,
+                            batch_size=args.batch_size, progress=not args.quiet)
+    secs = time.perf_counter() - t0
+    if not args.quiet:
+        out(f"translated {n} rows {model.n_features_in_}-d -> {output_dim(model)}-d: "
+            f"{args.input} -> {args.output} in {secs:.2f} s ({n / max(secs, 1e-9):,.0f} rows/s)")
+    return 0
+
+
+def evaluate_arrays(model, A, B):
+    """Cosine, top-1, top-10 and MRR of ``model.transform(A)`` against the true targets ``B``.
+
+    Retrieval ranks come from :func:`skalign.metrics.retrieval_ranks`, computed in row blocks
+    (never an ``n × n`` similarity matrix).
+
+    Returns
+    -------
+    dict
+    """
+    from .metrics import mean_cosine_similarity, retrieval_ranks
+
+    pred = model.transform(A)
+    target = _target_space(model, B)
+    ranks = retrieval_ranks(target, pred)
+    return {
+        "n_pairs": int(len(ranks)),
+        "cosine": mean_cosine_similarity(target, pred),
+        "top1": float(np.mean(ranks <= 1)),
+        "top10": float(np.mean(ranks <= 10)),
+        "mrr": float(np.mean(1.0 / ranks)),
+    }
+
+
+def cmd_evaluate(args, out):
+    from .io import load
+
+    model = load(args.model)
+    A = _read(args.source, args.source_column, "--source")
+    B = _read(args.target, args.target_column, "--target")
+    if A.shape[1] != model.n_features_in_:
+        raise CommandError(
+            f"--source {args.source} has {A.shape[1]}-d vectors but the model translates "
+            f"{model.n_features_in_}-d embeddings; pass the model's source-encoder embeddings."
+        )
+    n_out = getattr(model, "n_features_out_", None)
+    if n_out is not None and B.shape[1] != n_out:
+        raise CommandError(
+            f"--target {args.target} has {B.shape[1]}-d vectors but the model was fitted on "
+            f"{n_out}-d targets; pass the model's target-encoder embeddings."
+        )
+    if len(A) != len(B):
+        raise CommandError(
+            f"--source {args.source} has {len(A)} rows but --target {args.target} has {len(B)}; "
+            "row i of both must embed the same item."
+        )
+    scores = evaluate_arrays(model, A, B)
+    scores = {"model": str(args.model), "method": type(model).__name__, **scores}
+    if args.json:
+        out(json.dumps(scores))
+    else:
+        out(f"{'pairs':>8}{'cosine':>9}{'top-1':>8}{'top-10':>8}{'MRR':>8}")
+        out(f"{scores['n_pairs']:>8}{scores['cosine']:9.4f}{scores['top1']:8.4f}"
+            f"{scores['top10']:8.4f}{scores['mrr']:8.4f}")
+    return 0
+
+
+# -------------------------------------------------------------------------------------- main
+def main(argv=None):
+    """Run the ``skalign`` command line; return the exit status.
+
+    Parameters
+    ----------
+    argv : list of str, default=None
+        Arguments without the program name; ``None`` reads ``sys.argv[1:]``.
+
+    Returns
+    -------
+    status : int
+        0 on success, 2 on a usage or data error (one line on standard error).
+    """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == "demo":
+        from .__main__ import demo_main
+
+        demo_main(argv[1:])
+        return 0
+    args = _parser().parse_args(argv)
+    from ._stores import StoreError
+    from .io import ModelFileError
+
+    handler = {"fit": cmd_fit, "translate": cmd_translate, "evaluate": cmd_evaluate}
+    try:
+        return handler[args.command](args, print)
+    except (CommandError, StoreError, ModelFileError, ValueError, OSError) as exc:
+        message = " ".join(str(exc).split()) or type(exc).__name__
+        print(f"skalign {args.command}: error: {message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"skalign {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,270 @@
+"""Save and load fitted aligners in a secure format, and translate whole vector stores.
+
+Model files use `skops <https://skops.readthedocs.io>`_ (``skops.io``), not pickle: loading a
+skops file never runs code from the file, and every type it would instantiate is checked against
+an explicit list of trusted types first — skalign's own estimators plus the numpy and
+scikit-learn types skops trusts by default. A file that names anything else is refused with a
+:class:`ModelFileError` listing the unexpected types.
+
+A model file stores the fitted estimator together with the skalign version that wrote it and the
+width of its input and output embeddings (:func:`model_info`); :func:`load` warns when the
+version differs from the running one, and :func:`translate` refuses input vectors of the wrong
+width before writing anything.
+
+:func:`translate` streams a vector store through a fitted aligner in bounded memory: ``.npy``
+arrays (memory-mapped), Parquet files or directories of Parquet shards, and LanceDB tables
+(``DIR/TABLE.lance``), keeping ids and every other column. :func:`read_vectors` reads the
+vectors of any of these into memory (memory-mapped for ``.npy``).
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+__all__ = [
+    "ModelFileError",
+    "load",
+    "model_info",
+    "read_vectors",
+    "save",
+    "translate",
+    "trusted_types",
+]
+
+_FORMAT = "skalign-model"
+_FORMAT_VERSION = 1
+
+
+class ModelFileError(ValueError):
+    """A model file is missing, not a skalign model, or names types that are not trusted."""
+
+
+def trusted_types():
+    """The fully qualified type names :func:`load` accepts beyond skops' defaults.
+
+    Computed from skalign's public estimators (``skalign.utils.all_estimators``, with the module
+    each class is defined in, as skops reports it) plus :class:`numpy.dtype`. skops already
+    trusts numpy arrays and scalars, built-in containers and scikit-learn's estimators.
+
+    Returns
+    -------
+    names : list of str
+        Sorted, e.g. ``"skalign._procrustes.ProcrustesAligner"``.
+    """
+    from .utils import all_estimators
+
+    names = {f"{cls.__module__}.{cls.__qualname__}" for _, cls in all_estimators()}
+    names.add("numpy.dtype")
+    return sorted(names)
+
+
+def output_dim(estimator):
+    """Width of ``estimator.transform``'s output (the target or shared space).
+
+    Parameters
+    ----------
+    estimator : fitted skalign estimator
+
+    Returns
+    -------
+    int
+    """
+    try:
+        return len(estimator.get_feature_names_out())
+    except (AttributeError, TypeError, ValueError):
+        return int(estimator.n_features_out_)
+
+
+def save(estimator, path):
+    """Save a fitted estimator to a skops file together with its provenance.
+
+    Parameters
+    ----------
+    estimator : fitted skalign estimator
+        Any estimator from :func:`skalign.utils.all_estimators`, fitted.
+    path : str or path-like
+        Destination, conventionally ending in ``.skops``. Written to a temporary name in the
+        same folder and renamed at the end, so an interrupted save never leaves a truncated file.
+
+    Returns
+    -------
+    path : pathlib.Path
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, os
+    >>> from skalign import ProcrustesAligner
+    >>> from skalign.io import load, model_info, save
+    >>> rng = np.random.default_rng(0)
+    >>> X, Y = rng.normal(size=(50, 4)), rng.normal(size=(50, 6))
+    >>> path = os.path.join(tempfile.mkdtemp(), "model.skops")
+    >>> _ = save(ProcrustesAligner().fit(X, Y), path)
+    >>> model_info(path)["n_features_in"], model_info(path)["n_features_out"]
+    (4, 6)
+    >>> np.allclose(load(path).transform(X), ProcrustesAligner().fit(X, Y).transform(X))
+    True
+    """
+    import skops.io as sio
+    from sklearn.utils.validation import check_is_fitted
+
+    from . import __version__
+    from ._stores import atomic_file
+
+    check_is_fitted(estimator)
+    payload = {
+        "format": _FORMAT,
+        "format_version": _FORMAT_VERSION,
+        "skalign_version": __version__,
+        "estimator_class": type(estimator).__name__,
+        "n_features_in": int(estimator.n_features_in_),
+        "n_features_out": int(output_dim(estimator)),
+        "estimator": estimator,
+    }
+    path = Path(path)
+    with atomic_file(path) as tmp:
+        sio.dump(payload, tmp)
+    return path
+
+
+def _read_payload(path):
+    import skops.io as sio
+
+    path = Path(path)
+    if not path.is_file():
+        raise ModelFileError(f"{path}: no such model file; create one with `skalign fit`.")
+    try:
+        untrusted = sio.get_untrusted_types(file=path)
+    except Exception as exc:  # zipfile.BadZipFile, KeyError, JSON errors: not a skops file
+        raise ModelFileError(
+            f"{path}: not a skops model file ({type(exc).__name__}); save models with "
+            "skalign.io.save or `skalign fit`."
+        ) from exc
+    allowed = set(trusted_types())
+    unexpected = sorted(set(untrusted) - allowed)
+    if unexpected:
+        raise ModelFileError(
+            f"{path}: refusing to load untrusted types {', '.join(unexpected)}; skalign loads only "
+            "its own estimators and numpy/scikit-learn types. If you wrote this file yourself, "
+            "inspect it and load it with skops.io.load(path, trusted=[...])."
+        )
+    payload = sio.load(path, trusted=sorted(set(untrusted)))
+    if not isinstance(payload, dict) or payload.get("format") != _FORMAT:
+        raise ModelFileError(
+            f"{path}: a skops file but not a skalign model; save models with skalign.io.save."
+        )
+    return payload
+
+
+def model_info(path):
+    """Provenance recorded in a model file, without the estimator.
+
+    Parameters
+    ----------
+    path : str or path-like
+
+    Returns
+    -------
+    info : dict
+        ``skalign_version``, ``estimator_class``, ``n_features_in``, ``n_features_out``,
+        ``format_version``.
+    """
+    payload = _read_payload(path)
+    return {k: v for k, v in payload.items() if k not in ("estimator", "format")}
+
+
+def load(path):
+    """Load an estimator saved by :func:`save`, accepting only trusted types.
+
+    Parameters
+    ----------
+    path : str or path-like
+
+    Returns
+    -------
+    estimator : fitted skalign estimator
+
+    Raises
+    ------
+    ModelFileError
+        The file is missing, is not a skalign model file, or names a type outside
+        :func:`trusted_types` (nothing from the file is instantiated in that case).
+
+    Warns
+    -----
+    UserWarning
+        When the file was written by another skalign version.
+    """
+    from . import __version__
+
+    payload = _read_payload(path)
+    if payload.get("skalign_version") != __version__:
+        warnings.warn(
+            f"{path} was saved by skalign {payload.get('skalign_version')} and is loaded by "
+            f"skalign {__version__}; check its results or refit it with this version.",
+            UserWarning,
+            stacklevel=2,
+        )
+    return payload["estimator"]
+
+
+def read_vectors(path, *, column=None):
+    """Read all vectors of a store into one array.
+
+    Parameters
+    ----------
+    path : str or path-like
+        ``.npy`` (returned memory-mapped, read-only), ``.parquet`` file or directory of Parquet
+        shards, or a LanceDB table ``DIR/TABLE.lance``.
+    column : str, default=None
+        The vector column of a Parquet file or LanceDB table; ``None`` picks the only column of
+        numeric lists (or one named ``vector``/``embedding``).
+
+    Returns
+    -------
+    X : ndarray of shape (n_rows, dim)
+        The stored dtype for ``.npy``; float32, float64 or the stored integer type otherwise.
+    """
+    from ._stores import open_reader
+
+    return open_reader(path, column=column).read_all()
+
+
+def translate(model, input, output, *, column=None, batch_size=None, progress=False):
+    """Translate every vector of a store with a fitted aligner, streaming in batches.
+
+    Peak memory is bounded by ``batch_size`` (and, for Parquet, the input's row-group size),
+    whatever the number of rows. Ids and all other columns of Parquet and LanceDB inputs are
+    copied; the vector column is replaced by the translated float32 vectors (a fixed-size list).
+    ``.npy`` output holds the vectors only; a table made from ``.npy`` input gets an ``id``
+    column with the row number. The output is written to a temporary name next to ``output``
+    and renamed at the end (an existing ``output`` is replaced); on any error nothing is left.
+
+    Parameters
+    ----------
+    model : fitted skalign estimator, or str or path-like
+        An estimator, or the path of a model file saved by :func:`save`.
+    input, output : str or path-like
+        ``.npy``, ``.parquet`` file, a directory of Parquet shards (output: a path without
+        suffix, written shard by shard, same shard names as a sharded input) or a LanceDB table
+        ``DIR/TABLE.lance``.
+    column : str, default=None
+        The vector column (input and output). ``None`` picks the only column of numeric lists,
+        or ``vector``/``embedding``; for ``.npy`` input it names the output column
+        (default ``"vector"``).
+    batch_size : int, default=None
+        Rows per batch; ``None`` keeps one batch's float32 input and output near 128 MiB.
+    progress : bool, default=False
+        Show a tqdm progress bar on standard error.
+
+    Returns
+    -------
+    n_rows : int
+        Number of rows translated.
+    """
+    from ._stores import translate_store
+
+    if isinstance(model, (str, Path)):
+        model = load(model)
+    return translate_store(model, input, output, column=column, batch_size=batch_size,
+                           progress=progress)

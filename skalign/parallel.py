@@ -1,0 +1,184 @@
+"""Scale out on a dask distributed cluster: translate Parquet shards, run grid searches.
+
+Nothing here is needed on one machine (:func:`skalign.io.translate` streams any store in
+bounded memory) — and importing this module does not import dask; only calling its functions does.
+
+* :func:`translate_parquet` reads a Parquet file or folder of shards with
+  :func:`dask.dataframe.read_parquet`, translates every partition with ``map_partitions`` (the
+  fitted estimator — numpy arrays only — is scattered to every worker once, not shipped with each
+  task) and writes the result with ``to_parquet``. Ids and all other columns are kept; the
+  vector column becomes float32 fixed-size lists, exactly as in the local path.
+* :func:`cluster_backend` runs the joblib work of scikit-learn (``GridSearchCV(..., n_jobs=-1)``,
+  ``cross_validate``) on the cluster through joblib's ``"dask"`` backend.
+
+Examples
+--------
+Start a scheduler and workers (``dask scheduler``, ``dask worker tcp://host:8786``), then::
+
+    skalign translate model.skops shards/ translated/ --scheduler tcp://host:8786
+
+or from Python::
+
+    from sklearn.model_selection import GridSearchCV
+    from skalign import LinearAligner
+    from skalign.parallel import cluster_backend, translate_parquet
+
+    translate_parquet("model.skops", "shards/", "translated/", scheduler="tcp://host:8786")
+    with cluster_backend("tcp://host:8786"):
+        GridSearchCV(LinearAligner(), {"alpha": [0, 0.1, 1]}, n_jobs=-1).fit(A, B)
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["cluster_backend", "translate_parquet"]
+
+
+def _import_dask():
+    try:
+        import dask.dataframe as dd
+        from distributed import Client
+    except ImportError:  # pragma: no cover - depends on the installation
+        from ._stores import StoreError
+
+        raise StoreError(
+            "--scheduler needs dask and distributed; pip install 'skalign[stores]'."
+        ) from None
+    return dd, Client
+
+
+@contextmanager
+def _client(scheduler):
+    """A :class:`distributed.Client` for an address (closed on exit) or the given client."""
+    _, Client = _import_dask()
+    if scheduler is None or isinstance(scheduler, str):
+        client = Client(scheduler) if scheduler else Client.current()
+        owned = bool(scheduler)
+    elif isinstance(scheduler, Client):
+        client, owned = scheduler, False
+    else:  # a LocalCluster or another cluster object
+        client, owned = Client(scheduler), True
+    try:
+        yield client
+    finally:
+        if owned:
+            client.close()
+
+
+def _translate_partition(df, model, column, dim_out, batch_size):
+    """Replace ``df[column]`` by its translation (float32 fixed-size lists of ``dim_out``)."""
+    import pandas as pd
+    import pyarrow as pa
+
+    from ._backend import iter_batches
+    from ._stores import _arrow_vectors
+
+    arr = pa.chunked_array(pa.array(df[column].array)) if len(df) else None
+    out = np.empty((len(df), dim_out), dtype=np.float32)
+    if arr is not None:
+        X = _arrow_vectors(pa, arr, model.n_features_in_, f"partition of {column!r}", column)
+        for rows in iter_batches(len(X), batch_size):
+            out[rows] = model.transform(X[rows])
+    vectors = pa.FixedSizeListArray.from_arrays(pa.array(out.reshape(-1)), dim_out)
+    df = df.copy()
+    df[column] = pd.Series(pd.arrays.ArrowExtensionArray(vectors), index=df.index)
+    return df
+
+
+def translate_parquet(model, src, dst, *, scheduler=None, column=None, batch_size=None):
+    """Translate a Parquet file or folder of shards on a dask distributed cluster.
+
+    Parameters
+    ----------
+    model : fitted skalign estimator, or str or path-like
+        An estimator or a model file saved by :func:`skalign.io.save`.
+    src : str or path-like
+        A Parquet file or a folder of Parquet shards, readable by every worker.
+    dst : str or path-like
+        Output folder of Parquet shards (``part.N.parquet``, one per input partition), written
+        to a temporary folder next to it by the workers and renamed at the end; an existing
+        ``dst`` is replaced.
+    scheduler : str, distributed.Client, cluster or None, default=None
+        The scheduler's address (``"tcp://host:8786"``), a client, a cluster object such as
+        :class:`distributed.LocalCluster`, or ``None`` for the current client.
+    column : str, default=None
+        The vector column; ``None`` picks it as :func:`skalign.io.translate` does.
+    batch_size : int, default=None
+        Rows per ``transform`` call inside a partition.
+
+    Returns
+    -------
+    n_rows : int
+        Number of rows translated.
+    """
+    import pandas as pd
+    import pyarrow as pa
+
+    from ._stores import (StoreError, _check_parent, _output_schema, _remove, _replace,
+                          _tmp_sibling, default_batch_size, open_reader, store_kind)
+    from .io import load, output_dim
+
+    if isinstance(model, (str, Path)):
+        model = load(model)
+    src, dst = Path(src), Path(dst)
+    reader = open_reader(src, column=column)  # checks format, column and width up front
+    if reader.kind != "parquet":
+        raise StoreError(f"{src}: --scheduler translates Parquet files or folders of shards only; "
+                         "convert the input first or drop --scheduler.")
+    if store_kind(dst, output=True) != "parquet-dir":
+        raise StoreError(f"{dst}: with --scheduler the output is a folder of Parquet shards; "
+                         "give a path without a suffix.")
+    if src.resolve() == dst.resolve():
+        raise StoreError(f"{dst}: OUTPUT is the same as INPUT; write to a new path.")
+    _check_parent(dst)
+    d_in, d_out = int(model.n_features_in_), int(output_dim(model))
+    if reader.n_rows and reader.dim != d_in:
+        raise StoreError(
+            f"{src}: vectors have {reader.dim} dimensions but the model translates {d_in}-d "
+            "embeddings; pass embeddings made by the encoder the model was fitted on."
+        )
+    batch_size = batch_size or default_batch_size(d_in, d_out)
+    dd, _ = _import_dask()
+    tmp = _tmp_sibling(dst)
+    with _client(scheduler) as client:
+        try:
+            ddf = dd.read_parquet(str(src), dtype_backend="pyarrow")
+            meta = ddf._meta.copy()
+            meta[reader.column] = pd.Series(
+                [], dtype=pd.ArrowDtype(pa.list_(pa.float32(), d_out)), index=meta.index
+            )
+            state = client.scatter(model, broadcast=True)  # the numpy state, once per worker
+            out = ddf.map_partitions(_translate_partition, state, reader.column, d_out,
+                                     batch_size, meta=meta)
+            # the local path's schema exactly (dask would widen strings to large_string)
+            schema = _output_schema(pa, reader, reader.column, d_out)
+            out.to_parquet(str(tmp), write_index=False, schema=schema, compute=True)
+            _replace(tmp, dst)
+        except BaseException:
+            _remove(tmp)
+            raise
+    return reader.n_rows
+
+
+@contextmanager
+def cluster_backend(scheduler=None):
+    """Run joblib-parallel work (``GridSearchCV(n_jobs=...)``) on a dask cluster.
+
+    Parameters
+    ----------
+    scheduler : str, distributed.Client, cluster or None, default=None
+        As in :func:`translate_parquet`.
+
+    Yields
+    ------
+    client : distributed.Client
+    """
+    import joblib
+
+    with _client(scheduler) as client:
+        with client.as_current(), joblib.parallel_config(backend="dask"):
+            yield client

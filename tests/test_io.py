@@ -1,0 +1,269 @@
+"""skalign.io: skops model files with trusted types only, and streaming store translation."""
+
+import os
+import warnings
+
+import numpy as np
+import pytest
+
+import skalign
+from skalign import AnchorBootstrapper, InverseRelativeProjector, LinearAligner, ProcrustesAligner
+from skalign import UnpairedPool
+from skalign._stores import StoreError, open_reader
+from skalign.datasets import load_docstring_embeddings
+from skalign.io import ModelFileError, load, model_info, read_vectors, save, translate
+from skalign.io import trusted_types
+from skalign.utils import all_estimators
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+
+@pytest.fixture(scope="module")
+def real():
+    data = load_docstring_embeddings()
+    A, B = data.embeddings["minilm_l6"], data.embeddings["mpnet_base"]
+    model = ProcrustesAligner().fit(A[:300], B[:300])
+    return A[300:600], B[300:600], model
+
+
+def _listing(folder):
+    return sorted(os.listdir(folder))
+
+
+# ------------------------------------------------------------------------------- model files
+@pytest.mark.parametrize("make", [
+    lambda: ProcrustesAligner(scale=True),
+    lambda: LinearAligner(alpha=0.1),
+    lambda: InverseRelativeProjector(n_subspaces=4, random_state=0),
+    lambda: AnchorBootstrapper(n_anchors=30, max_iter=3, random_state=0),
+], ids=["procrustes", "linear", "irp", "bootstrap"])
+def test_save_load_round_trip(tmp_path, real, make):
+    A, B, _ = real
+    est = make()
+    kwargs = {}
+    if isinstance(est, AnchorBootstrapper):
+        kwargs["unpaired"] = UnpairedPool(X=A[:80], y=B[:80])
+    est.fit(A[:40], B[:40], **kwargs)
+    path = save(est, tmp_path / "m.skops")
+    assert _listing(tmp_path) == ["m.skops"]  # no temporary left behind
+    info = model_info(path)
+    assert info["skalign_version"] == skalign.__version__
+    assert (info["n_features_in"], info["n_features_out"]) == (384, 768)
+    assert info["estimator_class"] == type(est).__name__
+    back = load(path)
+    assert type(back) is type(est)
+    np.testing.assert_array_equal(back.transform(A[40:60]), est.transform(A[40:60]))
+
+
+def test_trusted_types_are_skalign_classes_only():
+    names = trusted_types()
+    for _, cls in all_estimators():
+        assert f"{cls.__module__}.{cls.__qualname__}" in names
+    assert all(n.startswith("skalign.") or n.startswith("numpy.") for n in names)
+
+
+class Suspicious:
+    """Not trusted: loading must refuse before instantiating it."""
+
+    def __setstate__(self, state):  # pragma: no cover - must never run
+        raise AssertionError("an untrusted type was instantiated")
+
+
+def test_load_refuses_untrusted_types(tmp_path, real):
+    import skops.io as sio
+
+    path = tmp_path / "evil.skops"
+    sio.dump({"format": "skalign-model", "estimator": Suspicious()}, path)
+    with pytest.raises(ModelFileError, match=r"untrusted types .*Suspicious"):
+        load(path)
+
+
+def test_load_rejects_missing_foreign_and_non_skalign_files(tmp_path, real):
+    import skops.io as sio
+
+    with pytest.raises(ModelFileError, match="no such model file"):
+        load(tmp_path / "missing.skops")
+    np.save(tmp_path / "a.npy", np.zeros((2, 2)))
+    with pytest.raises(ModelFileError, match="not a skops model file"):
+        load(tmp_path / "a.npy")
+    sio.dump(np.eye(2), tmp_path / "plain.skops")
+    with pytest.raises(ModelFileError, match="not a skalign model"):
+        load(tmp_path / "plain.skops")
+
+
+def test_load_warns_on_version_mismatch(tmp_path, real, monkeypatch):
+    path = save(real[2], tmp_path / "m.skops")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load(path)  # same version: silent
+    monkeypatch.setattr(skalign, "__version__", "9.9.9")
+    with pytest.warns(UserWarning, match=r"saved by skalign .* loaded by skalign 9\.9\.9"):
+        load(path)
+
+
+def test_save_needs_a_fitted_estimator(tmp_path):
+    from sklearn.exceptions import NotFittedError
+
+    with pytest.raises(NotFittedError):
+        save(LinearAligner(), tmp_path / "m.skops")
+    assert _listing(tmp_path) == []
+
+
+# ------------------------------------------------------------------------------------ stores
+def _write_shards(folder, X, n_shards=3, list_type=None, row_group_size=40):
+    folder.mkdir()
+    for i, rows in enumerate(np.array_split(np.arange(len(X)), n_shards)):
+        vec = pa.array(list(X[rows].astype(np.float64)), type=list_type)
+        table = pa.table({"doc_id": [f"doc{j}" for j in rows], "emb": vec,
+                          "row": pa.array(rows, pa.int64())})
+        pq.write_table(table, folder / f"shard-{i}.parquet", row_group_size=row_group_size)
+
+
+def _vectors(table, column):
+    return np.stack(table[column].to_numpy(zero_copy_only=False)).astype(np.float32)
+
+
+def test_translate_npy_matches_transform(tmp_path, real):
+    X, _, model = real
+    np.save(tmp_path / "x.npy", X.astype(np.float16))
+    n = translate(model, tmp_path / "x.npy", tmp_path / "out.npy", batch_size=64)
+    out = np.load(tmp_path / "out.npy")
+    assert n == len(X) and out.dtype == np.float32 and out.shape == (len(X), 768)
+    np.testing.assert_allclose(out, model.transform(X.astype(np.float16)), atol=1e-6)
+    assert _listing(tmp_path) == ["out.npy", "x.npy"]
+
+
+def test_npy_reader_windows_are_bounded(tmp_path):
+    X = np.arange(1000 * 8, dtype=np.float32).reshape(1000, 8)
+    np.save(tmp_path / "x.npy", X)
+    sizes, parts = [], []
+    for vectors, rb, shard in open_reader(tmp_path / "x.npy").batches(128):
+        assert isinstance(vectors, np.memmap) and rb is None and shard is None
+        sizes.append(len(vectors))
+        parts.append(np.array(vectors))
+    assert max(sizes) == 128 and sum(sizes) == 1000
+    np.testing.assert_array_equal(np.concatenate(parts), X)
+
+
+def test_transform_is_called_batch_by_batch(tmp_path, real):
+    X, _, model = real
+
+    class Spy(ProcrustesAligner):
+        calls = []
+
+        def transform(self, X):
+            Spy.calls.append(len(X))
+            return super().transform(X)
+
+    spy = Spy()
+    spy.__dict__.update(model.__dict__)
+    np.save(tmp_path / "x.npy", X)
+    translate(spy, tmp_path / "x.npy", tmp_path / "out.npy", batch_size=50)
+    assert max(Spy.calls) == 50 and sum(Spy.calls) == len(X)
+
+
+def test_parquet_shards_keep_ids_and_columns(tmp_path, real):
+    X, _, model = real
+    _write_shards(tmp_path / "in", X)
+    translate(model, tmp_path / "in", tmp_path / "out", batch_size=32)
+    assert _listing(tmp_path / "out") == ["shard-0.parquet", "shard-1.parquet", "shard-2.parquet"]
+    table = pq.read_table(tmp_path / "out")
+    assert table.column_names == ["doc_id", "emb", "row"]
+    assert table.schema.field("emb").type == pa.list_(pa.float32(), 768)
+    rows = np.asarray(table["row"])
+    assert table["doc_id"].to_pylist() == [f"doc{j}" for j in rows]
+    np.testing.assert_allclose(_vectors(table, "emb"), model.transform(X)[rows], atol=1e-6)
+
+
+def test_parquet_to_lance_to_npy(tmp_path, real):
+    lancedb = pytest.importorskip("lancedb")
+    X, _, model = real
+    _write_shards(tmp_path / "in", X, list_type=pa.list_(pa.float64(), 384))
+    translate(model, tmp_path / "in", tmp_path / "db" / "docs.lance", batch_size=100)
+    table = lancedb.connect(tmp_path / "db").open_table("docs")
+    assert table.count_rows() == len(X)
+    assert _listing(tmp_path / "db") == ["docs.lance"]
+    arrow = table.to_arrow()
+    rows = np.asarray(arrow["row"])
+    np.testing.assert_allclose(_vectors(arrow, "emb"), model.transform(X)[rows], atol=1e-6)
+    # the translated table is a working vector index
+    hit = table.search(model.transform(X[:1])[0]).limit(1).to_arrow()
+    assert hit["row"].to_pylist() == [0]
+    # and a LanceDB table reads back as vectors (here: translate the target space back)
+    assert read_vectors(tmp_path / "db" / "docs.lance").shape == (len(X), 768)
+
+
+def test_npy_to_table_gets_row_ids(tmp_path, real):
+    X, _, model = real
+    np.save(tmp_path / "x.npy", X)
+    translate(model, tmp_path / "x.npy", tmp_path / "out.parquet", column="vec", batch_size=64)
+    table = pq.read_table(tmp_path / "out.parquet")
+    assert table.column_names == ["id", "vec"]
+    np.testing.assert_array_equal(np.asarray(table["id"]), np.arange(len(X)))
+    np.testing.assert_allclose(_vectors(table, "vec"), model.transform(X), atol=1e-6)
+
+
+def test_existing_output_is_replaced(tmp_path, real):
+    X, _, model = real
+    np.save(tmp_path / "x.npy", X[:10])
+    _write_shards(tmp_path / "in", X[:10], n_shards=1)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "stale.parquet").write_bytes(b"old")
+    translate(model, tmp_path / "in", tmp_path / "out")
+    assert _listing(tmp_path / "out") == ["shard-0.parquet"]
+    assert sorted(p for p in _listing(tmp_path)) == ["in", "out", "x.npy"]
+
+
+@pytest.mark.parametrize("case, match", [
+    ("missing", "no such file"),
+    ("wrong_column", r"no column 'nope'.*--column"),
+    ("not_vectors", r"column 'doc_id' holds string, not vectors"),
+    ("strings_in_lists", r"holds list<.*string>, not vectors"),
+    ("ragged", r"ragged .*same length"),
+    ("nulls", r"missing \(null\) vectors"),
+    ("two_vector_columns", r"several vector columns .*--column"),
+    ("dimension", r"vectors have 5 dimensions but the model translates 384-d"),
+    ("not_npy", "not a readable .npy"),
+    ("3d", "expected a 2-D array"),
+])
+def test_store_errors_leave_nothing_behind(tmp_path, real, case, match):
+    X, _, model = real
+    src = tmp_path / "src"
+    src.mkdir()
+    column = None
+    if case == "missing":
+        path = src / "absent.npy"
+    elif case in ("wrong_column", "not_vectors"):
+        _write_shards(src / "in", X[:20])
+        path, column = src / "in", ("nope" if case == "wrong_column" else "doc_id")
+    elif case == "strings_in_lists":
+        path = src / "s.parquet"
+        pq.write_table(pa.table({"emb": [["a", "b"]] * 3}), path)
+        column = "emb"
+    elif case == "ragged":  # the bad row sits in the last shard: some output was already written
+        _write_shards(src / "in", X[:30])
+        bad = pa.table({"doc_id": ["x"], "emb": [[1.0, 2.0]], "row": pa.array([99], pa.int64())})
+        pq.write_table(bad, src / "in" / "shard-9.parquet")
+        path = src / "in"
+    elif case == "nulls":
+        path = src / "n.parquet"
+        vectors = pa.array([list(X[0]), None], pa.list_(pa.float32()))
+        pq.write_table(pa.table({"emb": vectors}), path)
+    elif case == "two_vector_columns":
+        path = src / "t.parquet"
+        pq.write_table(pa.table({"a": [list(X[0])], "b": [list(X[1])]}), path)
+    elif case == "dimension":
+        path = src / "d.npy"
+        np.save(path, np.ones((4, 5), dtype=np.float32))
+    elif case == "not_npy":
+        path = src / "bad.npy"
+        path.write_bytes(b"definitely not numpy")
+    else:
+        path = src / "c.npy"
+        np.save(path, np.ones((2, 3, 4)))
+    before = _listing(tmp_path)
+    for out in ["out.npy", "out", "db/t.lance", "o.parquet"]:
+        with pytest.raises(StoreError, match=match):
+            translate(model, path, tmp_path / out, column=column, batch_size=8)
+        assert _listing(tmp_path) == before, out
