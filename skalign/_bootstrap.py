@@ -437,9 +437,9 @@ class AnchorBootstrapper(BaseAligner):
                                   n_neighbors=self.n_neighbors, chunk_size=self.chunk_size,
                                   max_iter=self.sinkhorn_max_iter, tol=self.sinkhorn_tol,
                                   generator=gen)
-        chunk = len(U) if self.plan_ == "dense" else self.chunk_size
+        chunk = max(len(U), 1) if self.plan_ == "dense" else self.chunk_size
         k = self.csls_k if self.correspondence == "csls" else 0
-        return csls_match(U, V, k=k, chunk_size=max(chunk, 1))
+        return csls_match(U, V, k=k, chunk_size=chunk)
 
     def _rounds(self, LX, LY, XP, YP, gen, given):
         """Grow the anchor set; return the last round's matching and its accepted pairs."""

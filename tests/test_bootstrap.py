@@ -138,6 +138,9 @@ def test_distractors_and_candidate_subset():
     boot = AnchorBootstrapper(LinearAligner(), n_anchors=80, max_candidates=250, random_state=1)
     boot.fit(Xs, Ys, unpaired=pool)
     assert _rate(boot, perm) >= 0.95
+    chunked = AnchorBootstrapper(LinearAligner(), n_anchors=80, max_candidates=250,
+                                 plan="chunked", random_state=1).fit(Xs, Ys, unpaired=pool)
+    np.testing.assert_array_equal(chunked.anchor_pairs_, boot.anchor_pairs_)
     assert len(np.unique(boot.anchor_pairs_[:, 1])) == 65
 
 
