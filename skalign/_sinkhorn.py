@@ -22,6 +22,8 @@ one solver:
 * :class:`DenseCost` — an explicit ``n × m`` matrix (small problems, exact);
 * :class:`FeatureCost` — squared Euclidean cost between feature rows, recomputed block by block
   (exact, memory ``O(chunk · max(n, m))``, no ``n × m`` array ever exists);
+* :class:`InnerProductCost` — :math:`C_{ij} = 1 - u_i^\top v_j` (cosine cost for unit rows, or
+  for any factorisation of a similarity), in blocks like :class:`FeatureCost`;
 * :class:`SparseCost` — the cost restricted to a candidate support (each row's and each column's
   ``k`` nearest partners), for pools far too large for ``n · m`` work per iteration. At small
   :math:`\varepsilon` the plan is concentrated on near pairs, so the restricted problem has almost
@@ -48,6 +50,7 @@ from ._backend import NumericalError, iter_batches
 __all__ = [
     "DenseCost",
     "FeatureCost",
+    "InnerProductCost",
     "SinkhornResult",
     "SparseCost",
     "knn_support",
@@ -159,6 +162,35 @@ class FeatureCost:
         return torch.exp((f[:, None] + g[None, :] - C) / eps)
 
 
+class InnerProductCost(FeatureCost):
+    r"""Cost :math:`C_{ij} = 1 - u_i^\top v_j`, computed in row blocks.
+
+    For unit rows this is the cosine distance (half the squared Euclidean one). Any factorisation
+    :math:`S = U V^\top` of a similarity bounded by 1 in absolute value gives costs in ``[0, 2]``.
+
+    Parameters
+    ----------
+    U : tensor of shape (n, p)
+    V : tensor of shape (m, p)
+    chunk_size : int, default=None
+        Rows per block; ``None`` keeps each block near 2**24 elements (64 MiB in float32).
+    """
+
+    def _row_blocks(self):
+        for rows in iter_batches(self.shape[0], _chunk_rows(self.shape[1], self.chunk_size)):
+            yield rows, 1.0 - self.U[rows] @ self.V.T
+
+    def _col_blocks(self):
+        for cols in iter_batches(self.shape[1], _chunk_rows(self.shape[0], self.chunk_size)):
+            yield cols, 1.0 - self.V[cols] @ self.U.T
+
+    def max_cost(self):
+        return float(1.0 + self.U_sq.max().sqrt() * self.V_sq.max().sqrt())
+
+    def plan(self, f, g, eps):
+        return torch.exp((f[:, None] + g[None, :] - (1.0 - self.U @ self.V.T)) / eps)
+
+
 def _segment_lse(values, seg, n_seg):
     """Log-sum-exp of ``values`` grouped by ``seg`` (empty groups give ``-inf``)."""
     mx = torch.full((n_seg,), -torch.inf, dtype=values.dtype, device=values.device)
@@ -224,8 +256,10 @@ class SparseCost:
         return P
 
 
-def knn_support(U, V, n_neighbors, chunk_size=None):
-    """Sparse squared-Euclidean cost on the union of row-wise and column-wise k-NN pairs.
+def knn_support(U, V, n_neighbors, chunk_size=None, inner_product=False):
+    """Sparse cost on the union of row-wise and column-wise k-NN pairs.
+
+    The cost is squared Euclidean, or :math:`1 - u_i^\top v_j` with ``inner_product=True``.
 
     Every source row keeps its ``n_neighbors`` nearest target rows and every target row its
     ``n_neighbors`` nearest source rows; duplicates are merged. Computed in blocks, so memory is
@@ -235,7 +269,7 @@ def knn_support(U, V, n_neighbors, chunk_size=None):
     -------
     SparseCost
     """
-    full = FeatureCost(U, V, chunk_size)
+    full = (InnerProductCost if inner_product else FeatureCost)(U, V, chunk_size)
     n, m = full.shape
     kr, kc = min(n_neighbors, m), min(n_neighbors, n)
     rows, cols = [], []
@@ -250,7 +284,10 @@ def knn_support(U, V, n_neighbors, chunk_size=None):
     rows, cols = torch.cat(rows), torch.cat(cols)
     key = torch.unique(rows * m + cols)
     rows, cols = key // m, key % m
-    cost = ((U[rows] - V[cols]) ** 2).sum(1)
+    if inner_product:
+        cost = 1.0 - (U[rows] * V[cols]).sum(1)
+    else:
+        cost = ((U[rows] - V[cols]) ** 2).sum(1)
     return SparseCost(rows, cols, cost, (n, m))
 
 
@@ -330,7 +367,7 @@ def sinkhorn_log(cost, reg, *, a=None, b=None, max_iter=1000, tol=1e-5, scaling=
     if not reg > 0:
         raise ValueError(f"reg must be positive, got {reg}.")
     n, m = cost.shape
-    probe = {DenseCost: "C", FeatureCost: "U", SparseCost: "cost"}[type(cost)]
+    probe = {DenseCost: "C", FeatureCost: "U", InnerProductCost: "U", SparseCost: "cost"}[type(cost)]
     probe = getattr(cost, probe)
     dtype, device = probe.dtype, probe.device
     a = torch.full((n,), 1.0 / n, dtype=dtype, device=device) if a is None else a.to(device, dtype)

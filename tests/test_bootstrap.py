@@ -1,14 +1,36 @@
-"""AnchorBootstrapper: anchors recovered on pools with a known permutation, API, numerics."""
+"""AnchorBootstrapper: anchors recovered on real and synthetic pools, diagnostics, API, numerics."""
 
 import pickle
+import warnings
 
 import numpy as np
 import pytest
+import torch
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import GridSearchCV
 
-from skalign import InverseRelativeProjector, LinearAligner, UnpairedPool
-from skalign import AnchorBootstrapper
-from skalign.datasets import make_paired_spaces
+from skalign import AnchorBootstrapper, LinearAligner, ProcrustesAligner, UnpairedPool
+from skalign._bootstrap import AnchorConsistencyWarning
+from skalign.datasets import load_docstring_embeddings, make_paired_spaces
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """The real-data fits are small matrix products: one thread avoids oversubscribing a shared CPU."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def real():
+    """The vendored MiniLM/MPNet subset: a 1,000-text pool (target shuffled), 15 seeds, a test set."""
+    data = load_docstring_embeddings()
+    X, Y = data.embeddings["minilm_l6"], data.embeddings["mpnet_base"]
+    perm = np.random.default_rng(0).permutation(1000)
+    pool = UnpairedPool(X=X[:1000], y=Y[:1000][perm])
+    return X[1000:1015], Y[1000:1015], pool, perm, X[1100:], Y[1100:]
 
 
 def _pools(n=500, d=16, noise=0.1, extra=0, seed=0):
@@ -25,37 +47,115 @@ def _rate(boot, perm):
     return float(np.mean(perm[tgt] == src))
 
 
-@pytest.mark.parametrize("plan", ["dense", "chunked", "sparse"])
-def test_recovers_a_known_permutation(plan):
-    Xs, Ys, pool, perm = _pools()
-    boot = AnchorBootstrapper(LinearAligner(), n_anchors=100, plan=plan, random_state=0)
-    boot.fit(Xs, Ys, unpaired=pool)
-    assert boot.anchor_pairs_.shape == (85, 2) and boot.anchor_pairs_.dtype == np.int64
-    assert _rate(boot, perm) >= 0.95
-    assert np.isfinite(boot.loss_curve_).all() and boot.n_iter_ == len(boot.loss_curve_) >= 1
-    assert boot.plan_marginal_error_ < 1e-2
+def test_real_encoders_pairs_are_exact_and_translate_like_ground_truth(real):
+    """MiniLM -> MPNet, 15 seeds: >= 90 % exact pairs, held-out cosine of Procrustes on GT."""
+    Xs, Ys, pool, perm, Xt, Yt = real
+    boot = AnchorBootstrapper(n_anchors=300, random_state=0).fit(Xs, Ys, unpaired=pool)
+    assert boot.anchor_pairs_.shape == (285, 2) and boot.anchor_pairs_.dtype == np.int64
+    assert _rate(boot, perm) >= 0.9
+    assert isinstance(boot.estimator_, ProcrustesAligner)
+    src = boot.anchor_pairs_[:, 0]
+    gt = ProcrustesAligner().fit(np.vstack([Xs, pool.X[src]]),
+                                 np.vstack([Ys, pool.y[np.argsort(perm)][src]]))
+    seed_only = ProcrustesAligner().fit(Xs, Ys)
+    assert boot.score(Xt, Yt) >= gt.score(Xt, Yt) - 0.01
+    assert boot.score(Xt, Yt) > seed_only.score(Xt, Yt) + 0.1
+    assert (np.diff(boot.anchor_confidence_) <= 0).all()  # most confident first
+    assert boot.anchor_mutual_.all()
 
 
-def test_wrong_seed_pairs_recover_nothing():
-    """Negative control: shuffled seed pairs carry no correspondence."""
-    Xs, Ys, pool, perm = _pools()
-    boot = AnchorBootstrapper(LinearAligner(), n_anchors=100, random_state=0)
-    boot.fit(Xs, Ys[np.roll(np.arange(15), 1)], unpaired=pool)
-    assert _rate(boot, perm) < 0.1
+def test_real_encoders_negative_controls(real):
+    """Shuffled seed pairs carry no correspondence; the one-shot (1-round) discovery is worse."""
+    Xs, Ys, pool, perm, _, _ = real
+    wrong = AnchorBootstrapper(random_state=0).fit(Xs, Ys[np.roll(np.arange(15), 1)], unpaired=pool)
+    assert _rate(wrong, perm) < 0.1
+    one = AnchorBootstrapper(max_rounds=1, n_working_anchors=300, random_state=0)
+    one.fit(Xs, Ys, unpaired=pool)
+    full = AnchorBootstrapper(random_state=0).fit(Xs, Ys, unpaired=pool)
+    assert _rate(one, perm) < _rate(full, perm) - 0.1
 
 
-def test_hard_correspondence_and_paper_reg_with_distractors():
-    """ε = 1e-4 of the median cost, a target pool with 200 extra rows, hard assignment."""
-    Xs, Ys, pool, perm = _pools(n=400, extra=200)
-    boot = AnchorBootstrapper(LinearAligner(), n_anchors=80, sinkhorn_reg=1e-4,
-                              correspondence="hard", init="random", random_state=1)
-    boot.fit(Xs, Ys, unpaired=pool)
-    assert np.isfinite(boot.anchors_y_).all()
-    assert boot.plan_marginal_error_ < 1e-1
+def test_wrong_seed_pairs_raise_a_consistency_warning_and_are_outvoted(real):
+    """Two swapped seed pairs: the 11 right ones still win, and the disagreement is reported."""
+    Xs, Ys, pool, perm, _, _ = real
+    swapped = Ys[[1, 0, 2, 4, 3] + list(range(5, 15))]
+    with pytest.warns(AnchorConsistencyWarning, match="seed pairs"):
+        boot = AnchorBootstrapper(random_state=0).fit(Xs, swapped, unpaired=pool)
+    assert boot.rounds_[-1]["seed_agreement"] == pytest.approx(11 / 15)
     assert _rate(boot, perm) >= 0.9
 
 
-def test_fitted_attributes_and_delegation():
+def test_rounds_diagnostics_and_verbose(real, capsys):
+    Xs, Ys, pool, _, _, _ = real
+    boot = AnchorBootstrapper(random_state=0, verbose=1).fit(Xs, Ys, unpaired=pool)
+    out = capsys.readouterr().out
+    assert out.count("[AnchorBootstrapper] round") == boot.n_iter_ == len(boot.rounds_) >= 2
+    first, last = boot.rounds_[0], boot.rounds_[-1]
+    assert first["n_anchors"] == 15 and np.isnan(first["still_mutual"])
+    assert last["n_anchors"] > 500 and last["n_mutual"] >= last["n_accepted"] > 500
+    assert last["still_mutual"] > 0.95 and last["changed_returned"] <= boot.tol
+    assert last["seed_agreement"] == 1.0
+    assert last["mean_confidence"] > first["mean_confidence"]
+    assert len(boot.loss_curve_) == boot.n_iter_
+    assert all(0 <= v <= 2 for v in boot.loss_curve_)
+
+
+@pytest.mark.parametrize("correspondence", ["csls", "sinkhorn", "cosine"])
+def test_recovers_a_known_permutation(correspondence):
+    Xs, Ys, pool, perm = _pools()
+    boot = AnchorBootstrapper(LinearAligner(), n_anchors=100, correspondence=correspondence,
+                              random_state=0)
+    boot.fit(Xs, Ys, unpaired=pool)
+    assert boot.anchor_pairs_.shape == (85, 2)
+    assert _rate(boot, perm) >= 0.95
+    if correspondence == "sinkhorn":
+        assert boot.rounds_[-1]["plan_marginal_error"] < 1e-2
+        assert 0 <= boot.anchor_confidence_.min() and boot.anchor_confidence_.max() <= 1
+
+
+@pytest.mark.parametrize("correspondence,plan", [("csls", "chunked"), ("cosine", "chunked"),
+                                                 ("sinkhorn", "chunked"),
+                                                 ("sinkhorn", "sparse")])
+def test_bounded_memory_plans_agree_with_dense(correspondence, plan):
+    """Blocks of 64 rows give the same pairs as one block (CSLS exactly; OT up to the solver)."""
+    Xs, Ys, pool, perm = _pools(n=300, extra=50)
+    kw = dict(n_anchors=80, correspondence=correspondence, random_state=0)
+    dense = AnchorBootstrapper(LinearAligner(), plan="dense", **kw).fit(Xs, Ys, unpaired=pool)
+    other = AnchorBootstrapper(LinearAligner(), plan=plan, chunk_size=64, n_neighbors=16, **kw)
+    other.fit(Xs, Ys, unpaired=pool)
+    assert other.plan_ == plan
+    if correspondence == "sinkhorn":
+        assert _rate(other, perm) >= 0.95
+    else:
+        np.testing.assert_array_equal(other.anchor_pairs_, dense.anchor_pairs_)
+        np.testing.assert_allclose(other.anchor_confidence_, dense.anchor_confidence_,
+                                   rtol=1e-4, atol=1e-5)
+
+
+def test_distractors_and_candidate_subset():
+    """A target pool with 200 extra rows and a source subset of 250 candidates."""
+    Xs, Ys, pool, perm = _pools(n=400, extra=200)
+    boot = AnchorBootstrapper(LinearAligner(), n_anchors=80, max_candidates=250, random_state=1)
+    boot.fit(Xs, Ys, unpaired=pool)
+    assert _rate(boot, perm) >= 0.95
+    chunked = AnchorBootstrapper(LinearAligner(), n_anchors=80, max_candidates=250,
+                                 plan="chunked", random_state=1).fit(Xs, Ys, unpaired=pool)
+    np.testing.assert_array_equal(chunked.anchor_pairs_, boot.anchor_pairs_)
+    assert len(np.unique(boot.anchor_pairs_[:, 1])) == 65
+
+
+def test_refinement_is_opt_in_and_runs(real):
+    Xs, Ys, pool, perm, _, _ = real
+    boot = AnchorBootstrapper(refine=True, refine_max_iter=30, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        boot.fit(Xs, Ys, unpaired=pool)
+    assert 1 <= len(boot.refine_loss_curve_) <= 30 and np.isfinite(boot.refine_loss_curve_).all()
+    assert _rate(boot, perm) >= 0.8
+    assert AnchorBootstrapper().refine is False
+
+
+def test_fitted_attributes_delegation_and_repeatability():
     Xs, Ys, pool, perm = _pools(n=300)
     boot = AnchorBootstrapper(LinearAligner(alpha=1e-3), n_anchors=60, random_state=0)
     boot.fit(Xs, Ys, unpaired=pool)
@@ -66,7 +166,10 @@ def test_fitted_attributes_and_delegation():
     np.testing.assert_array_equal(boot.transform(pool.X[:5]), boot.estimator_.transform(pool.X[:5]))
     assert boot.score(Xs, Ys) == boot.estimator_.score(Xs, Ys)
     same = AnchorBootstrapper(LinearAligner(alpha=1e-3), n_anchors=60, random_state=0)
-    np.testing.assert_array_equal(same.fit(Xs, Ys, unpaired=pool).anchor_pairs_, boot.anchor_pairs_)
+    same.fit(Xs, Ys, unpaired=pool)
+    np.testing.assert_array_equal(same.anchor_pairs_, boot.anchor_pairs_)
+    np.testing.assert_array_equal(same.anchor_confidence_, boot.anchor_confidence_)  # bitwise
+    assert same.loss_curve_ == boot.loss_curve_
     loaded = pickle.loads(pickle.dumps(boot))
     np.testing.assert_array_equal(loaded.transform(Xs), boot.transform(Xs))
     given = AnchorBootstrapper(LinearAligner(), anchor_indices=[3, 5, 7], random_state=0)
@@ -77,51 +180,42 @@ def test_fitted_attributes_and_delegation():
 
 def test_without_pool_and_input_errors():
     Xs, Ys, pool, _ = _pools(n=100)
-    boot = AnchorBootstrapper(LinearAligner()).fit(Xs, Ys)
-    assert boot.n_iter_ >= 1 and len(boot.anchors_X_) == 30
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        boot = AnchorBootstrapper(LinearAligner()).fit(Xs, Ys)
+    assert boot.n_iter_ >= 1 and len(boot.anchors_X_) >= 15
     with pytest.raises(ValueError, match="UnpairedPool"):
         AnchorBootstrapper().fit(Xs, Ys, unpaired=pool.X)
     with pytest.raises(ValueError, match="features"):
         AnchorBootstrapper().fit(Xs[:, :8], Ys, unpaired=pool)
     with pytest.raises(ValueError, match="anchor_indices"):
         AnchorBootstrapper(anchor_indices=[1000]).fit(Xs, Ys, unpaired=pool)
+    with pytest.raises(ValueError, match="anchor_indices"):
+        AnchorBootstrapper(anchor_indices=[[1, 2]]).fit(Xs, Ys, unpaired=pool)
     with pytest.raises(ValueError, match="n_samples = 1"):
         AnchorBootstrapper().fit(Xs[:1], Ys[:1], unpaired=pool)
+    with pytest.raises(ValueError, match="correspondence"):
+        AnchorBootstrapper(correspondence="hungarian").fit(Xs, Ys, unpaired=pool)
+    with pytest.raises(ValueError, match="fit and transform"):
+        AnchorBootstrapper(estimator=object()).fit(Xs, Ys, unpaired=pool)
+    with pytest.raises(ValueError, match="NaN"):
+        AnchorBootstrapper().fit(Xs, Ys, unpaired=UnpairedPool(X=np.full((5, 16), np.nan)))
 
 
-def test_grid_search_over_both_levels():
-    Xs, Ys, pool, _ = _pools(n=200)
-    X, Y = make_paired_spaces(n_samples=215, n_features=16, noise=0.1, random_state=0)
+def test_grid_search_picks_the_rounds_that_find_the_pairs(real):
+    """Cross-validated over the seed pairs, the search prefers self-learning rounds to one shot."""
+    Xs, Ys, pool, perm, _, _ = real
     search = GridSearchCV(
-        AnchorBootstrapper(n_anchors=40, random_state=0),
-        {"sinkhorn_reg": [1e-2, 1e-1], "estimator__pruning_threshold": [0.0, 0.1]}, cv=3,
+        AnchorBootstrapper(n_anchors=200, random_state=0),
+        {"max_rounds": [1, 10], "estimator__scale": [False, True]}, cv=3,
     )
-    search.fit(X[:15], Y[:15], unpaired=pool)
-    assert isinstance(search.best_estimator_.estimator_, InverseRelativeProjector)
-    assert len(search.cv_results_["params"]) == 4
-
-
-def test_irp_with_discovered_anchors_translates_like_ground_truth():
-    d = 32
-    X, Y = make_paired_spaces(n_samples=1515, n_features=d, relation="orthogonal", noise=0.05,
-                              random_state=3)
-    perm = np.random.default_rng(3).permutation(1000)
-    pool = UnpairedPool(X=X[15:1015], y=Y[15:1015][perm])
-    X_test, Y_test = X[1015:], Y[1015:]
-    boot = AnchorBootstrapper(n_anchors=300, random_state=0).fit(X[:15], Y[:15], unpaired=pool)
-    assert isinstance(boot.estimator_, InverseRelativeProjector)
-    ao = boot.score(X_test, Y_test)
-    src = boot.anchor_pairs_[:, 0]
-    gt = InverseRelativeProjector().fit(np.vstack([X[:15], pool.X[src]]),
-                                        np.vstack([Y[:15], Y[15:1015][src]]))
-    seed = InverseRelativeProjector().fit(X[:15], Y[:15])
-    print(f"held-out cosine: AO {ao:.4f}  GT {gt.score(X_test, Y_test):.4f}  "
-          f"seed-only {seed.score(X_test, Y_test):.4f}  exact pairs {_rate(boot, perm):.3f}")
-    assert ao >= gt.score(X_test, Y_test) - 0.02
-    assert ao > seed.score(X_test, Y_test) + 0.05
-
-
-def test_benchmark_smoke(load_benchmark):
-    bench = load_benchmark("bench_bootstrap")
-    rows = bench.run(300, 40, 5, 5)
-    assert len(rows) == 2 and rows[0][5] > 0.9  # exact-pair rate of the bootstrapper
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        search.fit(Xs, Ys, unpaired=pool)
+    assert search.best_params_["max_rounds"] == 10
+    best = search.best_estimator_
+    assert isinstance(best.estimator_, ProcrustesAligner)
+    assert _rate(best, perm) >= 0.9
+    scores = search.cv_results_["mean_test_score"]
+    one = np.array(search.cv_results_["param_max_rounds"]) == 1
+    assert scores[~one].min() > scores[one].max()

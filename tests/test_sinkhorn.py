@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from skalign._backend import NumericalError
-from skalign._sinkhorn import DenseCost, FeatureCost, SparseCost, knn_support, sinkhorn_log
+from skalign._sinkhorn import (DenseCost, FeatureCost, InnerProductCost, SparseCost, knn_support,
+                               sinkhorn_log)
 
 
 def _points(n, m, p=5, seed=0, dtype=torch.float64):
@@ -126,3 +127,21 @@ def test_clear_errors():
         sinkhorn_log(C, 0.0)
     with pytest.raises(ValueError, match="masses"):
         sinkhorn_log(C, 1.0, a=torch.full((30,), 1.0, dtype=torch.float64))
+
+
+def test_inner_product_cost_in_chunks_and_sparse_equal_dense():
+    """C = 1 − U Vᵀ (cosine cost): chunked is exact, the full k-NN support too."""
+    U, V = _points(50, 35)
+    U, V = U / U.norm(dim=1, keepdim=True), V / V.norm(dim=1, keepdim=True)
+    C = 1 - U @ V.T
+    reg = 0.05 * float(C.median())
+    dense = sinkhorn_log(C, reg, tol=1e-10, max_iter=20000)
+    chunked = sinkhorn_log(InnerProductCost(U, V, chunk_size=6), reg, tol=1e-10, max_iter=20000)
+    assert float((dense.plan() - chunked.plan()).abs().sum()) < 1e-7
+    assert torch.equal(dense.row_argmax(), chunked.row_argmax())
+    assert torch.equal(dense.col_argmax(), chunked.col_argmax())
+    assert chunked.cost.max_cost() >= float(C.max())
+    full = knn_support(U, V, n_neighbors=100, inner_product=True)
+    torch.testing.assert_close(full.cost, C[full.rows, full.cols])
+    P = sinkhorn_log(full, reg, tol=1e-10, max_iter=20000).plan()
+    assert float((P - dense.plan()).abs().sum()) < 1e-7
