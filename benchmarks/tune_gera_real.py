@@ -118,10 +118,12 @@ def main(argv=None):
                     v = np.array([c[m] for c in cells])
                     print(f"  {m:<28} {v.mean():.3f} ± {v.std():.3f}   "
                           f"[{' '.join(f'{x:.3f}' for x in v)}]", flush=True)
+            fit_s = np.mean([c["GeRA fit s"] for c in cells])
             print(f"  ridge LOO alphas: {[round(c['ridge LOO alpha'], 3) for c in cells]}; "
-                  f"GeRA defaults fit {np.mean([c['GeRA fit s'] for c in cells]):.1f} s", flush=True)
+                  f"GeRA defaults fit {fit_s:.1f} s", flush=True)
             if "GeRA best setting" in cells[0]:
-                print(f"  GeRA best settings: {[c['GeRA best setting'] for c in cells]}", flush=True)
+                settings = [c["GeRA best setting"] for c in cells]
+                print(f"  GeRA best settings: {settings}", flush=True)
     if args.csv:
         keys = sorted({k for r in rows for k in r}, key=lambda k: (k not in rows[0], k))
         with open(args.csv, "w", newline="") as f:

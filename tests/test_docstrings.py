@@ -1,7 +1,8 @@
 """numpydoc validation of the public API, and documented defaults that match the signatures.
 
 Every public class and function of ``skalign`` (the ``__all__`` of the package and of its public
-submodules) and every public method they define is validated with :func:`numpydoc.validate.validate`.
+submodules) and every public method they define is validated with
+:func:`numpydoc.validate.validate`.
 Methods inherited from scikit-learn are not checked (their docstrings are scikit-learn's); a method
 inherited from another skalign class is checked once, under the class that defines it.
 """
@@ -137,7 +138,8 @@ def test_the_public_api_is_found():
 
 
 @pytest.mark.filterwarnings("ignore:Unknown section")
-@pytest.mark.parametrize("path,key", [(p, k) for p, k, _ in OBJECTS], ids=[k for _, k, _ in OBJECTS])
+@pytest.mark.parametrize("path,key", [(p, k) for p, k, _ in OBJECTS],
+                         ids=[k for _, k, _ in OBJECTS])
 def test_numpydoc_validation(path, key):
     result = numpydoc_validate.validate(path)
     allowed = IGNORED_CODES | KNOWN_FAILURES.get(key, set())
