@@ -134,19 +134,21 @@ def iter_batches(n_rows: int, batch_size: int):
         yield slice(start, min(start + batch_size, n_rows))
 
 
-def apply_in_batches(fn, X, *, device, batch_size=None, n_outputs=None, out_dtype=np.float32):
+def apply_in_batches(fn, X, *, device, batch_size=None, n_outputs=None, out_dtype=np.float32,
+                     dtype=COMPUTE_DTYPE):
     """Apply the row-independent ``fn`` (tensor → tensor) to ``X`` batch by batch.
 
-    ``X`` may be a numpy array or a tensor. Each batch is moved to ``device`` in float32, processed
-    and copied back into a preallocated numpy output, so peak memory is bounded by the batch size
-    whatever the number of rows.
+    ``X`` may be a numpy array or a tensor. Each batch is moved to ``device`` in ``dtype``
+    (float32 unless told otherwise), processed and copied back into a preallocated numpy output of
+    ``out_dtype``, so peak memory is bounded by the batch size whatever the number of rows.
     """
     n_rows, n_features = X.shape
     if batch_size is None:
-        batch_size = default_batch_size(n_features, n_outputs or n_features)
+        itemsize = torch.finfo(dtype).bits // 8
+        batch_size = default_batch_size(n_features, n_outputs or n_features, itemsize)
     out = None
     for rows in iter_batches(n_rows, batch_size):
-        res = fn(to_tensor(X[rows], device))
+        res = fn(to_tensor(X[rows], device, dtype))
         if out is None:
             out = np.empty((n_rows,) + tuple(res.shape[1:]), dtype=out_dtype)
         out[rows] = to_numpy(res)
@@ -155,13 +157,15 @@ def apply_in_batches(fn, X, *, device, batch_size=None, n_outputs=None, out_dtyp
     return out
 
 
-def affine_fn(W, mean_in, mean_out, device):
+def affine_fn(W, mean_in, mean_out, device, dtype=None):
     """A batch function ``B ↦ (B − mean_in) W + mean_out`` with its operands moved to ``device`` once.
 
     ``W``, ``mean_in`` and ``mean_out`` are the fitted numpy arrays; used by every aligner whose
-    ``transform`` is an affine map.
+    ``transform`` is an affine map. ``dtype`` (default :data:`COMPUTE_DTYPE`) is the dtype of the
+    batches it will be given.
     """
-    W, mi, mo = to_tensor(W, device), to_tensor(mean_in, device), to_tensor(mean_out, device)
+    dtype = COMPUTE_DTYPE if dtype is None else dtype
+    W, mi, mo = (to_tensor(A, device, dtype) for A in (W, mean_in, mean_out))
     return lambda B: torch.addmm(mo, B - mi, W)
 
 

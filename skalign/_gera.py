@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from sklearn.exceptions import ConvergenceWarning
 
 from ._backend import (
-    SOLVE_DTYPE, NumericalError, check_finite, make_generator, polar, row_normalize, to_numpy,
+    SOLVE_DTYPE, NumericalError, check_finite, make_generator, row_normalize, to_numpy,
     to_tensor,
 )
 from ._compat import Interval, StrOptions, _fit_context
@@ -25,6 +25,7 @@ _KERNELS = ("heat", "linear", "squared", "inverse")
 _DIVERGENCES = ("kl", "js", "frobenius")
 _LOG_FLOOR = 1e-30  # probabilities below this are treated as 0 inside logarithms
 _VALIDATION_GALLERY = 4096  # max. training pairs used as distractors for the validation loss
+_MIN_VALIDATION_PAIRS = 50  # fewer validation pairs than this: early stopping is turned off
 
 
 # ------------------------------------------------------------------------------ maps
@@ -43,9 +44,10 @@ def _forward(params, U):
     return row_normalize(Z)
 
 
-def _initial_params(U, k, *, init, mapping, hidden_size, generator):
+def _initial_params(U, k, *, init, mapping, hidden_size, generator, coef=None):
     """Initial parameters of one map.
 
+    ``coef`` given (``init="procrustes"``, see :func:`_procrustes_factors`): the map starts there.
     ``init="pca"``: the top-``k`` principal directions of the preprocessed pool (orthonormal
     columns; when ``k > d`` an isometric embedding padded with zero columns), so the map starts as
     close to an isometry as its width allows. ``init="random"``: the orthonormal polar factor of a
@@ -53,7 +55,9 @@ def _initial_params(U, k, *, init, mapping, hidden_size, generator):
     """
     d = U.shape[1]
     dev = U.device
-    if init in ("pca", "procrustes"):
+    if coef is not None:
+        W = coef
+    elif init == "pca":
         U64 = U.to(SOLVE_DTYPE)
         _, vecs = torch.linalg.eigh(U64.T @ U64)
         V = vecs.flip(-1)  # descending eigenvalues
@@ -70,6 +74,28 @@ def _initial_params(U, k, *, init, mapping, hidden_size, generator):
         params["hidden_intercept"] = U.new_zeros(hidden_size)
         params["output_coef"] = U.new_zeros(hidden_size, k)
     return params
+
+
+def _procrustes_factors(Ux, Uy, k):
+    r"""Initial coefficients ``(F, G)`` of the two maps with :math:`F G^\top` = Procrustes.
+
+    With the full SVD :math:`U_x^\top U_y = P \Sigma Q^\top` of the paired rows'
+    cross-covariance, the orthogonal Procrustes map is :math:`W = P_r Q_r^\top` with
+    :math:`r = \min(d_x, d_y)`. ``F`` holds the first ``k`` columns of ``P`` and ``G`` the first
+    ``k`` of ``Q`` (zero columns where a space is narrower than ``k``), so for ``k >= r`` the
+    shared-space similarity :math:`f(u_x) \cdot g(u_y) \propto u_x F G^\top u_y^\top = u_x W
+    u_y^\top` is exactly Procrustes' (for ``k < r``, its best rank-``k`` part), and both maps are
+    isometries of the columns they keep.
+    """
+    M = Ux.to(SOLVE_DTYPE).T @ Uy.to(SOLVE_DTYPE)
+    P, _, Qh = torch.linalg.svd(M, full_matrices=True)
+    Q = Qh.mT
+
+    def first(V):
+        V = V[:, :k]
+        return torch.cat([V, V.new_zeros(V.shape[0], k - V.shape[1])], 1) if V.shape[1] < k else V
+
+    return first(P).to(Ux.dtype), first(Q).to(Uy.dtype)
 
 
 # -------------------------------------------------------------------------- losses
@@ -211,17 +237,32 @@ class GeRAAligner(SharedSpaceMixin, BaseAligner):
     median squared neighbour distance of each space, measured per batch. ``alpha=0`` is the
     contrastive-only baseline (no graph is built).
 
+    Defaults (chosen on real sentence-encoder embeddings, ``benchmarks/tune_gera_real.py``):
+    training starts from the orthogonal Procrustes solution of the pairs (``init="procrustes"``)
+    and runs a fixed budget of ``max_iter=20`` epochs of Adam at ``learning_rate=1e-2`` with
+    ``temperature=0.5``, without early stopping. With 25–100 pairs this contrastive fine-tuning
+    raised held-out top-1 far above Procrustes and leave-one-out-tuned ridge on both encoder pairs
+    tried (e.g. 0.79 against 0.45 and 0.39 with 50 MiniLM → MPNet pairs); with 300–1,000
+    MiniLM → MPNet pairs it ends about 1 point below its own Procrustes start and 0.5 below
+    :class:`ProcrustesAligner`. ``alpha`` defaults to ``0``: on those encoders the geometric term
+    changed held-out top-1 by less than 1 point from 50 pairs on (at best +0.7 with 300 pairs) and
+    cost 5 points with 25 MiniLM → MPNet pairs. Turn it on (``alpha`` ≈ 1–10) and compare by
+    cross-validation where the encoders' neighbourhoods are known to carry the structure to
+    transfer, or with ``init="pca"``/``"random"``.
+
     Parameters
     ----------
     n_components : int, default=None
         Width ``k`` of the shared space; ``None`` uses ``min(n_features_in, n_features_out)``.
-    alpha : float, default=1.0
-        Weight of the geometric term. ``0`` gives plain contrastive alignment.
+    alpha : float, default=0.0
+        Weight of the geometric term. ``0`` (default) gives plain contrastive alignment.
     n_neighbors : int, default=10
         ``K`` of the nearest-neighbour graphs (clipped to the pool size minus one in
         ``n_neighbors_``).
     kernel : {"heat", "linear", "squared", "inverse"}, default="heat"
+        Kernel :math:`\kappa` of the diffusion operators.
     divergence : {"kl", "js", "frobenius"}, default="kl"
+        Row-wise divergence between the original and the aligned operators.
     mode : {"local", "batch"}, default="local"
         ``"local"``: one ``(K+1) × (K+1)`` operator per anchor over the anchor and its K nearest
         neighbours in the whole pool (graph built once, block-wise). ``"batch"``: one operator over
@@ -236,38 +277,57 @@ class GeRAAligner(SharedSpaceMixin, BaseAligner):
         Compare the operators' powers :math:`P^t`.
     bandwidth : "median" or float, default="median"
         :math:`\varepsilon` of the heat and inverse kernels; a float fixes it for both spaces.
-    temperature : float, default=0.07
-        Contrastive temperature :math:`\tau`.
+    temperature : float, default=0.5
+        Contrastive temperature :math:`\tau`. CLIP's ``0.07`` separates a few dozen pairs
+        perfectly from the first step, so the loss gives almost no signal and the maps drift; a
+        softer ``0.2``–``0.5`` keeps the gradient informative.
     learn_temperature : bool, default=False
         Learn :math:`\log(1/\tau)` (clamped at ``log 100``) with the maps.
     mapping : {"linear", "mlp"}, default="linear"
         ``"mlp"`` adds a one-hidden-layer GELU branch (initialised to output 0) to the linear map.
     hidden_size : int, default=128
         Width of the MLP branch.
-    init : {"pca", "random"}, default="pca"
-        Start each map at its space's principal directions or at a random orthonormal map.
+    init : {"procrustes", "pca", "random"}, default="procrustes"
+        ``"procrustes"``: with the SVD :math:`U_x^\top U_y = P \Sigma Q^\top` of the
+        preprocessed training pairs, :math:`f` starts at :math:`P` and :math:`g` at :math:`Q`
+        (first ``n_components`` columns), so that :math:`f(u_x)\cdot g(u_y) \propto u_x P Q^\top
+        u_y^\top` — the orthogonal Procrustes map :math:`W = PQ^\top` of the pairs — at
+        iteration 0. ``"pca"``: each map at its space's principal directions (not aligned).
+        ``"random"``: a random orthonormal map.
     learning_rate : float, default=1e-2
         Adam step size.
     pair_batch_size : int, default=256
         Pairs per mini-batch (clipped to the number of training pairs).
-    max_iter : int, default=200
-        Maximum number of epochs (passes over the training pairs).
-    tol : float, default=1e-4
+    max_iter : int, default=20
+        Number of epochs (passes over the training pairs); with ``tol=None`` and no early stopping
+        exactly this many run. With few pairs an epoch is one Adam step, and the held-out
+        retrieval of the contrastive fine-tuning peaks after 10–40 of them and then declines as
+        the maps overfit the pairs, so the default is a fixed budget rather than a convergence cap.
+    tol : float, default=None
         Minimum improvement of the monitored loss (validation loss with ``early_stopping``, training
-        loss otherwise).
+        loss otherwise); training stops after ``n_iter_no_change`` epochs without it, and a
+        :class:`~sklearn.exceptions.ConvergenceWarning` is raised when ``max_iter`` comes first.
+        ``None``: no convergence test (a fixed budget of ``max_iter`` epochs, no warning; with
+        early stopping, any improvement counts).
     n_iter_no_change : int, default=10
         Epochs without improvement before stopping.
-    early_stopping : bool, default=True
+    early_stopping : bool, default=False
         Hold out ``validation_fraction`` of the pairs, monitor their contrastive loss against up
-        to 4096 training targets, stop when it stalls and keep the best epoch's maps. Disabled
-        automatically when fewer than two pairs would remain for training.
+        to 4096 training targets, stop when it stalls and keep the best epoch's maps. Needs at
+        least 50 validation pairs (500 pairs at the default fraction): with fewer, a
+        :class:`UserWarning` is raised and training runs for ``max_iter`` epochs, because a
+        validation loss over a handful of pairs stops at noise.
     validation_fraction : float, default=0.1
+        Fraction of the pairs held out for early stopping.
     random_state : int, RandomState instance or None, default=None
         Seeds the local torch generator (initialisation, batches, anchors, validation split).
     verbose : int, default=0
+        ``1`` prints the loss every ``max_iter // 10`` epochs, ``2`` every epoch.
     device : {"cpu", "cuda", "auto"} or torch.device, default="cpu"
+        Where training and the transforms run.
     batch_size : int, default=None
-        Rows per batch in :meth:`transform` and :meth:`transform_target`.
+        Rows per batch in :meth:`transform` and :meth:`transform_target`. Training always runs in
+        float32; the transforms compute in float64 for float64 input.
 
     Attributes
     ----------
@@ -298,8 +358,9 @@ class GeRAAligner(SharedSpaceMixin, BaseAligner):
 
     See Also
     --------
-    ASIFAligner : training-free relative-representation baseline.
-    ProcrustesAligner : closed-form isometry from pairs only.
+    ASIFAligner : Training-free relative-representation baseline.
+    ProcrustesAligner : Closed-form isometry from pairs only (GeRA's starting point).
+    LinearAligner : Ridge map with a leave-one-out penalty, the strong pair-only baseline.
 
     References
     ----------
@@ -344,7 +405,7 @@ class GeRAAligner(SharedSpaceMixin, BaseAligner):
         "learning_rate": [Interval(Real, 0, None, closed="neither")],
         "pair_batch_size": [Interval(Integral, 2, None, closed="left")],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
-        "tol": [Interval(Real, 0, None, closed="left")],
+        "tol": [Interval(Real, 0, None, closed="left"), None],
         "n_iter_no_change": [Interval(Integral, 1, None, closed="left")],
         "early_stopping": ["boolean"],
         "validation_fraction": [Interval(Real, 0, 1, closed="neither")],
@@ -352,11 +413,11 @@ class GeRAAligner(SharedSpaceMixin, BaseAligner):
         "verbose": ["verbose"],
     }
 
-    def __init__(self, *, n_components=None, alpha=1.0, n_neighbors=10, kernel="heat",
+    def __init__(self, *, n_components=None, alpha=0.0, n_neighbors=10, kernel="heat",
                  divergence="kl", mode="local", n_anchors=None, diffusion_steps=1,
-                 bandwidth="median", temperature=0.07, learn_temperature=False, mapping="linear",
+                 bandwidth="median", temperature=0.5, learn_temperature=False, mapping="linear",
                  hidden_size=128, init="procrustes", learning_rate=1e-2, pair_batch_size=256,
-                 max_iter=200, tol=1e-4, n_iter_no_change=10, early_stopping=True,
+                 max_iter=20, tol=None, n_iter_no_change=10, early_stopping=False,
                  validation_fraction=0.1, random_state=None, verbose=0, device="cpu",
                  batch_size=None):
         self.n_components = n_components
@@ -403,6 +464,7 @@ class GeRAAligner(SharedSpaceMixin, BaseAligner):
         Returns
         -------
         self : GeRAAligner
+            The fitted aligner.
         """
         X, y = self._validate_pair(X, y)
         pool = check_unpaired(unpaired, X.shape[1], y.shape[1])
@@ -415,7 +477,13 @@ class GeRAAligner(SharedSpaceMixin, BaseAligner):
 
         perm = torch.randperm(n, generator=gen, device=dev)
         n_val = math.ceil(self.validation_fraction * n) if self.early_stopping else 0
-        if n - n_val < 2:
+        if n_val and (n_val < _MIN_VALIDATION_PAIRS or n - n_val < 2):
+            warnings.warn(
+                f"{type(self).__name__}: early stopping needs at least {_MIN_VALIDATION_PAIRS} "
+                f"validation pairs, but validation_fraction={self.validation_fraction} of {n} "
+                f"pairs gives {n_val}; a validation loss on so few pairs stops at noise. Training "
+                f"runs for max_iter={self.max_iter} epochs instead.", UserWarning, stacklevel=2,
+            )
             n_val = 0
         val_idx, train_idx = perm[:n_val], perm[n_val:]
 
@@ -437,13 +505,11 @@ class GeRAAligner(SharedSpaceMixin, BaseAligner):
         k = self.n_components_
         init_kw = dict(init=self.init, mapping=self.mapping, hidden_size=self.hidden_size,
                        generator=gen)
-        fp = _initial_params(Ux, k, **init_kw)
-        gp = _initial_params(Uy, k, **init_kw)
-        if self.init == "procrustes":
-            # g starts as the isometry that best sends the training pairs onto f's images
-            n_tr = len(train_idx)
-            M = Uy[:n_tr].to(SOLVE_DTYPE).T @ (Ux[:n_tr] @ fp["coef"]).to(SOLVE_DTYPE)
-            gp["coef"] = polar(M).to(Uy.dtype)
+        coefs = (None, None)
+        if self.init == "procrustes":  # training pairs = the first rows of the pools
+            coefs = _procrustes_factors(Ux[:len(train_idx)], Uy[:len(train_idx)], k)
+        fp = _initial_params(Ux, k, coef=coefs[0], **init_kw)
+        gp = _initial_params(Uy, k, coef=coefs[1], **init_kw)
         log_scale = torch.tensor(math.log(1.0 / self.temperature), device=dev)
         leaves = list(fp.values()) + list(gp.values())
         if self.learn_temperature:
@@ -455,7 +521,7 @@ class GeRAAligner(SharedSpaceMixin, BaseAligner):
         trainer = _Trainer(self, len(train_idx), Ux, Uy, graphs, fp, gp, log_scale, gen)
         history = LossHistory(
             type(self).__name__, max_iter=self.max_iter,
-            tol=None if n_val else self.tol, n_iter_no_change=self.n_iter_no_change,
+            tol=None if n_val else self.tol, n_iter_no_change=self.n_iter_no_change,  # None: budget
             verbose=self.verbose,
             divergence_hint="Lower learning_rate (or alpha, or raise temperature).",
         )
@@ -473,7 +539,8 @@ class GeRAAligner(SharedSpaceMixin, BaseAligner):
                 score = _validation_loss(fp, gp, log_scale, Vx, Vy, gallery)
                 check_finite(score, what="the validation loss", hint="Lower learning_rate.")
                 val_curve.append(score)
-                if not math.isfinite(best) or score < best - self.tol * max(abs(best), 1.0):
+                tol = self.tol or 0.0
+                if not math.isfinite(best) or score < best - tol * max(abs(best), 1.0):
                     best, stall = score, 0
                     best_state = [t.detach().clone() for t in leaves]
                 else:
@@ -481,7 +548,7 @@ class GeRAAligner(SharedSpaceMixin, BaseAligner):
                 if stall >= self.n_iter_no_change:
                     break
         else:
-            if n_val:
+            if n_val and self.tol is not None:
                 warnings.warn(
                     f"{type(self).__name__}: the validation loss was still improving after "
                     f"max_iter={self.max_iter} epochs; increase max_iter.",
@@ -504,16 +571,16 @@ class GeRAAligner(SharedSpaceMixin, BaseAligner):
         return self
 
     # ------------------------------------------------------------------------- transform
-    def _map_fn(self, params, mean, device):
-        P = {name: to_tensor(a, device) for name, a in params.items()}
-        mu = to_tensor(mean, device)
+    def _map_fn(self, params, mean, device, dtype):
+        P = {name: to_tensor(a, device, dtype) for name, a in params.items()}
+        mu = to_tensor(mean, device, dtype)
         return lambda B: _forward(P, _preprocess(B, mu))
 
-    def _transform_fn(self, device):
-        return self._map_fn(self.source_params_, self.source_mean_, device)
+    def _transform_fn(self, device, dtype=torch.float32):
+        return self._map_fn(self.source_params_, self.source_mean_, device, dtype)
 
-    def _target_transform_fn(self, device):
-        return self._map_fn(self.target_params_, self.target_mean_, device)
+    def _target_transform_fn(self, device, dtype=torch.float32):
+        return self._map_fn(self.target_params_, self.target_mean_, device, dtype)
 
 
 #: inputs and outputs of the maps are unit vectors, so healthy weights stay O(1)–O(100); the

@@ -56,7 +56,7 @@ class ProcrustesAligner(BaseAligner):
 
     See Also
     --------
-    LinearAligner : unconstrained (ridge) affine map.
+    LinearAligner : Unconstrained (ridge) affine map.
 
     References
     ----------
@@ -98,6 +98,7 @@ class ProcrustesAligner(BaseAligner):
         Returns
         -------
         self : ProcrustesAligner
+            The fitted aligner.
         """
         X, y = self._validate_pair(X, y)
         Xc, Yc, mx, my = self._centered_pair_tensors(X, y, center=self.center)
@@ -113,15 +114,22 @@ class ProcrustesAligner(BaseAligner):
         self.mean_out_ = to_numpy(my)
         return self
 
-    def _transform_fn(self, device):
-        return affine_fn(self.components_ * self.scale_, self.mean_in_, self.mean_out_, device)
+    def _transform_fn(self, device, dtype=None):
+        return affine_fn(self.components_ * self.scale_, self.mean_in_, self.mean_out_, device,
+                         dtype=dtype)
 
-    def _inverse_transform_fn(self, device):
+    def _inverse_transform_fn(self, device, dtype=None):
         inverse = self.components_.T / (self.scale_ if self.scale_ else 1.0)
-        return affine_fn(inverse, self.mean_out_, self.mean_in_, device)
+        return affine_fn(inverse, self.mean_out_, self.mean_in_, device, dtype=dtype)
 
     def orthogonality_error(self):
-        """‖WᵀW − I‖_F (or ‖WWᵀ − I‖_F for a wide map) of the fitted map, in float64."""
+        r"""Distance of the fitted map from orthogonality, in float64.
+
+        Returns
+        -------
+        error : float
+            :math:`\|W^\top W - I\|_F` (or :math:`\|W W^\top - I\|_F` for a wide map).
+        """
         W = self.components_
         G = W.T @ W if W.shape[0] >= W.shape[1] else W @ W.T
         return float(np.linalg.norm(G - np.eye(len(G))))

@@ -10,6 +10,7 @@ with no wrapper. Unpaired collections enter whole through ``unpaired=UnpairedPoo
 
 from __future__ import annotations
 
+import inspect
 from numbers import Integral
 
 import numpy as np
@@ -19,7 +20,10 @@ from sklearn.utils import check_array
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import FLOAT_DTYPES, check_is_fitted
 
-from ._backend import SOLVE_DTYPE, apply_in_batches, as_numpy, resolve_device, to_tensor, transform_device
+from ._backend import (
+    COMPUTE_DTYPE, SOLVE_DTYPE, apply_in_batches, as_numpy, resolve_device, to_tensor,
+    transform_device,
+)
 from ._compat import Interval, validate_data
 
 __all__ = [
@@ -252,14 +256,26 @@ class BaseAligner(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
 
     # --------------------------------------------------------------------------- transform
     def _transform_fn(self, device):
-        """Return ``fn(batch: Tensor) -> Tensor`` applying the fitted map on ``device``."""
+        """Return ``fn(batch: Tensor) -> Tensor`` applying the fitted map on ``device``.
+
+        A factory that also takes a ``dtype`` keyword receives the input's dtype (float64 for
+        float64 input, float32 otherwise) and must compute in it; one that does not is fed float32.
+        """
         raise NotImplementedError
 
     def _apply(self, fn_factory, X, n_outputs):
+        # float64 in, float64 computed: a factory that takes ``dtype`` builds its operands in the
+        # input's dtype (float64 for float64 input, float32 otherwise); others compute in float32
         device = transform_device(getattr(self, "device_", None), X)
+        out_dtype = _output_dtype(X)
+        if "dtype" in inspect.signature(fn_factory).parameters:
+            dtype = torch.float64 if out_dtype == np.float64 else COMPUTE_DTYPE
+            fn = fn_factory(device, dtype=dtype)
+        else:
+            dtype, fn = COMPUTE_DTYPE, fn_factory(device)
         return apply_in_batches(
-            fn_factory(device), X, device=device, batch_size=self.batch_size,
-            n_outputs=n_outputs, out_dtype=_output_dtype(X),
+            fn, X, device=device, batch_size=self.batch_size, n_outputs=n_outputs,
+            out_dtype=out_dtype, dtype=dtype,
         )
 
     def transform(self, X):

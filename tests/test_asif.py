@@ -34,12 +34,14 @@ def reference(Q, anchors, k, p):
 def test_matches_brute_force(k, p):
     X = clustered(n=300, d=6)
     Y = np.tanh(X @ np.random.default_rng(1).standard_normal((6, 9)))
-    est = ASIFAligner(n_nonzero=k, exponent=p).fit(X[:100], Y[:100])
+    est = ASIFAligner(n_nonzero=k, exponent=p, center=False).fit(X[:100], Y[:100])
     assert est.n_nonzero_ == min(k, 100) and est.n_components_ == 100
+    # float64 in, float64 computed: equal to the float64 reference to rounding
     np.testing.assert_allclose(est.transform(X[100:]), reference(X[100:], X[:100], min(k, 100), p),
-                               atol=1e-6)
+                               atol=1e-12)
     np.testing.assert_allclose(est.transform_target(Y[100:]),
-                               reference(Y[100:], Y[:100], min(k, 100), p), atol=1e-6)
+                               reference(Y[100:], Y[:100], min(k, 100), p), atol=1e-12)
+    assert est.anchors_source_.dtype == np.float64
     assert ((est.transform(X[100:]) != 0).sum(1) <= min(k, 100)).all()
     assert est.n_nonzero == k  # the parameter is never modified
 
@@ -68,7 +70,7 @@ def test_exponent_sharpens_and_center_option():
     # center=True is exactly the original method on anchor-centred embeddings
     mx, my = X[:200].mean(0), Y[:200].mean(0)
     centred = ASIFAligner(n_nonzero=50, center=True).fit(X[:200], Y[:200])
-    manual = ASIFAligner(n_nonzero=50).fit(X[:200] - mx, Y[:200] - my)
+    manual = ASIFAligner(n_nonzero=50, center=False).fit(X[:200] - mx, Y[:200] - my)
     np.testing.assert_allclose(centred.transform(X[200:]), manual.transform(X[200:] - mx), atol=1e-5)
     np.testing.assert_allclose(centred.mean_target_, my, rtol=1e-5)
 
@@ -94,3 +96,16 @@ def test_grid_search_picks_enough_nonzeros():
     assert grid.best_params_["n_nonzero"] == 300
     scores = grid.cv_results_["mean_test_score"]
     assert scores[1] > scores[0] + 0.2
+
+
+def test_defaults_on_real_embeddings():
+    """Vendored MiniLM/MPNet subset, 300 anchors: the defaults (p = 1, centred) against p = 8."""
+    from skalign.datasets import load_docstring_embeddings
+
+    data = load_docstring_embeddings()
+    A, B = data.embeddings["minilm_l6"], data.embeddings["mpnet_base"]
+    perm = np.random.default_rng(0).permutation(len(A))
+    test, pairs = perm[:350], perm[350:650]
+    default = ASIFAligner().fit(A[pairs], B[pairs]).score(A[test], B[test])
+    sharp = ASIFAligner(exponent=8.0).fit(A[pairs], B[pairs]).score(A[test], B[test])
+    assert default > 0.8 and default > sharp + 0.3, (default, sharp)  # chance is 1/350

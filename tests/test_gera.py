@@ -13,9 +13,10 @@ from sklearn import config_context
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import GridSearchCV
 
-from skalign import GeRAAligner, UnpairedPool
+from skalign import GeRAAligner, LinearAligner, ProcrustesAligner, UnpairedPool
 from skalign._gera import _initial_params, _preprocess, contrastive_loss, geometric_term
 from skalign._knn import knn_graph
+from skalign.datasets import load_docstring_embeddings
 from skalign.metrics import top_k_accuracy
 
 
@@ -132,7 +133,7 @@ def test_alpha_zero_is_plain_contrastive_training():
     X, Y, _ = clustered_pairs(n=260, d=6)
     pairs, pool = slice(0, 60), UnpairedPool(X=X[60:], y=Y[60:])
     kw = dict(alpha=0.0, init="pca", early_stopping=False, max_iter=30, n_iter_no_change=1000,
-              pair_batch_size=1000, learning_rate=0.05, random_state=0)
+              pair_batch_size=1000, learning_rate=0.05, temperature=0.07, random_state=0)
     est = GeRAAligner(**kw).fit(X[pairs], Y[pairs], unpaired=pool)
     assert est.n_neighbors_ == 0 and est.n_iter_ == 30
 
@@ -194,7 +195,8 @@ def test_geometric_term_helps_with_few_pairs(seed):
     """24 pairs in 16 dimensions + 976 unpaired points; the true relation is a rotation."""
     X, Y, _ = clustered_pairs(seed=seed)
     pool = UnpairedPool(X=X[24:1000], y=Y[24:1000])
-    kw = dict(random_state=0, early_stopping=False, max_iter=300, tol=0.0)
+    # CLIP's temperature and a long run: the regime where contrastive training alone overfits
+    kw = dict(random_state=0, temperature=0.07, max_iter=300, tol=0.0)
     plain = GeRAAligner(alpha=0.0, **kw).fit(X[:24], Y[:24], unpaired=pool)
     gera = GeRAAligner(alpha=100.0, **kw).fit(X[:24], Y[:24], unpaired=pool)
     acc_plain, acc_gera = plain.score(X[1000:], Y[1000:]), gera.score(X[1000:], Y[1000:])
@@ -270,12 +272,12 @@ def test_grid_search_with_metadata_routing():
 
 def test_n_neighbors_is_clipped_without_changing_the_parameter():
     X, Y, _ = clustered_pairs(n=30, d=4)
-    est = GeRAAligner(n_neighbors=50, max_iter=3, random_state=0)
+    est = GeRAAligner(alpha=1.0, n_neighbors=50, max_iter=3, random_state=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         est.fit(X[:10], Y[:10], unpaired=UnpairedPool(X=X[10:15]))
     assert est.n_neighbors == 50
-    assert est.n_neighbors_ == 8  # 9 training pairs + 0 unpaired targets, minus 1
+    assert est.n_neighbors_ == 9  # 10 training pairs + 0 unpaired targets, minus 1
 
 
 # ------------------------------------------------------------------------ fitting mechanics
@@ -294,19 +296,33 @@ def test_reproducible_with_random_state():
 
 def test_history_and_early_stopping():
     X, Y, _ = clustered_pairs(n=600, d=6)
-    est = GeRAAligner(alpha=1.0, random_state=0, max_iter=300, n_iter_no_change=5)
+    est = GeRAAligner(alpha=1.0, random_state=0, max_iter=300, n_iter_no_change=5, tol=1e-4,
+                      early_stopping=True, validation_fraction=0.25, init="pca")
     est.fit(X[:200], Y[:200], unpaired=UnpairedPool(X=X[200:], y=Y[200:]))
     assert 1 <= est.n_iter_ < 300
     assert len(est.loss_curve_) == len(est.validation_scores_) == est.n_iter_
     assert est.best_validation_score_ == min(est.validation_scores_)
     assert est.loss_curve_[-1] < est.loss_curve_[0]
     with pytest.warns(ConvergenceWarning, match="max_iter=2"):
-        GeRAAligner(max_iter=2, random_state=0).fit(X[:50], Y[:50])
-    no_es = GeRAAligner(early_stopping=False, max_iter=4, tol=0.0, random_state=0)
+        GeRAAligner(max_iter=2, tol=1e-4, random_state=0).fit(X[:50], Y[:50])
+    # defaults: a fixed budget of max_iter epochs, no validation split, no warning
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        no_es.fit(X[:50], Y[:50])
-    assert no_es.validation_scores_ is None and no_es.best_validation_score_ is None
+        warnings.simplefilter("error")
+        default = GeRAAligner(random_state=0).fit(X[:50], Y[:50])
+    assert default.n_iter_ == default.max_iter == 20
+    assert default.validation_scores_ is None and default.best_validation_score_ is None
+
+
+def test_no_early_stopping_on_a_handful_of_validation_pairs():
+    """10 % of 200 pairs = 20 validation pairs: too few to stop on; warn and run max_iter."""
+    X, Y, _ = clustered_pairs(n=400, d=6)
+    est = GeRAAligner(early_stopping=True, max_iter=7, random_state=0)
+    with pytest.warns(UserWarning, match="at least 50 validation pairs.*gives 20"):
+        est.fit(X[:200], Y[:200])
+    assert est.n_iter_ == 7 and est.validation_scores_ is None
+    # all 200 pairs were trained on: same maps as without early stopping
+    ref = GeRAAligner(early_stopping=False, max_iter=7, random_state=0).fit(X[:200], Y[:200])
+    np.testing.assert_array_equal(est.source_params_["coef"], ref.source_params_["coef"])
 
 
 def test_verbose_prints_progress(capsys):
@@ -393,3 +409,79 @@ def test_benchmark_runs_quick(load_benchmark):
                         "--repeats", "1"])
     assert {r["variant"] for r in rows} >= {"contrastive only (alpha=0)", "GeRA local"}
     assert all(r["epoch_s"] > 0 and r["peak_mib"] >= 0 for r in rows)
+
+
+# ------------------------------------------------------------------ the Procrustes start
+@pytest.mark.parametrize("d_x,d_y", [(6, 9), (8, 8), (9, 5)])
+def test_procrustes_init_starts_at_the_procrustes_solution(d_x, d_y):
+    """At iteration 0 (one Adam step of 1e-12), f·gᵀ is the Procrustes map of the pairs."""
+    rng = np.random.default_rng(d_x)
+    X = rng.standard_normal((400, d_x)) + 3.0
+    Y = np.tanh(X @ rng.standard_normal((d_x, d_y))) + rng.standard_normal((400, d_y)) * 0.1
+    pool = UnpairedPool(X=X[100:], y=Y[100:])
+    est = GeRAAligner(max_iter=1, learning_rate=1e-12, random_state=0)
+    est.fit(X[:100], Y[:100], unpaired=pool)
+    F, G = est.source_params_["coef"], est.target_params_["coef"]
+    # reference: ProcrustesAligner on the pairs in GeRA's coordinates (pool-centred, unit rows)
+    ux, uy = unit(X[:100] - X.mean(0)), unit(Y[:100] - Y.mean(0))
+    ref = ProcrustesAligner(center=False).fit(ux, uy).components_
+    k = min(d_x, d_y)
+    assert F.shape == (d_x, k) and G.shape == (d_y, k)
+    np.testing.assert_allclose(F @ G.T, ref, atol=1e-5)
+    np.testing.assert_allclose(F.T @ F, np.eye(k), atol=1e-5)  # both maps start as isometries
+    np.testing.assert_allclose(G.T @ G, np.eye(k), atol=1e-5)
+    # negative control: the principal-direction start is not aligned
+    pca = GeRAAligner(init="pca", max_iter=1, learning_rate=1e-12, random_state=0)
+    pca.fit(X[:100], Y[:100], unpaired=pool)
+    assert np.abs(pca.source_params_["coef"] @ pca.target_params_["coef"].T - ref).max() > 0.1
+
+
+def test_float64_transforms_are_computed_in_float64():
+    X, Y, _ = clustered_pairs(n=300, d=6)
+    est = GeRAAligner(max_iter=3, random_state=0).fit(X[:100], Y[:100])
+    Z = est.transform(X[100:])
+    assert Z.dtype == np.float64 and est.transform(X[100:].astype(np.float32)).dtype == np.float32
+    P = est.source_params_
+    u = unit(X[100:] - est.source_mean_)
+    ref = unit(u @ P["coef"].astype(np.float64) + P["intercept"])
+    np.testing.assert_allclose(Z, ref, rtol=0, atol=1e-12)
+    Zy = est.transform_target(Y[100:])
+    Q = est.target_params_
+    ref_y = unit(unit(Y[100:] - est.target_mean_) @ Q["coef"].astype(np.float64) + Q["intercept"])
+    np.testing.assert_allclose(Zy, ref_y, rtol=0, atol=1e-12)
+
+
+# ---------------------------------------------------------------------- real embeddings
+@pytest.fixture(scope="module")
+def real_split():
+    """Vendored MiniLM/MPNet subset: 350 held-out rows, 50 pairs, the other 950 rows unpaired."""
+    data = load_docstring_embeddings()
+    A, B = data.embeddings["minilm_l6"], data.embeddings["mpnet_base"]
+    perm = np.random.default_rng(0).permutation(len(A))
+    test, train = perm[:350], perm[350:]
+    pairs, rest = train[:50], train[50:]
+    pool = UnpairedPool(X=A[rest], y=B[np.random.default_rng(1).permutation(rest)])
+    return A, B, test, train, pairs, pool
+
+
+def test_defaults_beat_tuned_baselines_with_50_real_pairs(real_split):
+    A, B, test, train, pairs, pool = real_split
+    Xte, Yte = A[test], B[test]
+    my = B[train].mean(0)
+
+    def translated(est):
+        return top_k_accuracy(Yte - my, est.fit(A[pairs], B[pairs]).transform(Xte) - my)
+
+    gera = GeRAAligner(random_state=0).fit(A[pairs], B[pairs], unpaired=pool).score(Xte, Yte)
+    ridge = translated(LinearAligner())  # leave-one-out alpha
+    ridge_best = max(translated(LinearAligner(alpha=a)) for a in (0.0, 0.1, 1.0, 10.0))
+    procrustes = translated(ProcrustesAligner())
+    with_term = GeRAAligner(alpha=1.0, random_state=0).fit(A[pairs], B[pairs], unpaired=pool)
+    start = GeRAAligner(max_iter=1, learning_rate=1e-12, random_state=0)
+    start = start.fit(A[pairs], B[pairs], unpaired=pool).score(Xte, Yte)
+    scores = dict(gera=gera, ridge=ridge, ridge_best=ridge_best, procrustes=procrustes,
+                  with_term=with_term.score(Xte, Yte), start=start)
+    assert gera > 100 / len(test), scores  # chance is 1/350
+    assert gera >= ridge + 0.1 and gera >= ridge_best + 0.05 and gera >= procrustes + 0.1, scores
+    assert gera >= start + 0.05, scores  # training improves on its Procrustes start
+    assert gera >= scores["with_term"] - 0.02, scores  # the default alpha=0 is not a loss
