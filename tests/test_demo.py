@@ -12,6 +12,8 @@ from skalign.__main__ import main, run_demo
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 
+pytestmark = pytest.mark.slow  # trains (or loads) the digit encoders and runs the whole demo
+
 
 @pytest.fixture(scope="module")
 def demo():
