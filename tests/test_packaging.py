@@ -56,7 +56,8 @@ def test_ci_stops_at_the_first_failure():
 def test_requires_python_matches_what_is_tested():
     project = PYPROJECT["project"]
     assert project["requires-python"] == ">=3.11"  # tomllib; scipy 1.17 / sklearn 1.9 need 3.11
-    tested = [c for c in project["classifiers"] if c.startswith("Programming Language :: Python :: 3.")]
+    prefix = "Programming Language :: Python :: 3."
+    tested = [c for c in project["classifiers"] if c.startswith(prefix)]
     assert tested == ["Programming Language :: Python :: 3.11"]
 
 
