@@ -26,10 +26,9 @@ import warnings
 
 import numpy as np
 import torch
+from _common import PeakRSS
 
 from skalign.manifold import karcher_mean
-
-from _common import PeakRSS
 
 
 def make_cloud(n, m, d, spread_deg, seed=0):

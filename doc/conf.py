@@ -1,8 +1,10 @@
 """Sphinx configuration for skalign's documentation (offline build, warnings are errors)."""
 
+import importlib.util
 import os
 import sys
 import warnings
+from pathlib import Path
 
 sys.path.insert(0, os.path.abspath(".."))
 os.environ.setdefault("MPLBACKEND", "Agg")
@@ -19,12 +21,13 @@ version = release
 extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.autosummary",
-    "sphinx.ext.mathjax",
+    "sphinx.ext.mathjax",  # with a local MathJax copy, see mathjax_path below
     "sphinx.ext.doctest",
     "numpydoc",
     "sphinx_gallery.gen_gallery",
 ]
-# Intersphinx needs the internet; opt in with SKALIGN_DOCS_INTERSPHINX=1 so the offline -W build passes.
+# Intersphinx needs the internet; opt in with SKALIGN_DOCS_INTERSPHINX=1 so the offline -W build
+# passes.
 if os.environ.get("SKALIGN_DOCS_INTERSPHINX") == "1":
     extensions.append("sphinx.ext.intersphinx")
     intersphinx_mapping = {
@@ -45,7 +48,21 @@ suppress_warnings = ["config.cache"]
 
 html_theme = "pydata_sphinx_theme"
 html_title = "skalign"
-html_static_path = []
+
+# MathJax 3 from the sphinx-mathjax-offline wheel (a docs extra) is copied into _static/mathjax, so
+# formulas render with no CDN; doc/check_offline.py and doc/check_browser.py check this in CI.
+def _mathjax_static_dir():
+    spec = importlib.util.find_spec("sphinx-mathjax-offline")
+    if spec is None or spec.origin is None:
+        raise RuntimeError(
+            "The documentation needs sphinx-mathjax-offline (MathJax without a CDN); install the "
+            "docs extra: .venv/bin/python -m pip install -c ci/constraints.txt -e '.[docs]'"
+        )
+    return str(Path(spec.origin).parent / "static")
+
+
+html_static_path = [_mathjax_static_dir()]  # provides _static/mathjax/
+mathjax_path = "mathjax/tex-chtml.js"
 html_theme_options = {"navigation_with_keys": False, "show_toc_level": 2}
 
 sphinx_gallery_conf = {
@@ -55,10 +72,11 @@ sphinx_gallery_conf = {
     "abort_on_example_error": True,
     "backreferences_dir": "generated/backreferences",
     "doc_module": ("skalign",),
-    "reference_url": {"skalign": None},
     "remove_config_comments": True,
     "plot_gallery": "True",
     "download_all_examples": False,
+    # The timing pages load jQuery, DataTables and Bootstrap from CDNs; the docs stay offline.
+    "write_computation_times": False,
 }
 
 # scikit-learn's metadata-routing and set_output methods are inherited by every estimator; their

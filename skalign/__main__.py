@@ -20,7 +20,7 @@ import numpy as np
 from sklearn.base import clone
 from sklearn.linear_model import LogisticRegression
 
-from .datasets import load_digits_embeddings
+from .datasets import DIGITS_ENCODERS, load_digits_embeddings
 from .metrics import mean_reciprocal_rank, top_k_accuracy
 
 
@@ -91,15 +91,28 @@ def run_demo(source="mlp-a", target="mlp-b", n_anchors=300, n_seed=15, seed=0, o
     return rows
 
 
+def _positive_int(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
 def demo_main(argv=None):
-    """Parse the demo's options and print its table."""
+    """Parse the demo's options and print its table; bad arguments exit 2 with one error line."""
     parser = argparse.ArgumentParser(prog="skalign demo", description=__doc__.splitlines()[0])
-    parser.add_argument("--source", default="mlp-a")
-    parser.add_argument("--target", default="mlp-b")
-    parser.add_argument("--anchors", type=int, default=300)
-    parser.add_argument("--seed-pairs", type=int, default=15,
-                        help="known pairs for the rows that get only a few")
+    encoders = sorted(DIGITS_ENCODERS)
+    parser.add_argument("--source", default="mlp-a", choices=encoders,
+                        help="encoder whose embeddings are translated (default: mlp-a)")
+    parser.add_argument("--target", default="mlp-b", choices=encoders,
+                        help="encoder whose space they are translated into (default: mlp-b)")
+    parser.add_argument("--anchors", type=_positive_int, default=300,
+                        help="known pairs for the rows that get all of them (default: 300)")
+    parser.add_argument("--seed-pairs", type=_positive_int, default=15,
+                        help="known pairs for the rows that get only a few (default: 15)")
     args = parser.parse_args(argv)
+    if args.seed_pairs > args.anchors:
+        parser.error(f"--seed-pairs ({args.seed_pairs}) cannot exceed --anchors ({args.anchors})")
     run_demo(args.source, args.target, args.anchors, args.seed_pairs)
 
 

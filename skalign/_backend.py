@@ -13,18 +13,12 @@ import torch
 from sklearn import get_config
 from sklearn.utils import check_random_state
 
+from .exceptions import NumericalError
+
 #: dtype of every hot-path computation (transforms, optimisation).
 COMPUTE_DTYPE = torch.float32
 #: dtype of solves (SVD, pseudo-inverses, least squares).
 SOLVE_DTYPE = torch.float64
-
-
-class NumericalError(ValueError):
-    """A solve or an optimisation produced non-finite numbers.
-
-    Subclasses :class:`ValueError` so callers that guard against bad input also catch it; the
-    message always names the parameter to change.
-    """
 
 
 # --------------------------------------------------------------------------------------- devices

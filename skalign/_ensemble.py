@@ -6,13 +6,12 @@ from numbers import Integral, Real
 
 import numpy as np
 import torch
-from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import FLOAT_DTYPES, check_is_fitted
 
 from ._backend import (
     COMPUTE_DTYPE,
-    as_numpy,
     SOLVE_DTYPE,
+    as_numpy,
     polar,
     resolve_device,
     row_normalize,
@@ -22,8 +21,8 @@ from ._backend import (
 from ._compat import Interval, StrOptions, _fit_context, validate_data
 from ._karcher import karcher_mean
 from ._optim import LossHistory
-from ._views import split_views
-from .base import BaseAligner
+from ._views import check_stacked_views, split_views
+from .base import BaseTransformer, check_sample_weight
 
 __all__ = ["OrthogonalEnsembleAligner", "geodesic_distance"]
 
@@ -45,7 +44,7 @@ def _unit_views(X, n_views, device, dtype=COMPUTE_DTYPE):
     return U, (U != 0).any(-1)
 
 
-class OrthogonalEnsembleAligner(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+class OrthogonalEnsembleAligner(BaseTransformer):
     r"""Align several encoders' embedding spaces without labels and average them on the sphere.
 
     ``X`` holds the embeddings of the same ``n`` samples by ``m = n_views`` encoders of equal
@@ -172,6 +171,7 @@ class OrthogonalEnsembleAligner(ClassNamePrefixFeaturesOutMixin, TransformerMixi
     """
 
     _parameter_constraints: dict = {
+        **BaseTransformer._parameter_constraints,
         "n_views": [Interval(Integral, 1, None, closed="left")],
         "reference": [Interval(Integral, 0, None, closed="left")],
         "solver": [StrOptions({"geodesic", "procrustes", "gpa"})],
@@ -182,8 +182,6 @@ class OrthogonalEnsembleAligner(ClassNamePrefixFeaturesOutMixin, TransformerMixi
         "tol": [Interval(Real, 0, None, closed="left")],
         "karcher_tol": [Interval(Real, 0, None, closed="neither")],
         "karcher_max_iter": [Interval(Integral, 1, None, closed="left")],
-        "device": [str, torch.device],
-        "batch_size": [Interval(Integral, 1, None, closed="left"), None],
         "verbose": ["verbose"],
     }
 
@@ -205,10 +203,6 @@ class OrthogonalEnsembleAligner(ClassNamePrefixFeaturesOutMixin, TransformerMixi
         self.batch_size = batch_size
         self.verbose = verbose
 
-    # Shared validation and batched application from the foundation.
-    _validate_X = BaseAligner._validate_X
-    _apply = BaseAligner._apply
-
     # ------------------------------------------------------------------------------------ fit
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None):
@@ -225,7 +219,8 @@ class OrthogonalEnsembleAligner(ClassNamePrefixFeaturesOutMixin, TransformerMixi
         -------
         self : OrthogonalEnsembleAligner
         """
-        X = validate_data(self, as_numpy(X), dtype=FLOAT_DTYPES, ensure_min_samples=2)
+        X = validate_data(self, check_stacked_views(as_numpy(X), self.n_views), dtype=FLOAT_DTYPES,
+                          ensure_min_samples=2)
         if X.shape[1] % self.n_views:
             raise ValueError(
                 f"X has {X.shape[1]} features, which is not divisible by n_views={self.n_views}; "
@@ -357,7 +352,7 @@ class OrthogonalEnsembleAligner(ClassNamePrefixFeaturesOutMixin, TransformerMixi
             Unit-norm ensemble embeddings (float64 for float64 input, float32 otherwise).
         """
         check_is_fitted(self)
-        X = self._validate_X(X)
+        X = self._validate_X(check_stacked_views(X, self.n_views))
         return self._apply(self._transform_fn, X, self._n_features_out)
 
     def transform_views(self, X):
@@ -372,10 +367,10 @@ class OrthogonalEnsembleAligner(ClassNamePrefixFeaturesOutMixin, TransformerMixi
         views : ndarray of shape (n_samples, n_views, d)
         """
         check_is_fitted(self)
-        X = self._validate_X(X)
+        X = self._validate_X(check_stacked_views(X, self.n_views))
         return self._apply(self._aligned_fn, X, self.n_features_in_)
 
-    def score(self, X, y=None):
+    def score(self, X, y=None, sample_weight=None):
         """Agreement of the aligned views: mean cosine between each view and their consensus.
 
         The consensus is the normalised mean of the aligned views; a perfect alignment of
@@ -388,15 +383,20 @@ class OrthogonalEnsembleAligner(ClassNamePrefixFeaturesOutMixin, TransformerMixi
         X : array-like of shape (n_samples, n_views * d)
         y : None
             Ignored.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Weight of each sample's views in the mean.
 
         Returns
         -------
         score : float in [-1, 1]
         """
         A = torch.from_numpy(np.asarray(self.transform_views(X), dtype=np.float64))
+        w = check_sample_weight(sample_weight, len(A))
         present = (A != 0).any(-1)
         cos = (A * _extrinsic_mean(A).unsqueeze(1)).sum(-1)
-        return float(cos[present].mean()) if bool(present.any()) else 0.0
+        weights = present.to(A.dtype) * (1.0 if w is None else torch.from_numpy(w).unsqueeze(1))
+        total = weights.sum()
+        return float((cos * weights).sum() / total) if bool(total > 0) else 0.0
 
     @property
     def _n_features_out(self):
@@ -406,7 +406,6 @@ class OrthogonalEnsembleAligner(ClassNamePrefixFeaturesOutMixin, TransformerMixi
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.target_tags.required = False
-        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
         return tags
 
 

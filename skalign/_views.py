@@ -14,7 +14,7 @@ import torch
 
 from ._backend import as_numpy
 
-__all__ = ["split_views", "stack_views"]
+__all__ = ["check_stacked_views", "split_views", "stack_views"]
 
 
 def stack_views(*views):
@@ -49,7 +49,9 @@ def stack_views(*views):
     n, d = arrays[0].shape
     for i, a in enumerate(arrays[1:], start=1):
         if a.shape[0] != n:
-            raise ValueError(f"View {i} has {a.shape[0]} rows but view 0 has {n}; rows must be the same samples.")
+            raise ValueError(
+                f"View {i} has {a.shape[0]} rows but view 0 has {n}; rows must be the same samples."
+            )
         if a.shape[1] != d:
             raise ValueError(
                 f"View {i} has width {a.shape[1]} but view 0 has {d}; all views need the same "
@@ -84,3 +86,25 @@ def split_views(X, n_views):
             "equal width with skalign.stack_views."
         )
     return X.reshape(n, n_views, width // n_views)
+
+
+def check_stacked_views(X, n_views):
+    """Return ``X`` unchanged, or raise a :class:`ValueError` pointing at :func:`stack_views`
+    when it holds the views separately (a list of 2-D arrays or a 3-D array).
+
+    Multi-view estimators take one 2-D ``X``; a list of views would otherwise fail deep inside
+    validation with "Found array with dim 3".
+    """
+    def ndim(a):
+        return a.ndim if isinstance(a, (np.ndarray, torch.Tensor)) else np.ndim(a)
+
+    separate = (
+        isinstance(X, (list, tuple)) and len(X) > 0 and ndim(X[0]) == 2
+    ) or (isinstance(X, (np.ndarray, torch.Tensor)) and X.ndim == 3)
+    if separate:
+        n_given = len(X) if isinstance(X, (list, tuple)) else X.shape[1]
+        raise ValueError(
+            f"X holds {n_given} separate views; pass them as one 2-D array of shape "
+            f"(n_samples, n_views * d): X = skalign.stack_views(views) (n_views={n_views})."
+        )
+    return X

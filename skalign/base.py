@@ -10,7 +10,9 @@ with no wrapper. Unpaired collections enter whole through ``unpaired=UnpairedPoo
 
 from __future__ import annotations
 
+import functools
 import inspect
+import warnings
 from numbers import Integral
 
 import numpy as np
@@ -21,13 +23,20 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import FLOAT_DTYPES, check_is_fitted
 
 from ._backend import (
-    COMPUTE_DTYPE, SOLVE_DTYPE, apply_in_batches, as_numpy, resolve_device, to_tensor,
+    COMPUTE_DTYPE,
+    SOLVE_DTYPE,
+    apply_in_batches,
+    as_numpy,
+    resolve_device,
+    to_tensor,
     transform_device,
 )
 from ._compat import Interval, validate_data
+from .exceptions import LabelsAsTargetWarning
 
 __all__ = [
-    "BaseAligner", "SharedSpaceMixin", "UnpairedPool", "check_min_pairs", "check_nonzero_rows",
+    "BaseAligner", "BaseTransformer", "SharedSpaceMixin", "UnpairedPool", "check_min_pairs",
+    "check_nonzero_rows", "check_sample_weight", "warn_if_labels",
 ]
 
 
@@ -38,7 +47,10 @@ def check_nonzero_rows(A, *, name="X", tol=0.0):
     Estimators that L2-normalise embeddings call this: the direction of a zero vector is undefined
     and dividing by its norm would silently produce NaN.
     """
-    norms = torch.linalg.vector_norm(A, dim=1) if isinstance(A, torch.Tensor) else np.linalg.norm(A, axis=1)
+    if isinstance(A, torch.Tensor):
+        norms = torch.linalg.vector_norm(A, dim=1)
+    else:
+        norms = np.linalg.norm(A, axis=1)
     bad = np.flatnonzero(as_numpy(norms <= tol))
     if bad.size:
         shown = ", ".join(map(str, bad[:5])) + (", ..." if bad.size > 5 else "")
@@ -57,6 +69,48 @@ def check_min_pairs(n_pairs, minimum, *, what="anchor pairs", why=""):
         raise ValueError(
             f"Too few {what}: got n_samples = {n_pairs}, need at least {minimum}"
             + (f" ({why})." if why else ".")
+        )
+
+
+def check_sample_weight(sample_weight, n_samples):
+    """Validate ``score``'s ``sample_weight``: ``None``, or ``n_samples`` finite, non-negative
+    weights with a positive sum, returned as a float64 array."""
+    if sample_weight is None:
+        return None
+    w = np.asarray(as_numpy(sample_weight), dtype=np.float64)
+    if w.shape != (n_samples,):
+        raise ValueError(
+            f"sample_weight has shape {w.shape}, expected ({n_samples},): one weight per sample."
+        )
+    if not np.all(np.isfinite(w)) or np.any(w < 0) or not w.sum() > 0:
+        raise ValueError("sample_weight must be finite and non-negative, with a positive sum.")
+    return w
+
+
+def warn_if_labels(y, estimator):
+    """Warn (:class:`~skalign.exceptions.LabelsAsTargetWarning`) when ``y`` looks like class
+    labels rather than target embeddings.
+
+    A 1-D integer or boolean ``y`` is a label vector: embeddings are floats. It is a warning, not
+    an error, because scikit-learn's own estimator checks fit transformers with such a ``y``; a
+    1-D float ``y`` (a one-dimensional target space) is accepted silently.
+    """
+    if isinstance(y, torch.Tensor):
+        labels = y.ndim == 1 and not y.dtype.is_floating_point
+        dtype = y.dtype
+    else:
+        y = np.asarray(y)
+        labels = y.ndim == 1 and y.dtype.kind in "iub"
+        dtype = y.dtype
+    if labels:
+        warnings.warn(
+            f"{type(estimator).__name__}.fit got a 1-D {dtype} y, which looks like class labels. "
+            "y must be the target embeddings paired row by row with X, of shape "
+            "(n_samples, n_features_out); labels are fitted as a meaningless 1-D target space. "
+            "To feed translations to a classifier, fit the aligner on embedding pairs and chain "
+            "it before the classifier: make_pipeline(FrozenEstimator(aligner), classifier).",
+            LabelsAsTargetWarning,
+            stacklevel=3,
         )
 
 
@@ -98,7 +152,9 @@ class UnpairedPool:
 
     def __init__(self, X=None, y=None):
         if X is None and y is None:
-            raise ValueError("UnpairedPool needs at least one of X (source rows) or y (target rows).")
+            raise ValueError(
+                "UnpairedPool needs at least one of X (source rows) or y (target rows)."
+            )
         self.X = None if X is None else _check_2d_float(X, "unpaired X")
         self.y = None if y is None else _check_2d_float(y, "unpaired y")
 
@@ -114,7 +170,8 @@ class UnpairedPool:
 
     def check_dimensions(self, n_features_source, n_features_target):
         """Raise a :class:`ValueError` if the pool's widths differ from the paired data's."""
-        for side, arr, expected in (("X", self.X, n_features_source), ("y", self.y, n_features_target)):
+        sides = (("X", self.X, n_features_source), ("y", self.y, n_features_target))
+        for side, arr, expected in sides:
             if arr is not None and arr.shape[1] != expected:
                 raise ValueError(
                     f"unpaired.{side} has {arr.shape[1]} features but the paired {side} has "
@@ -157,7 +214,108 @@ def _as_2d(y):
     return y.reshape(-1, 1) if y.ndim == 1 else y
 
 
-class BaseAligner(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+def _reject_unpaired(fit):
+    """Wrap a ``fit`` that takes no unpaired pool so that ``unpaired=`` gets an actionable error.
+
+    A grid search or pipeline forwards ``unpaired=`` to every step's ``fit``; without this the user
+    sees only "fit() got an unexpected keyword argument 'unpaired'" deep in a traceback. The
+    wrapper keeps ``fit``'s signature (``functools.wraps``) for metadata routing.
+    """
+    @functools.wraps(fit)
+    def wrapper(self, *args, **kwargs):
+        if "unpaired" in kwargs:
+            from .utils import all_estimators
+
+            takers = ", ".join(name for name, cls in all_estimators()
+                               if "unpaired" in inspect.signature(cls.fit).parameters)
+            raise TypeError(
+                f"{type(self).__name__}.fit takes no unpaired pool: it learns from the paired "
+                "(X, y) rows only. Estimators that use unpaired embeddings take "
+                f"fit(X, y, unpaired=UnpairedPool(...)): {takers}. In a Pipeline, route the "
+                "pool to that step only (step__unpaired=pool)."
+            )
+        return fit(self, *args, **kwargs)
+
+    return wrapper
+
+
+class BaseTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+    """Base class of every skalign estimator: torch computation behind a batched ``transform``.
+
+    Supplies the ``device``/``batch_size`` parameters' validation, input validation of fitted
+    methods (:meth:`_validate_X`; torch tensors stay on their device) and :meth:`_apply`, which
+    runs a fitted row-wise map batch by batch on the fitted device (or the CPU when that device is
+    gone, e.g. after unpickling a GPU-fitted model on a machine without one). Subclasses implement
+    ``fit`` and ``_transform_fn(device)``. :class:`BaseAligner` adds the paired ``(X, y)``
+    contract; unsupervised transformers such as
+    :class:`~skalign.OrthogonalEnsembleAligner` derive from this class directly.
+    """
+
+    _parameter_constraints: dict = {
+        "device": [str, torch.device],
+        "batch_size": [Interval(Integral, 1, None, closed="left"), None],
+    }
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        fit = cls.__dict__.get("fit")
+        if fit is not None and "unpaired" not in inspect.signature(fit).parameters:
+            cls.fit = _reject_unpaired(fit)
+
+    def _validate_X(self, X, *, n_features=None, name="X", nonzero=False):
+        """Validate inputs of fitted methods. Torch tensors stay tensors (on their device)."""
+        expected = self.n_features_in_ if n_features is None else n_features
+        if isinstance(X, torch.Tensor):
+            if X.ndim != 2:
+                raise ValueError(f"Expected a 2D tensor for {name}, got {X.ndim}D.")
+            if not torch.isfinite(X).all():
+                raise ValueError(f"Input {name} contains NaN or infinity.")
+        elif n_features is None:
+            X = validate_data(self, X, reset=False, dtype=FLOAT_DTYPES)
+        else:
+            X = check_array(X, dtype=FLOAT_DTYPES, input_name=name)
+        if X.shape[1] != expected:
+            raise ValueError(
+                f"{name} has {X.shape[1]} features, but {type(self).__name__} is expecting "
+                f"{expected} features as input."
+            )
+        if nonzero:
+            check_nonzero_rows(X, name=name)
+        return X
+
+    def _transform_fn(self, device):
+        """Return ``fn(batch: Tensor) -> Tensor`` applying the fitted map on ``device``.
+
+        A factory that also takes a ``dtype`` keyword receives the input's dtype (float64 for
+        float64 input, float32 otherwise) and must compute in it; one that does not is fed float32.
+        """
+        raise NotImplementedError
+
+    def _apply(self, fn_factory, X, n_outputs):
+        # float64 in, float64 computed: a factory that takes ``dtype`` builds its operands in the
+        # input's dtype (float64 for float64 input, float32 otherwise); others compute in float32
+        device = transform_device(getattr(self, "device_", None), X)
+        out_dtype = _output_dtype(X)
+        if "dtype" in inspect.signature(fn_factory).parameters:
+            dtype = torch.float64 if out_dtype == np.float64 else COMPUTE_DTYPE
+            fn = fn_factory(device, dtype=dtype)
+        else:
+            dtype, fn = COMPUTE_DTYPE, fn_factory(device)
+        return apply_in_batches(
+            fn, X, device=device, batch_size=self.batch_size, n_outputs=n_outputs,
+            out_dtype=out_dtype, dtype=dtype,
+        )
+
+    def _needs_nonzero_rows(self):
+        return False
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
+        return tags
+
+
+class BaseAligner(BaseTransformer):
     """Base class for estimators that map source embeddings into a target space.
 
     Subclasses implement ``fit`` (calling :meth:`_validate_pair` first and setting their fitted
@@ -175,11 +333,6 @@ class BaseAligner(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
         ``working_memory`` setting.
     """
 
-    _parameter_constraints: dict = {
-        "device": [str, torch.device],
-        "batch_size": [Interval(Integral, 1, None, closed="left"), None],
-    }
-
     # ------------------------------------------------------------------------- validation
     def _validate_pair(self, X, y, *, reset=True, nonzero=False, min_pairs=2):
         """Validate paired ``(X, y)`` and resolve the device.
@@ -188,6 +341,8 @@ class BaseAligner(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
         Sets ``device_``, ``n_features_in_`` and ``n_features_out_`` when ``reset``.
         """
         X, y = as_numpy(X), as_numpy(y)
+        if y is not None:
+            warn_if_labels(y, self)
         X, y = validate_data(
             self,
             X,
@@ -233,51 +388,7 @@ class BaseAligner(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
                 f"{self.n_features_out_} target features."
             )
 
-    def _validate_X(self, X, *, n_features=None, name="X", nonzero=False):
-        """Validate inputs of fitted methods. Torch tensors stay tensors (on their device)."""
-        expected = self.n_features_in_ if n_features is None else n_features
-        if isinstance(X, torch.Tensor):
-            if X.ndim != 2:
-                raise ValueError(f"Expected a 2D tensor for {name}, got {X.ndim}D.")
-            if not torch.isfinite(X).all():
-                raise ValueError(f"Input {name} contains NaN or infinity.")
-        elif n_features is None:
-            X = validate_data(self, X, reset=False, dtype=FLOAT_DTYPES)
-        else:
-            X = check_array(X, dtype=FLOAT_DTYPES, input_name=name)
-        if X.shape[1] != expected:
-            raise ValueError(
-                f"{name} has {X.shape[1]} features, but {type(self).__name__} is expecting "
-                f"{expected} features as input."
-            )
-        if nonzero:
-            check_nonzero_rows(X, name=name)
-        return X
-
     # --------------------------------------------------------------------------- transform
-    def _transform_fn(self, device):
-        """Return ``fn(batch: Tensor) -> Tensor`` applying the fitted map on ``device``.
-
-        A factory that also takes a ``dtype`` keyword receives the input's dtype (float64 for
-        float64 input, float32 otherwise) and must compute in it; one that does not is fed float32.
-        """
-        raise NotImplementedError
-
-    def _apply(self, fn_factory, X, n_outputs):
-        # float64 in, float64 computed: a factory that takes ``dtype`` builds its operands in the
-        # input's dtype (float64 for float64 input, float32 otherwise); others compute in float32
-        device = transform_device(getattr(self, "device_", None), X)
-        out_dtype = _output_dtype(X)
-        if "dtype" in inspect.signature(fn_factory).parameters:
-            dtype = torch.float64 if out_dtype == np.float64 else COMPUTE_DTYPE
-            fn = fn_factory(device, dtype=dtype)
-        else:
-            dtype, fn = COMPUTE_DTYPE, fn_factory(device)
-        return apply_in_batches(
-            fn, X, device=device, batch_size=self.batch_size, n_outputs=n_outputs,
-            out_dtype=out_dtype, dtype=dtype,
-        )
-
     def transform(self, X):
         """Map source embeddings into the target space.
 
@@ -330,6 +441,7 @@ class BaseAligner(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
         X : array-like of shape (n_samples, n_features_in)
         y : array-like of shape (n_samples, n_features_out)
         sample_weight : array-like of shape (n_samples,), default=None
+            Weights of the weighted mean.
 
         Returns
         -------
@@ -340,10 +452,8 @@ class BaseAligner(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
         check_is_fitted(self)
         y = _as_2d(as_numpy(y))
         self._check_target_width(y)
+        sample_weight = check_sample_weight(sample_weight, len(y))
         return mean_cosine_similarity(y, self.transform(X), sample_weight=sample_weight)
-
-    def _needs_nonzero_rows(self):
-        return False
 
     @property
     def _n_features_out(self):
@@ -354,7 +464,6 @@ class BaseAligner(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
         tags.target_tags.required = True
         tags.target_tags.multi_output = True
         tags.target_tags.single_output = False
-        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
         return tags
 
 
@@ -407,16 +516,17 @@ class SharedSpaceMixin:
         ----------
         X : array-like of shape (n_samples, n_features_in)
         y : array-like of shape (n_samples, n_features_out)
-        sample_weight : None
-            Not supported; present for scikit-learn's API.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Weight of each query's hit in the mean.
 
         Returns
         -------
         score : float in [0, 1]
         """
-        from .metrics import top_k_accuracy
+        from .metrics import retrieval_ranks
 
-        return top_k_accuracy(self.transform_target(y), self.transform(X), k=1)
+        ranks = retrieval_ranks(self.transform_target(y), self.transform(X))
+        return float(np.average(ranks <= 1, weights=check_sample_weight(sample_weight, len(ranks))))
 
     @property
     def _n_features_out(self):

@@ -8,6 +8,16 @@ import torch
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
+def pytest_collection_modifyitems(config, items):
+    """``@pytest.mark.cuda`` tests are skipped, with the reason, where torch sees no CUDA device."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device (torch.cuda.is_available() is False)")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(params=DEVICES)
 def device(request):
     """Runs a test on the CPU and, where one is visible, on a CUDA device."""
@@ -24,7 +34,7 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 @pytest.fixture
 def load_benchmark(monkeypatch):
-    """Import ``benchmarks/<name>.py`` as a module (with its folder on ``sys.path``, as when run)."""
+    """Import ``benchmarks/<name>.py`` as a module, with its folder on ``sys.path`` as when run."""
     monkeypatch.syspath_prepend(str(BENCHMARKS))
 
     def load(name):

@@ -251,7 +251,7 @@ def test_fitted_model_pickles_and_loads_without_gpu(Est, pairs, tmp_path):
     np.testing.assert_allclose(_roundtrip_without_gpu(est, X, tmp_path), est.transform(X), atol=1e-6)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.cuda
 @pytest.mark.parametrize("Est", BASELINES)
 def test_gpu_fitted_model_loads_on_cpu(Est, pairs, tmp_path):
     X, Y = pairs

@@ -1,11 +1,30 @@
-"""``python -m skalign``: the README's demo runs and its table says what the README promises."""
+"""``python -m skalign``: the README's demo runs, its table is what the demo prints, bad
+arguments end cleanly."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
 
 from skalign.__main__ import main, run_demo
 
+README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 
-def test_demo_table_on_digits():
+pytestmark = pytest.mark.slow  # trains (or loads) the digit encoders and runs the whole demo
+
+
+@pytest.fixture(scope="module")
+def demo():
     lines = []
-    rows = {r[0]: r for r in run_demo(out=lines.append)}
+    rows = run_demo(out=lines.append)
+    return rows, lines
+
+
+def test_demo_table_on_digits(demo):
+    rows, lines = demo
+    rows = {r[0]: r for r in rows}
     acc = {name: r[5] for name, r in rows.items()}
     assert acc["B's own embeddings"] > 0.95
     assert acc["no alignment (raw A)"] < 0.35  # same width, unrelated coordinates: near chance
@@ -17,8 +36,40 @@ def test_demo_table_on_digits():
     assert len(lines) == 2 + len(rows) and "stitched acc" in lines[1]
 
 
+def _cells_but_fit_time(line):
+    """The table row split on runs of 2+ spaces, without its last column (fit seconds)."""
+    return re.split(r"\s{2,}", line.strip())[:-1]
+
+
+def test_readme_table_is_what_the_demo_prints(demo):
+    """Every cell of the README's demo table but the fit times (which vary by machine) is the
+    demo's own output, so the README cannot drift from the code."""
+    _, lines = demo
+    block = re.search(r"```text\n(method .+?)\n```", README, re.S)
+    assert block, "README has no demo table"
+    readme_rows = block.group(1).splitlines()
+    printed = lines[1:]
+    assert [_cells_but_fit_time(r) for r in readme_rows] == [
+        _cells_but_fit_time(r) for r in printed
+    ], "README demo table is stale; paste the output of `.venv/bin/python -m skalign`"
+
+
 def test_demo_command_line(capsys):
     main(["--source", "mlp-a", "--target", "mlp-wide", "--anchors", "200", "--seed-pairs", "20"])
     out = capsys.readouterr().out
     assert "mlp-a -> mlp-wide" in out and "Bootstrap 20 -> IRP" in out
     assert "no alignment" not in out  # different widths: the raw stitch is impossible
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--source", "foo"], "argument --source: invalid choice: 'foo'"),
+    (["--anchors", "0"], "argument --anchors: must be a positive integer"),
+    (["--anchors", "10", "--seed-pairs", "20"], "cannot exceed --anchors"),
+])
+def test_bad_arguments_exit_2_with_one_error_line(args, message):
+    proc = subprocess.run([sys.executable, "-m", "skalign", *args], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and message in errors[0], proc.stderr

@@ -11,14 +11,70 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 
 def _readme_commands():
-    return re.findall(r"```bash\n(.+?)\n```", README)
+    """The README's shell commands: one list of lines per ``bash`` block."""
+    return [block.splitlines() for block in re.findall(r"```bash\n(.+?)\n```", README, re.S)]
 
 
-def test_readme_has_exactly_two_commands_and_ci_runs_them():
+def _ci_lines():
+    return [line.strip() for line in CI.splitlines()]
+
+
+def test_readme_has_two_commands_and_ci_runs_them_in_order():
+    """Command 1 makes the venv, installs and runs the demo; command 2 runs the tests; CI runs
+    every line of both, verbatim and in the same order."""
     commands = _readme_commands()
     assert len(commands) == 2
-    for command in commands:
-        assert command in CI
+    setup, tests = commands
+    assert setup[0] == "python3 -m venv .venv"
+    assert setup[-1] == ".venv/bin/python -m skalign"
+    assert tests == [".venv/bin/python -m pytest"]
+    ci = _ci_lines()
+    positions = [ci.index(line) for line in setup + tests]
+    assert positions == sorted(positions)
+
+
+def test_no_command_runs_outside_the_venv():
+    """A stock machine has ``python3`` only (PEP 668: no ``pip install`` outside a venv), so after
+    creating the venv every command goes through ``.venv/bin``."""
+    lines = [line for block in _readme_commands() for line in block]
+    lines += [line for line in _ci_lines() if line and not line.startswith(("#", "echo", "export"))]
+    for line in lines:
+        first = line.split()[0]
+        assert first not in {"python", "pip", "pip3", "pytest", "ruff", "sphinx-build"}, line
+        if first == "python3":
+            assert line == "python3 -m venv .venv", line
+
+
+def test_ci_stops_at_the_first_failure():
+    """``set -e`` ignores a failure before the last command of an ``&&`` list: CI has none."""
+    assert "set -euo pipefail" in CI
+    for line in _ci_lines():
+        if line.startswith(".venv/bin/") or line.startswith("python3"):
+            assert "&&" not in line and "||" not in line, line
+
+
+def test_requires_python_matches_what_is_tested():
+    project = PYPROJECT["project"]
+    assert project["requires-python"] == ">=3.11"  # tomllib; scipy 1.17 / sklearn 1.9 need 3.11
+    prefix = "Programming Language :: Python :: 3."
+    tested = [c for c in project["classifiers"] if c.startswith(prefix)]
+    assert tested == ["Programming Language :: Python :: 3.11"]
+
+
+def test_license_metadata():
+    project = PYPROJECT["project"]
+    assert project["license"] == "BSD-3-Clause"
+    assert project["license-files"] == ["LICENSE"]
+    text = (ROOT / "LICENSE").read_text()
+    assert text.startswith("BSD 3-Clause License") and "skalign developers" in text
+    urls = project["urls"]
+    assert all(u.startswith("https://github.com/skalign/skalign") for u in urls.values())
+
+
+def test_readme_documents_choosing_the_torch_build():
+    assert "--index-url https://download.pytorch.org/whl/cpu" in README
+    assert "CUDA build" in README
+    assert "no multi-GB CUDA wheels" not in README
 
 
 def test_readme_minimum_versions_match_pyproject():
@@ -28,7 +84,7 @@ def test_readme_minimum_versions_match_pyproject():
         assert f"{display} ≥ {minimum}" in README, f"README must state {display} ≥ {minimum}"
 
 
-def test_ci_constraints_pin_cpu_torch_and_importable_geomstats():
+def test_ci_constraints_pin_torch_and_importable_geomstats():
     constraints = (ROOT / "ci" / "constraints.txt").read_text()
     assert "torch==2.13.0" in constraints
     assert re.search(r"numpy==2\.[0-3]\.", constraints)
