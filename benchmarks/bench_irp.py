@@ -49,7 +49,8 @@ def loop_fns(irp, AX, AY, device):
     Ay = C_y / np.linalg.norm(C_y, axis=1, keepdims=True)
     enc, dec, maps = [], [], []
     for idx in irp.subspace_indices_:
-        P = np.linalg.pinv(Ay[idx].T)
+        S = Ay[idx]  # the ridge pseudo-inverse S (SᵀS + αI)⁻¹ of the fitted alpha_
+        P = S @ np.linalg.inv(S.T @ S + irp.alpha_ * np.eye(S.shape[1]))
         enc.append(to_tensor(Ax[idx].T, device))
         dec.append(to_tensor(P, device))
         maps.append(to_tensor(Ax[idx].T @ P, device))
