@@ -244,7 +244,8 @@ class InverseRelativeProjector(BaseAligner):
         Number of subspaces actually averaged (``n_kept_subspaces`` below): ``n_subspaces``
         clipped to the usable anchors, less the subspaces that kept fewer than ``min_anchors``.
     subspace_indices_ : list of ndarray of int
-        Anchor row indices kept by each subspace, in selection order (the first is its start).
+        Anchor row indices kept by each subspace, in selection order (the first is its start;
+        with ``pruning_threshold=0``, every usable anchor after the start, in index order).
     anchors_per_subspace_ : ndarray of shape (n_kept_subspaces,)
         Number of anchors kept by each subspace.
     relative_mismatch_ : float
@@ -433,6 +434,11 @@ class InverseRelativeProjector(BaseAligner):
         starts = valid_idx[torch.randperm(n_valid, generator=gen)[:n_runs]].to(Ax.device)
         pairs = {"target": (Ay, None), "source": (Ax, None), "joint": (Ay, Ax)}
         space, other = pairs[self.prune_on]
+        if self.pruning_threshold == 0:
+            # Nothing is pruned: each subset is every usable anchor, its start first.
+            subsets = [torch.cat([s.view(1), valid_idx.to(Ax.device)[valid_idx.to(Ax.device) != s]])
+                       for s in starts]
+            return subsets
         order = farthest_point_sampling(
             space, starts, float(self.pruning_threshold), valid=valid, other=other
         )
@@ -647,28 +653,34 @@ def _ridge_map(side, subsets, alpha):
     enc, dec = side.enc, side.dec
     k = enc.shape[0]
     M = torch.zeros(enc.shape[1], dec.shape[1], dtype=SOLVE_DTYPE, device=enc.device)
-    N = Q = inv_sum = None
+    N = Q = abs_K = inv_sum = None
     stats = {}
     for idx, count in _unique(subsets):
         k_i = len(idx)
-        A = side.K(idx) if side.kernel_side(k_i) else side.G(idx)
-        A = A + alpha * torch.eye(A.shape[0], dtype=A.dtype, device=A.device)
         if side.kernel_side(k_i) and side.K_dec is not None and 2 * (k - k_i) < k_i:
             # Most anchors kept: the inverse is a Schur complement of the inverse for all
             # anchors, (K_SS + α)⁻¹ = Q_SS − Q_SE Q_EE⁻¹ Q_ES with Q = (K + α)⁻¹, computed once.
             if Q is None:
                 Q = _spd_inverse(side.K_dec + alpha * torch.eye(k, dtype=SOLVE_DTYPE,
                                                                  device=enc.device))
-            out = torch.ones(k, dtype=torch.bool, device=enc.device)
-            out[idx] = False
-            Q_SE = Q[idx][:, out]
-            inv = Q[idx][:, idx]
+                abs_K = side.K_dec.abs()
+            kept = torch.zeros(k, dtype=SOLVE_DTYPE, device=enc.device)
+            kept[idx] = 1.0
+            out = kept == 0
+            Q_S = Q[idx]
+            inv = Q_S[:, idx]
             if int(out.sum()):
+                Q_SE = Q_S[:, out]
                 inv = inv - Q_SE @ torch.linalg.solve(Q[out][:, out], Q_SE.T)
+            norm_A = float((abs_K @ kept)[idx].max()) + alpha  # ‖K_SS + αI‖₁, unit diagonal
+            size = k_i
         else:
+            A = side.K(idx) if side.kernel_side(k_i) else side.G(idx)
+            A = A + alpha * torch.eye(A.shape[0], dtype=A.dtype, device=A.device)
             inv = _spd_inverse(A)
-        dof = A.shape[0] - alpha * float(torch.trace(inv))
-        cond = float(torch.linalg.matrix_norm(A, ord=1) * torch.linalg.matrix_norm(inv, ord=1))
+            norm_A, size = float(torch.linalg.matrix_norm(A, ord=1)), A.shape[0]
+        dof = size - alpha * float(torch.trace(inv))
+        cond = norm_A * float(torch.linalg.matrix_norm(inv, ord=1))
         stats[tuple(idx.tolist())] = (dof, cond)
         if side.kernel_side(k_i):
             if side.K_dec is not None:
