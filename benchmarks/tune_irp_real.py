@@ -11,7 +11,7 @@ Top-1: the translated held-out row's nearest held-out target by cosine, both sid
 the anchors' target mean, is its own pair (chance 1/2,000). Cells are mean (min–max) over splits.
 
     python benchmarks/tune_irp_real.py ../shared/data/docstrings_en.npz
-    python benchmarks/tune_irp_real.py PATH.npz --anchors 1000 --splits 1 --pairs minilm_l6:mpnet_base
+    python benchmarks/tune_irp_real.py PATH.npz --anchors 1000 --pairs minilm_l6:mpnet_base
 """
 
 import argparse
