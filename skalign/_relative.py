@@ -8,7 +8,8 @@ import numpy as np
 import torch
 from sklearn.utils.validation import FLOAT_DTYPES, check_is_fitted
 
-from ._backend import SOLVE_DTYPE, as_numpy, pinv_svd, resolve_device, to_numpy, to_tensor
+from ._backend import (SOLVE_DTYPE, as_numpy, check_finite, resolve_device, to_numpy,
+                       to_tensor)
 from ._compat import Interval, StrOptions, _fit_context, validate_data
 from .base import BaseAligner
 
@@ -50,25 +51,46 @@ def _rescale(Y_hat: torch.Tensor, mode: str, scale: float, mean: torch.Tensor) -
     return Y_hat * scale + mean
 
 
-def _subset_decoders(A_hat: torch.Tensor, subsets, rtol):
-    r"""Pseudo-inverses :math:`(\hat A_S^\top)^+` of every anchor subset ``S`` (float64 SVDs).
+def _spectral_filter(s, rtol, alpha):
+    """Filter factors ``s / (s² + α)`` of a ridge pseudo-inverse, zero below ``rtol · s_max``.
 
-    Subsets holding the same anchors (as sets) share one SVD. Returns the list of ``(k_S, d)``
-    decoders with rows in each subset's own order, the condition numbers of the ``Â_S`` and the
-    ranks kept by the ``rtol`` cut-off.
+    ``rtol=None`` uses ``max(shape) · eps`` through the caller (it passes the resolved value).
     """
-    cache, decoders, conds, ranks = {}, [], [], []
+    keep = s > rtol * (s.max() if s.numel() else 0.0)
+    safe = torch.where(keep, s, torch.ones_like(s))
+    return torch.where(keep, safe / (safe * safe + alpha), torch.zeros_like(s)), keep
+
+
+def _subset_decoders(A_hat: torch.Tensor, subsets, rtol, alpha=0.0):
+    r"""Ridge pseudo-inverses :math:`(\hat A_S^\top)^{+}_\alpha` of every anchor subset ``S``.
+
+    With the thin SVD :math:`\hat A_S = U \Sigma V^\top` (float64), the decoder is
+    :math:`U \operatorname{diag}\big(\sigma / (\sigma^2 + \alpha)\big) V^\top`, singular
+    values below ``rtol · σ_max`` dropped (``rtol=None``: ``max(k_S, d) · eps``); ``alpha=0`` is
+    the Moore–Penrose pseudo-inverse. Subsets holding the same anchors (as sets) share one SVD.
+
+    Returns the list of ``(k_S, d)`` decoders with rows in each subset's own order, the condition
+    numbers :math:`\sigma_{\max} / \sigma_{\min}` of the ``Â_S``, the numbers of singular values
+    kept and the list of each subset's kept singular values.
+    """
+    cache, decoders, conds, ranks, svals = {}, [], [], [], []
     for idx in subsets:
         order = torch.argsort(idx)
         key = tuple(idx[order].tolist())
         if key not in cache:
-            P, s, rank = pinv_svd(A_hat[idx[order]].T, rtol)
-            cache[key] = (P, _condition_number(to_numpy(s)), rank)
-        P, cond, rank = cache[key]
+            A = A_hat[idx[order]].to(SOLVE_DTYPE)
+            U, s, Vh = torch.linalg.svd(A, full_matrices=False)
+            tol = max(A.shape) * torch.finfo(SOLVE_DTYPE).eps if rtol is None else rtol
+            f, keep = _spectral_filter(s, tol, alpha)
+            P = (U * f) @ Vh
+            check_finite(P, what="the pseudo-inverse", hint="Increase alpha or rtol.")
+            cache[key] = (P, _condition_number(to_numpy(s)), int(keep.sum()), s[keep])
+        P, cond, rank, kept = cache[key]
         decoders.append(P[torch.argsort(order)])
         conds.append(cond)
         ranks.append(rank)
-    return decoders, np.array(conds), np.array(ranks)
+        svals.append(kept)
+    return decoders, np.array(conds), np.array(ranks), svals
 
 
 class RelativeProjector(BaseAligner):
@@ -89,8 +111,15 @@ class RelativeProjector(BaseAligner):
 
     .. math::
 
-        \tilde x = r \, (\hat A^\top)^{+}, \qquad
-        x = s \, \frac{\tilde x}{\|\tilde x\|} + \mu \quad (\texttt{rescale="normalize"}).
+        \tilde x = r \, (\hat A^\top)^{+}_\alpha, \qquad
+        x = s \, \frac{\tilde x}{\|\tilde x\|} + \mu \quad (\texttt{rescale="normalize"}),
+
+    where :math:`(\hat A^\top)^{+}_\alpha = \hat A (\hat A^\top \hat A + \alpha I)^{-1}` is the
+    ridge (Tikhonov) pseudo-inverse: :math:`\tilde x` minimises
+    :math:`\|\tilde x \hat A^\top - r\|^2 + \alpha \|\tilde x\|^2`. ``alpha=0`` (the default) is
+    the Moore–Penrose pseudo-inverse, exact when ``r`` comes from this same space; pass the
+    ``alpha_`` of a fitted :class:`InverseRelativeProjector` to decode representations that come
+    from another encoder.
 
     With ``anchor_subsets`` :math:`S^1, \dots, S^\omega`, the representation concatenates the
     cosines to each subset and the decode averages the subsets' pseudo-inverse decodes (Eq. 5 of
@@ -112,6 +141,9 @@ class RelativeProjector(BaseAligner):
     rescale : {"normalize", "scale"}, default="normalize"
         How decoded rows get back their scale: ``"normalize"`` renormalises each row to unit norm
         and multiplies by ``s``; ``"scale"`` multiplies the raw pseudo-inverse output by ``s``.
+    alpha : float >= 0, default=0.0
+        Ridge :math:`\alpha` of the decode, in units of the squared norm of one (unit-norm)
+        anchor. ``0`` is the plain pseudo-inverse.
     rtol : float, default=None
         Relative cut-off of the pseudo-inverses: singular values of :math:`\hat A_S` below
         ``rtol · σ_max`` are treated as zero. ``None`` uses ``max(k_S, d) · eps`` (float64).
@@ -133,7 +165,7 @@ class RelativeProjector(BaseAligner):
         Centred, L2-normalised anchors, one per output column (float64). An anchor equal to the
         mean has no direction; its row is zero, so its relative coordinate is always 0.
     decoder_ : ndarray of shape (n_features_out, n_features_in)
-        The stacked pseudo-inverses :math:`\frac1\omega (\hat A_{S^i}^\top)^{+}` (float64):
+        The stacked pseudo-inverses :math:`\frac1\omega (\hat A_{S^i}^\top)^{+}_\alpha` (float64):
         ``inverse_transform`` is one product with it before rescaling.
     condition_numbers_ : ndarray of shape (n_subsets,)
         :math:`\sigma_{\max} / \sigma_{\min}` of each :math:`\hat A_{S^i}` (``inf`` when
@@ -175,13 +207,15 @@ class RelativeProjector(BaseAligner):
         **BaseAligner._parameter_constraints,
         "anchor_subsets": [list, None],
         "rescale": [StrOptions({"normalize", "scale"})],
+        "alpha": [Interval(Real, 0, None, closed="left")],
         "rtol": [Interval(Real, 0, 1, closed="left"), None],
     }
 
-    def __init__(self, *, anchor_subsets=None, rescale="normalize", rtol=None, device="cpu",
-                 batch_size=None):
+    def __init__(self, *, anchor_subsets=None, rescale="normalize", alpha=0.0, rtol=None,
+                 device="cpu", batch_size=None):
         self.anchor_subsets = anchor_subsets
         self.rescale = rescale
+        self.alpha = alpha
         self.rtol = rtol
         self.device = device
         self.batch_size = batch_size
@@ -210,7 +244,9 @@ class RelativeProjector(BaseAligner):
                 "All anchors are identical: their centred embeddings have no direction."
             )
         subsets = self._check_subsets(X.shape[0], dev)
-        decoders, self.condition_numbers_, self.ranks_ = _subset_decoders(A_hat, subsets, self.rtol)
+        decoders, self.condition_numbers_, self.ranks_, _ = _subset_decoders(
+            A_hat, subsets, self.rtol, float(self.alpha)
+        )
         index = torch.cat(subsets)
         self.mean_ = to_numpy(mu)
         self.scale_ = float(scale)
