@@ -29,7 +29,7 @@ import numpy as np
 from sklearn.linear_model import LogisticRegression
 
 from skalign import InverseRelativeProjector, ProcrustesAligner
-from skalign._irp import IllConditionedDecodeWarning
+from skalign.exceptions import IllConditionedDecodeWarning
 from skalign.datasets import load_digits_embeddings
 
 data = load_digits_embeddings(["mlp-a", "mlp-b", "mlp-wide", "cnn"])

@@ -18,15 +18,12 @@ from ._compat import Interval, StrOptions, _fit_context
 from ._matching import csls_match, relative_factors, sinkhorn_match
 from ._optim import LossHistory
 from .base import BaseAligner, check_min_pairs, check_unpaired
+from .exceptions import AnchorConsistencyWarning
 
-__all__ = ["AnchorBootstrapper", "AnchorConsistencyWarning"]
+__all__ = ["AnchorBootstrapper"]
 
 _DENSE_MAX_ELEMENTS = 2**22  # plan="auto": one block / a dense plan up to about 2000 × 2000
 _CONSISTENCY_MIN = 0.8  # warn when fewer of last round's pairs are still mutual
-
-
-class AnchorConsistencyWarning(UserWarning):
-    """The accepted anchor pairs stopped being mutually consistent from one round to the next."""
 
 
 def _default_estimator():

@@ -7,13 +7,13 @@ from numbers import Integral, Real
 
 import numpy as np
 import torch
-from scipy.linalg import LinAlgWarning
 from sklearn import get_config
 
 from ._backend import SOLVE_DTYPE, make_generator, to_numpy, to_tensor
 from ._compat import Interval, StrOptions, _fit_context
 from ._relative import _center_normalize, _subset_decoders
 from .base import BaseAligner
+from .exceptions import IllConditionedDecodeWarning
 
 __all__ = ["InverseRelativeProjector", "farthest_point_sampling"]
 
@@ -193,7 +193,7 @@ class InverseRelativeProjector(BaseAligner):
         anchor. ``"gcv"`` chooses it per direction by generalised cross-validation on the
         anchors (see above); ``0`` is the plain pseudo-inverse of the paper. When the decode used
         amplifies noise more than ten times the bound of the GCV ridge, ``fit`` emits an
-        :class:`IllConditionedDecodeWarning` (a :class:`scipy.linalg.LinAlgWarning` and a
+        :class:`~skalign.exceptions.IllConditionedDecodeWarning` (a :class:`scipy.linalg.LinAlgWarning` and a
         :class:`UserWarning`).
     rtol : float, default=None
         Explicit relative cut-off, an override: singular values of each :math:`\hat S_Y^i` below
@@ -521,11 +521,6 @@ def _relative_mismatch(Gx, Gy, C):
 
 
 # ------------------------------------------------------------------------ the regularised decode
-class IllConditionedDecodeWarning(LinAlgWarning, UserWarning):
-    """The decode of an :class:`InverseRelativeProjector` amplifies noise far beyond the ridge
-    chosen by generalised cross-validation; raised with ``alpha=0`` or a tiny ``alpha``."""
-
-
 #: Distinct anchor subsets whose GCV curves are pooled to choose the ridge. The ω pruning runs are
 #: exchangeable draws of the same procedure, so a couple suffice; each costs one eigendecomposition.
 _GCV_POOL = 1

@@ -2,15 +2,22 @@
 
 Catch these instead of matching messages::
 
-    from skalign.exceptions import ConvergenceWarning, LabelsAsTargetWarning, NumericalError
+    from skalign.exceptions import ConvergenceWarning, IllConditionedDecodeWarning, NumericalError
 
 ``ConvergenceWarning`` is scikit-learn's own class (warned when ``max_iter`` is hit), re-exported
 so that one import covers every exception and warning skalign raises.
 """
 
+from scipy.linalg import LinAlgWarning
 from sklearn.exceptions import ConvergenceWarning
 
-__all__ = ["ConvergenceWarning", "LabelsAsTargetWarning", "NumericalError"]
+__all__ = [
+    "AnchorConsistencyWarning",
+    "ConvergenceWarning",
+    "IllConditionedDecodeWarning",
+    "LabelsAsTargetWarning",
+    "NumericalError",
+]
 
 
 class NumericalError(ValueError):
@@ -35,4 +42,23 @@ class LabelsAsTargetWarning(UserWarning):
     ``fit(X, y)`` pairs row ``i`` of ``X`` with the target embedding ``y[i]``; to use labels, fit
     the aligner on embedding pairs and chain a classifier after it. Turn the warning into an
     error with ``warnings.simplefilter("error", LabelsAsTargetWarning)``.
+    """
+
+
+class IllConditionedDecodeWarning(LinAlgWarning, UserWarning):
+    """An :class:`~skalign.InverseRelativeProjector` decode amplifies noise far beyond the ridge
+    that generalised cross-validation would choose.
+
+    Raised with ``alpha=0`` (the paper's plain pseudo-inverse) or a tiny ``alpha`` when many
+    anchors are nearly collinear; the translation is then dominated by noise. The message names
+    the parameters to change (``alpha='gcv'``, ``rtol``, ``pruning_threshold``).
+    """
+
+
+class AnchorConsistencyWarning(UserWarning):
+    """:class:`~skalign.AnchorBootstrapper`: the accepted anchor pairs stopped being mutually
+    consistent from one round to the next, or disagree with the seed pairs.
+
+    Usually a sign of wrong seed pairs or of two encoders too different for the self-learning
+    loop; check ``rounds_`` (``still_mutual``, ``seed_agreement``).
     """

@@ -5,6 +5,10 @@ import numpy as np
 import pytest
 import torch
 
+# The suite's matrices are small: extra threads only add synchronisation, and on a busy 2-core
+# machine two threads per process oversubscribe the cores (fits measured 6x slower).
+torch.set_num_threads(1)
+
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 

@@ -10,7 +10,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import GridSearchCV
 
 from skalign import AnchorBootstrapper, LinearAligner, ProcrustesAligner, UnpairedPool
-from skalign._bootstrap import AnchorConsistencyWarning
+from skalign.exceptions import AnchorConsistencyWarning
 from skalign.datasets import load_docstring_embeddings, make_paired_spaces
 
 
