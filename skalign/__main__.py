@@ -35,10 +35,10 @@ def demo_aligners(n_seed=15):
 
     return {
         "Procrustes": (ProcrustesAligner(scale=True), None),
-        "Linear (ridge 1e-2)": (LinearAligner(alpha=1e-2), None),
+        "Ridge (alpha by LOO-CV)": (LinearAligner(), None),
         "IRP (no training)": (InverseRelativeProjector(random_state=0), None),
-        f"Linear, {n_seed} pairs only": (LinearAligner(alpha=1e-2), n_seed),
-        f"Bootstrap {n_seed} -> IRP": (AnchorBootstrapper(random_state=0), n_seed),
+        f"Ridge, {n_seed} pairs only": (LinearAligner(), n_seed),
+        f"Bootstrap {n_seed} -> Procr.": (AnchorBootstrapper(random_state=0), n_seed),
     }
 
 

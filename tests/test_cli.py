@@ -129,7 +129,7 @@ def test_param_meta_estimator_and_arrays():
 
 
 @pytest.mark.parametrize("cls, item, match", [
-    (LinearAligner, "alpha=-1", r"alpha must be a float in the range \[0.0, inf\)"),
+    (LinearAligner, "alpha=-1", r"alpha must be .*a float in the range \[0.0, inf\)"),
     (LinearAligner, "alpha=abc", "alpha must be"),
     (LinearAligner, "alhpa=1", "has no parameter 'alhpa'; its parameters are alpha"),
     (LinearAligner, "alpha", "expects NAME=VALUE"),
@@ -155,7 +155,7 @@ def model_file(files, tmp_path_factory):
     (["fit", "procrustez", "--source", "{a}", "--target", "{b}", "-o", "{out}/m.skops"],
      "unknown method 'procrustez'"),
     (["fit", "linear", "--source", "{a}", "--target", "{b}", "-o", "{out}/m.skops",
-      "--param", "alpha=-2"], "alpha must be a float"),
+      "--param", "alpha=-2"], "alpha must be .*a float"),
     (["fit", "linear", "--source", "{out}/nope.npy", "--target", "{b}", "-o", "{out}/m.skops"],
      "nope.npy: no such file"),
     (["fit", "linear", "--source", "{a}", "--target", "{y}", "-o", "{out}/m.skops"],

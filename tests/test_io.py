@@ -36,7 +36,7 @@ def _listing(folder):
     lambda: ProcrustesAligner(scale=True),
     lambda: LinearAligner(alpha=0.1),
     lambda: InverseRelativeProjector(n_subspaces=4, random_state=0),
-    lambda: AnchorBootstrapper(n_anchors=30, max_iter=3, random_state=0),
+    lambda: AnchorBootstrapper(n_anchors=30, max_rounds=3, random_state=0),
 ], ids=["procrustes", "linear", "irp", "bootstrap"])
 def test_save_load_round_trip(tmp_path, real, make):
     A, B, _ = real

@@ -103,5 +103,5 @@ def test_readme_tour_runs():
     exec(compile(blocks[1], "README.md", "exec"), ns)
     assert ns["irp"].score(A[te], B[te]) > 0.9
     assert ns["boot"].anchor_pairs_.shape == (285, 2)
-    assert ns["gera"].score(A[te], B[te]) > 0.58  # chance: 1/719; alpha=0: 0.54
+    assert ns["gera"].score(A[te], B[te]) > 0.58  # chance: 1/719; measured 0.63
     assert ns["ensemble"].score(ns["views"][te], labels[te]) > 0.9
