@@ -21,6 +21,7 @@ encoders, 2,000 held-out) gives the table in the user guide (:ref:`real_data`).
 
 import importlib.util
 import os
+import sys
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -33,7 +34,7 @@ here = Path(__file__).resolve().parent if "__file__" in globals() else Path(os.g
 spec = importlib.util.spec_from_file_location(
     "real_defaults", here.parent / "benchmarks" / "real_defaults.py"
 )
-study = importlib.util.module_from_spec(spec)
+study = sys.modules["real_defaults"] = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(study)
 
 from skalign.datasets import load_docstring_embeddings  # noqa: E402
