@@ -218,9 +218,9 @@ class InverseRelativeProjector(BaseAligner):
     inverse_components_ : ndarray of shape (n_features_out, n_features_in)
         The averaged target→source map
         :math:`\frac1\omega\sum_i \hat S_Y^{i\top}(\hat S_X^{i\top})^{+}_{\alpha'}`.
-    mean_in_, mean_out_ : ndarray of shape (n_features_in,), (n_features_out,)
+    source_mean_, target_mean_ : ndarray of shape (n_features_in,), (n_features_out,)
         Anchor means :math:`\mu_X`, :math:`\mu_Y`.
-    scale_in_, scale_out_ : float
+    source_scale_, target_scale_ : float
         Output scales of ``inverse_transform`` and ``transform`` (:math:`s_X`, :math:`s_Y`, or the
         fitted :math:`c` with ``rescale="fit"``).
     alpha_, inverse_alpha_ : float
@@ -375,12 +375,12 @@ class InverseRelativeProjector(BaseAligner):
 
         self.components_ = to_numpy(M)
         self.inverse_components_ = to_numpy(M_inv)
-        self.mean_in_, self.mean_out_ = to_numpy(mu_x), to_numpy(mu_y)
+        self.source_mean_, self.target_mean_ = to_numpy(mu_x), to_numpy(mu_y)
         if self.rescale == "fit":
-            self.scale_out_ = _lstsq_scale(Ax @ M, Yt - mu_y, s_y)
-            self.scale_in_ = _lstsq_scale(Ay @ M_inv, Xt - mu_x, s_x)
+            self.target_scale_ = _lstsq_scale(Ax @ M, Yt - mu_y, s_y)
+            self.source_scale_ = _lstsq_scale(Ay @ M_inv, Xt - mu_x, s_x)
         else:
-            self.scale_out_, self.scale_in_ = float(s_y), float(s_x)
+            self.target_scale_, self.source_scale_ = float(s_y), float(s_x)
         self.n_subspaces_ = len(subsets)
         self.subspace_indices_ = [to_numpy(idx) for idx in subsets]
         self.anchors_per_subspace_ = np.array([len(idx) for idx in subsets])
@@ -458,12 +458,12 @@ class InverseRelativeProjector(BaseAligner):
         return kept
 
     def _transform_fn(self, device):
-        return _map_fn(self.components_, self.mean_in_, self.mean_out_, self.scale_out_,
+        return _map_fn(self.components_, self.source_mean_, self.target_mean_, self.target_scale_,
                        self.rescale, device)
 
     def _inverse_transform_fn(self, device):
-        return _map_fn(self.inverse_components_, self.mean_out_, self.mean_in_, self.scale_in_,
-                       self.rescale, device)
+        return _map_fn(self.inverse_components_, self.target_mean_, self.source_mean_,
+                       self.source_scale_, self.rescale, device)
 
     def inverse_transform(self, X):
         """Translate target-space embeddings into the source space through the relative space.

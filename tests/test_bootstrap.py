@@ -159,9 +159,9 @@ def test_fitted_attributes_delegation_and_repeatability():
     Xs, Ys, pool, perm = _pools(n=300)
     boot = AnchorBootstrapper(LinearAligner(alpha=1e-3), n_anchors=60, random_state=0)
     boot.fit(Xs, Ys, unpaired=pool)
-    np.testing.assert_array_equal(boot.anchors_X_[:15], Xs)
-    np.testing.assert_array_equal(boot.anchors_X_[15:], pool.X[boot.anchor_pairs_[:, 0]])
-    np.testing.assert_array_equal(boot.anchors_y_[15:], pool.y[boot.anchor_pairs_[:, 1]])
+    np.testing.assert_array_equal(boot.source_anchors_[:15], Xs)
+    np.testing.assert_array_equal(boot.source_anchors_[15:], pool.X[boot.anchor_pairs_[:, 0]])
+    np.testing.assert_array_equal(boot.target_anchors_[15:], pool.y[boot.anchor_pairs_[:, 1]])
     assert boot.anchor_confidence_.shape == (45,) and (boot.anchor_confidence_ >= 0).all()
     np.testing.assert_array_equal(boot.transform(pool.X[:5]), boot.estimator_.transform(pool.X[:5]))
     assert boot.score(Xs, Ys) == boot.estimator_.score(Xs, Ys)
@@ -183,7 +183,7 @@ def test_without_pool_and_input_errors():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         boot = AnchorBootstrapper(LinearAligner()).fit(Xs, Ys)
-    assert boot.n_iter_ >= 1 and len(boot.anchors_X_) >= 15
+    assert boot.n_iter_ >= 1 and len(boot.source_anchors_) >= 15
     with pytest.raises(ValueError, match="UnpairedPool"):
         AnchorBootstrapper().fit(Xs, Ys, unpaired=pool.X)
     with pytest.raises(ValueError, match="features"):

@@ -102,7 +102,7 @@ def test_collapsed_map_equals_explicit_eq5(d_y, alpha):
     assert np.abs(collapsed - ref).max() < 1e-6 * np.abs(ref).max()
     assert np.abs(collapsed - ref).max() < 1e-10
     # The full float32 transform agrees with the explicit pipeline to float32 precision.
-    full = ref / np.linalg.norm(ref, axis=1, keepdims=True) * irp.scale_out_ + AY.mean(0)
+    full = ref / np.linalg.norm(ref, axis=1, keepdims=True) * irp.target_scale_ + AY.mean(0)
     np.testing.assert_allclose(irp.transform(Xte), full, rtol=1e-5, atol=1e-5)
 
 
@@ -181,7 +181,7 @@ def test_rescale_modes(scaled_rotation):
     AX, AY, X, Y = scaled_rotation
     s_y = np.linalg.norm(AY - AY.mean(0), axis=1).mean()
     norm = InverseRelativeProjector(random_state=0).fit(AX, AY)
-    assert norm.scale_out_ == pytest.approx(s_y)
+    assert norm.target_scale_ == pytest.approx(s_y)
     radii = np.linalg.norm(norm.transform(X) - AY.mean(0), axis=1)
     np.testing.assert_allclose(radii, s_y, rtol=1e-4)
     fit = InverseRelativeProjector(rescale="fit", random_state=0).fit(AX, AY)
