@@ -9,9 +9,9 @@ import numpy as np
 import torch
 from sklearn import get_config
 
-from ._backend import SOLVE_DTYPE, make_generator, to_numpy, to_tensor
+from ._backend import COMPUTE_DTYPE, SOLVE_DTYPE, make_generator, to_numpy, to_tensor
 from ._compat import Interval, StrOptions, _fit_context
-from ._relative import _center_normalize, _subset_decoders
+from ._relative import _center_normalize, _on_mean_floor, _subset_decoders
 from .base import BaseAligner
 from .exceptions import IllConditionedDecodeWarning
 
@@ -457,13 +457,13 @@ class InverseRelativeProjector(BaseAligner):
             )
         return kept
 
-    def _transform_fn(self, device):
+    def _transform_fn(self, device, dtype=COMPUTE_DTYPE):
         return _map_fn(self.components_, self.source_mean_, self.target_mean_, self.target_scale_,
-                       self.rescale, device)
+                       self.rescale, device, dtype)
 
-    def _inverse_transform_fn(self, device):
+    def _inverse_transform_fn(self, device, dtype=COMPUTE_DTYPE):
         return _map_fn(self.inverse_components_, self.target_mean_, self.source_mean_,
-                       self.source_scale_, self.rescale, device)
+                       self.source_scale_, self.rescale, device, dtype)
 
     def inverse_transform(self, X):
         """Translate target-space embeddings into the source space through the relative space.
@@ -480,22 +480,27 @@ class InverseRelativeProjector(BaseAligner):
         return super().inverse_transform(X)
 
 
-def _map_fn(M, mean_in, mean_out, scale, rescale, device):
+def _map_fn(M, mean_in, mean_out, scale, rescale, device, dtype=COMPUTE_DTYPE):
     """Batch function of the collapsed map: ``normalize(B − μ_in) M``, rescaled, plus ``μ_out``.
 
     With ``rescale="normalize"`` the input normalisation cancels in the output normalisation and
     is skipped; the output is rescaled in place, so a batch costs one subtraction, one matrix
-    product and a few in-place row operations.
+    product and a few in-place row operations. ``dtype`` is the dtype of the batches (float64 for
+    float64 input).
     """
-    M = to_tensor(M, device)
-    mu_in, mu_out = to_tensor(mean_in, device), to_tensor(mean_out, device)
+    M = to_tensor(M, device, dtype)
+    mu_in, mu_out = to_tensor(mean_in, device, dtype), to_tensor(mean_out, device, dtype)
+    # A row on the source mean (to rounding) has no direction: it maps to the target mean, not to
+    # NaN or a noise direction. ‖Z‖ ≤ ‖C‖·‖M‖_F bounds the floor for the normalised output.
+    floor = _on_mean_floor(mu_in)
+    if rescale == "normalize":
+        floor *= float(torch.linalg.matrix_norm(M))
 
     def fn(B):
         C = B - mu_in
         Z = C @ M
         norms = torch.linalg.vector_norm(Z if rescale == "normalize" else C, dim=1, keepdim=True)
-        # A row on the source mean has no direction: it maps to the target mean, not to NaN.
-        factor = torch.where(norms > 0, scale / norms, torch.zeros_like(norms))
+        factor = torch.where(norms > floor, scale / norms, torch.zeros_like(norms))
         return Z.mul_(factor).add_(mu_out)
 
     return fn
