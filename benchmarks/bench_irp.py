@@ -56,8 +56,8 @@ def loop_fns(irp, AX, AY, device):
         enc.append(to_tensor(Ax[idx].T, device))
         dec.append(to_tensor(P, device))
         maps.append(to_tensor(Ax[idx].T @ P, device))
-    mu_x, mu_y = to_tensor(irp.mean_in_, device), to_tensor(irp.mean_out_, device)
-    w, s = len(maps), irp.scale_out_
+    mu_x, mu_y = to_tensor(irp.source_mean_, device), to_tensor(irp.target_mean_, device)
+    w, s = len(maps), irp.target_scale_
 
     def encode_decode(B):
         x = _encode(B, mu_x)

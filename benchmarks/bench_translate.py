@@ -111,9 +111,9 @@ def main(argv=None):
 
         with PeakRSS() as floor_mem:
             t0 = time.perf_counter()
-            floor_translate(src, work / "floor.npy", model.components_ * model.scale_,
-                            model.mean_out_ - model.mean_in_ @ (model.components_ * model.scale_),
-                            batch_size)
+            W = model.components_ * model.scale_
+            floor_translate(src, work / "floor.npy", W,
+                            model.target_mean_ - model.source_mean_ @ W, batch_size)
             floor_s = time.perf_counter() - t0
         sample = np.random.default_rng(2).choice(args.rows, size=min(args.rows, 2000),
                                                  replace=False)

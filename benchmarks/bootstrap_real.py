@@ -71,7 +71,7 @@ def run_draw(X, Y, draw, params, inner="procrustes", n_pool=2000, n_seed=15, n_a
         "draw": draw,
         "mrr_gt": relative_mrr(Xe, Ye, Xp[gt], Yp[gt], mx, my),
         "mrr_seed": relative_mrr(Xe, Ye, Xp[seeds], Yp[seeds], mx, my),
-        "mrr_disc": relative_mrr(Xe, Ye, boot.anchors_X_, boot.anchors_y_, mx, my),
+        "mrr_disc": relative_mrr(Xe, Ye, boot.source_anchors_, boot.target_anchors_, mx, my),
         "exact": float(np.mean(perm[tgt] == src)) if len(src) else float("nan"),
         "n_disc": len(src),
         "top1_inner": top_k_accuracy(Ye, boot.transform(Xe)),

@@ -63,7 +63,7 @@ gt = np.concatenate([seed, rng.choice(np.setdiff1d(np.arange(n), seed), 285, rep
 rows = {
     "GT": metrics(rel(A, A[gt], ma), rel(B, B[gt], mb)),
     "Seed": metrics(rel(A, A[seed], ma), rel(B, B[seed], mb)),
-    "Discovered": metrics(rel(A, boot.anchors_X_, ma), rel(B, boot.anchors_y_, mb)),
+    "Discovered": metrics(rel(A, boot.source_anchors_, ma), rel(B, boot.target_anchors_, mb)),
 }
 print(f"discovered pairs exactly right: {exact:.3f}  same digit class: {same_class:.3f}")
 print(f"{'anchors':10s} {'Jaccard@10':>10s} {'MRR@10':>8s} {'Cosine':>8s}")

@@ -85,13 +85,13 @@ class ASIFAligner(SharedSpaceMixin, BaseAligner):
 
     Attributes
     ----------
-    anchors_source_ : ndarray of shape (n_anchors, n_features_in)
+    source_anchors_ : ndarray of shape (n_anchors, n_features_in)
         Unit-norm (centred when ``center``) source anchors; float64 when fitted on float64
         input, float32 otherwise.
-    anchors_target_ : ndarray of shape (n_anchors, n_features_out)
-    mean_source_ : ndarray of shape (n_features_in,)
+    target_anchors_ : ndarray of shape (n_anchors, n_features_out)
+    source_mean_ : ndarray of shape (n_features_in,)
         Zero when ``center=False``.
-    mean_target_ : ndarray of shape (n_features_out,)
+    target_mean_ : ndarray of shape (n_features_out,)
     n_nonzero_ : int
     n_components_ : int
         Width of the shared space = number of anchors.
@@ -157,9 +157,9 @@ class ASIFAligner(SharedSpaceMixin, BaseAligner):
         X, y = self._validate_pair(X, y)
         dtype = torch.float64 if X.dtype == np.float64 else torch.float32
         Xc, Yc, mx, my = self._centered_pair_tensors(X, y, center=self.center, dtype=dtype)
-        self.anchors_source_ = to_numpy(row_normalize(Xc))
-        self.anchors_target_ = to_numpy(row_normalize(Yc))
-        self.mean_source_, self.mean_target_ = to_numpy(mx), to_numpy(my)
+        self.source_anchors_ = to_numpy(row_normalize(Xc))
+        self.target_anchors_ = to_numpy(row_normalize(Yc))
+        self.source_mean_, self.target_mean_ = to_numpy(mx), to_numpy(my)
         self.n_components_ = len(X)
         self.n_nonzero_ = min(self.n_nonzero, len(X))
         return self
@@ -172,7 +172,7 @@ class ASIFAligner(SharedSpaceMixin, BaseAligner):
         return lambda B: relative_representation(B, A, n_nonzero=k, exponent=p, mean=mu)
 
     def _transform_fn(self, device, dtype=torch.float32):
-        return self._rel_fn(self.anchors_source_, self.mean_source_, device, dtype)
+        return self._rel_fn(self.source_anchors_, self.source_mean_, device, dtype)
 
     def _target_transform_fn(self, device, dtype=torch.float32):
-        return self._rel_fn(self.anchors_target_, self.mean_target_, device, dtype)
+        return self._rel_fn(self.target_anchors_, self.target_mean_, device, dtype)

@@ -170,9 +170,9 @@ class AnchorBootstrapper(BaseAligner):
     anchor_mutual_ : ndarray of shape (n_discovered,), bool
         Whether each pair was a mutual best match in the last round (always true without
         ``anchor_indices``).
-    anchors_X_ : ndarray of shape (n_seed + n_discovered, n_features_in)
+    source_anchors_ : ndarray of shape (n_seed + n_discovered, n_features_in)
         Source anchors the inner estimator was fitted on (seed first).
-    anchors_y_ : ndarray of shape (n_seed + n_discovered, n_features_out)
+    target_anchors_ : ndarray of shape (n_seed + n_discovered, n_features_out)
         Their target counterparts.
     rounds_ : list of dict
         One entry per round: ``n_anchors`` (anchors of the relative representations),
@@ -385,15 +385,15 @@ class AnchorBootstrapper(BaseAligner):
         self.anchor_pairs_ = np.column_stack([src_np, tgt_np]).reshape(-1, 2)
         self.anchor_confidence_ = to_numpy(match.confidence[pick]).astype(np.float64)
         self.anchor_mutual_ = to_numpy(match.mutual()[pick]).astype(bool)
-        self.anchors_X_ = np.vstack([X, np.asarray(Xp)[src_np]])
-        self.anchors_y_ = np.vstack([y, np.asarray(Yp)[tgt_np]])
+        self.source_anchors_ = np.vstack([X, np.asarray(Xp)[src_np]])
+        self.target_anchors_ = np.vstack([y, np.asarray(Yp)[tgt_np]])
 
         est = clone(est)
         if "random_state" in est.get_params(deep=False) and est.random_state is None:
             # keeps the whole fit repeatable under this estimator's random_state
             seed = int(torch.randint(2**31 - 1, (1,), generator=gen, device=gen.device))
             est.set_params(random_state=seed)
-        self.estimator_ = est.fit(self.anchors_X_, self.anchors_y_)
+        self.estimator_ = est.fit(self.source_anchors_, self.target_anchors_)
         return self
 
     def _given_rows(self, n_pool):

@@ -320,8 +320,8 @@ class OrthogonalEnsembleAligner(BaseTransformer):
         return R, history.curve
 
     # ------------------------------------------------------------------------------ transform
-    def _aligned_fn(self, device):
-        R = to_tensor(self.components_, device)
+    def _aligned_fn(self, device, dtype=COMPUTE_DTYPE):
+        R = to_tensor(self.components_, device, dtype)
         m = self.n_views
 
         def aligned(B):
@@ -329,8 +329,8 @@ class OrthogonalEnsembleAligner(BaseTransformer):
 
         return aligned
 
-    def _transform_fn(self, device):
-        aligned = self._aligned_fn(device)
+    def _transform_fn(self, device, dtype=COMPUTE_DTYPE):
+        aligned = self._aligned_fn(device, dtype)
         if self.aggregation is None:
             return lambda B: aligned(B).flatten(1)
         if self.aggregation == "extrinsic":

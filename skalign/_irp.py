@@ -9,9 +9,9 @@ import numpy as np
 import torch
 from sklearn import get_config
 
-from ._backend import SOLVE_DTYPE, make_generator, to_numpy, to_tensor
+from ._backend import COMPUTE_DTYPE, SOLVE_DTYPE, make_generator, to_numpy, to_tensor
 from ._compat import Interval, StrOptions, _fit_context
-from ._relative import _center_normalize, _subset_decoders
+from ._relative import _center_normalize, _on_mean_floor, _subset_decoders
 from .base import BaseAligner
 from .exceptions import IllConditionedDecodeWarning
 
@@ -218,9 +218,9 @@ class InverseRelativeProjector(BaseAligner):
     inverse_components_ : ndarray of shape (n_features_out, n_features_in)
         The averaged target→source map
         :math:`\frac1\omega\sum_i \hat S_Y^{i\top}(\hat S_X^{i\top})^{+}_{\alpha'}`.
-    mean_in_, mean_out_ : ndarray of shape (n_features_in,), (n_features_out,)
+    source_mean_, target_mean_ : ndarray of shape (n_features_in,), (n_features_out,)
         Anchor means :math:`\mu_X`, :math:`\mu_Y`.
-    scale_in_, scale_out_ : float
+    source_scale_, target_scale_ : float
         Output scales of ``inverse_transform`` and ``transform`` (:math:`s_X`, :math:`s_Y`, or the
         fitted :math:`c` with ``rescale="fit"``).
     alpha_, inverse_alpha_ : float
@@ -375,12 +375,12 @@ class InverseRelativeProjector(BaseAligner):
 
         self.components_ = to_numpy(M)
         self.inverse_components_ = to_numpy(M_inv)
-        self.mean_in_, self.mean_out_ = to_numpy(mu_x), to_numpy(mu_y)
+        self.source_mean_, self.target_mean_ = to_numpy(mu_x), to_numpy(mu_y)
         if self.rescale == "fit":
-            self.scale_out_ = _lstsq_scale(Ax @ M, Yt - mu_y, s_y)
-            self.scale_in_ = _lstsq_scale(Ay @ M_inv, Xt - mu_x, s_x)
+            self.target_scale_ = _lstsq_scale(Ax @ M, Yt - mu_y, s_y)
+            self.source_scale_ = _lstsq_scale(Ay @ M_inv, Xt - mu_x, s_x)
         else:
-            self.scale_out_, self.scale_in_ = float(s_y), float(s_x)
+            self.target_scale_, self.source_scale_ = float(s_y), float(s_x)
         self.n_subspaces_ = len(subsets)
         self.subspace_indices_ = [to_numpy(idx) for idx in subsets]
         self.anchors_per_subspace_ = np.array([len(idx) for idx in subsets])
@@ -457,13 +457,13 @@ class InverseRelativeProjector(BaseAligner):
             )
         return kept
 
-    def _transform_fn(self, device):
-        return _map_fn(self.components_, self.mean_in_, self.mean_out_, self.scale_out_,
-                       self.rescale, device)
+    def _transform_fn(self, device, dtype=COMPUTE_DTYPE):
+        return _map_fn(self.components_, self.source_mean_, self.target_mean_, self.target_scale_,
+                       self.rescale, device, dtype)
 
-    def _inverse_transform_fn(self, device):
-        return _map_fn(self.inverse_components_, self.mean_out_, self.mean_in_, self.scale_in_,
-                       self.rescale, device)
+    def _inverse_transform_fn(self, device, dtype=COMPUTE_DTYPE):
+        return _map_fn(self.inverse_components_, self.target_mean_, self.source_mean_,
+                       self.source_scale_, self.rescale, device, dtype)
 
     def inverse_transform(self, X):
         """Translate target-space embeddings into the source space through the relative space.
@@ -480,22 +480,27 @@ class InverseRelativeProjector(BaseAligner):
         return super().inverse_transform(X)
 
 
-def _map_fn(M, mean_in, mean_out, scale, rescale, device):
+def _map_fn(M, mean_in, mean_out, scale, rescale, device, dtype=COMPUTE_DTYPE):
     """Batch function of the collapsed map: ``normalize(B − μ_in) M``, rescaled, plus ``μ_out``.
 
     With ``rescale="normalize"`` the input normalisation cancels in the output normalisation and
     is skipped; the output is rescaled in place, so a batch costs one subtraction, one matrix
-    product and a few in-place row operations.
+    product and a few in-place row operations. ``dtype`` is the dtype of the batches (float64 for
+    float64 input).
     """
-    M = to_tensor(M, device)
-    mu_in, mu_out = to_tensor(mean_in, device), to_tensor(mean_out, device)
+    M = to_tensor(M, device, dtype)
+    mu_in, mu_out = to_tensor(mean_in, device, dtype), to_tensor(mean_out, device, dtype)
+    # A row on the source mean (to rounding) has no direction: it maps to the target mean, not to
+    # NaN or a noise direction. ‖Z‖ ≤ ‖C‖·‖M‖_F bounds the floor for the normalised output.
+    floor = _on_mean_floor(mu_in)
+    if rescale == "normalize":
+        floor *= float(torch.linalg.matrix_norm(M))
 
     def fn(B):
         C = B - mu_in
         Z = C @ M
         norms = torch.linalg.vector_norm(Z if rescale == "normalize" else C, dim=1, keepdim=True)
-        # A row on the source mean has no direction: it maps to the target mean, not to NaN.
-        factor = torch.where(norms > 0, scale / norms, torch.zeros_like(norms))
+        factor = torch.where(norms > floor, scale / norms, torch.zeros_like(norms))
         return Z.mul_(factor).add_(mu_out)
 
     return fn

@@ -18,7 +18,7 @@ __all__ = ["LinearAligner"]
 DEFAULT_ALPHAS = tuple(float(a) for a in np.logspace(-4, 6, 51))
 
 
-def ridge_loo_errors(Xc, Yc, alphas, *, fit_intercept=True):
+def ridge_loo_errors(Xc, Yc, alphas, *, center=True):
     r"""Exact leave-one-out mean squared errors of ridge maps for several penalties, from one SVD.
 
     With the SVD :math:`\bar X = U \Sigma V^\top` of the centred anchors and the shrinkage
@@ -33,12 +33,12 @@ def ridge_loo_errors(Xc, Yc, alphas, *, fit_intercept=True):
     Parameters
     ----------
     Xc : tensor of shape (n, d_x)
-        Source anchors, centred when ``fit_intercept``.
+        Source anchors, centred when ``center``.
     Yc : tensor of shape (n, d_y)
         Target anchors, centred the same way.
     alphas : sequence of float
         Positive penalties.
-    fit_intercept : bool, default=True
+    center : bool, default=True
         Whether ``Xc`` and ``Yc`` were centred (adds the intercept's :math:`1/n` to :math:`h_i`).
 
     Returns
@@ -53,7 +53,7 @@ def ridge_loo_errors(Xc, Yc, alphas, *, fit_intercept=True):
     UtY = U.mT @ Y64
     U2 = U * U
     s2 = s * s
-    base = 1.0 / n if fit_intercept else 0.0
+    base = 1.0 / n if center else 0.0
     errors = np.empty(len(alphas))
     for i, a in enumerate(alphas):
         f = s2 / (s2 + a)
@@ -101,7 +101,7 @@ class LinearAligner(BaseAligner):
     alphas : array-like of float, default=None
         Positive candidate penalties for ``alpha="auto"``. ``None`` uses 51 values spaced
         evenly in log scale from ``1e-4`` to ``1e6``. Ignored when ``alpha`` is a number.
-    fit_intercept : bool, default=True
+    center : bool, default=True
         Centre both spaces on their anchor means (an affine rather than a linear map).
     rtol : float, default=None
         For ``alpha=0``: singular values below ``rtol * σ_max`` are dropped. ``None`` uses
@@ -116,7 +116,7 @@ class LinearAligner(BaseAligner):
     coef_ : ndarray of shape (n_features_in, n_features_out)
         The linear map ``W`` (float64).
     intercept_ : ndarray of shape (n_features_out,)
-        ``μ_Y − μ_X W``, so that ``transform(x) = x W + intercept_``.
+        ``μ_Y − μ_X W``, so that ``transform(x) = x W + intercept_`` (zero when ``center=False``).
     alpha_ : float
         The penalty used: ``alpha`` itself, or the leave-one-out choice for ``alpha="auto"``.
     loo_errors_ : ndarray of shape (n_alphas,) or None
@@ -157,15 +157,15 @@ class LinearAligner(BaseAligner):
         **BaseAligner._parameter_constraints,
         "alpha": [StrOptions({"auto"}), Interval(Real, 0, None, closed="left")],
         "alphas": ["array-like", None],
-        "fit_intercept": ["boolean"],
+        "center": ["boolean"],
         "rtol": [Interval(Real, 0, 1, closed="left"), None],
     }
 
-    def __init__(self, *, alpha="auto", alphas=None, fit_intercept=True, rtol=None, device="cpu",
+    def __init__(self, *, alpha="auto", alphas=None, center=True, rtol=None, device="cpu",
                  batch_size=None):
         self.alpha = alpha
         self.alphas = alphas
-        self.fit_intercept = fit_intercept
+        self.center = center
         self.rtol = rtol
         self.device = device
         self.batch_size = batch_size
@@ -197,10 +197,10 @@ class LinearAligner(BaseAligner):
             The fitted aligner.
         """
         X, y = self._validate_pair(X, y)
-        Xc, Yc, mx, my = self._centered_pair_tensors(X, y, center=self.fit_intercept)
+        Xc, Yc, mx, my = self._centered_pair_tensors(X, y, center=self.center)
         if isinstance(self.alpha, str):
             alphas = self._candidate_alphas()
-            self.loo_errors_ = ridge_loo_errors(Xc, Yc, alphas, fit_intercept=self.fit_intercept)
+            self.loo_errors_ = ridge_loo_errors(Xc, Yc, alphas, center=self.center)
             check_finite(float(self.loo_errors_.min()), what="every leave-one-out error",
                          hint="Pass larger alphas or a fixed alpha.")
             self.alpha_ = float(alphas[int(np.argmin(self.loo_errors_))])

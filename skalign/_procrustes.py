@@ -45,8 +45,8 @@ class ProcrustesAligner(BaseAligner):
         The orthogonal map ``W`` (float64).
     scale_ : float
         The fitted scale ``s`` (1.0 when ``scale=False``).
-    mean_in_ : ndarray of shape (n_features_in,)
-    mean_out_ : ndarray of shape (n_features_out,)
+    source_mean_ : ndarray of shape (n_features_in,)
+    target_mean_ : ndarray of shape (n_features_out,)
     device_ : str
         The device the model was fitted on.
     n_features_in_ : int
@@ -110,17 +110,17 @@ class ProcrustesAligner(BaseAligner):
             s = float(torch.linalg.svdvals(M).sum()) / denom if denom > 0 else 1.0
         self.components_ = to_numpy(W)
         self.scale_ = s
-        self.mean_in_ = to_numpy(mx)
-        self.mean_out_ = to_numpy(my)
+        self.source_mean_ = to_numpy(mx)
+        self.target_mean_ = to_numpy(my)
         return self
 
     def _transform_fn(self, device, dtype=None):
-        return affine_fn(self.components_ * self.scale_, self.mean_in_, self.mean_out_, device,
+        return affine_fn(self.components_ * self.scale_, self.source_mean_, self.target_mean_, device,
                          dtype=dtype)
 
     def _inverse_transform_fn(self, device, dtype=None):
         inverse = self.components_.T / (self.scale_ if self.scale_ else 1.0)
-        return affine_fn(inverse, self.mean_out_, self.mean_in_, device, dtype=dtype)
+        return affine_fn(inverse, self.target_mean_, self.source_mean_, device, dtype=dtype)
 
     def orthogonality_error(self):
         r"""Distance of the fitted map from orthogonality, in float64.

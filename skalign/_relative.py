@@ -8,8 +8,15 @@ import numpy as np
 import torch
 from sklearn.utils.validation import FLOAT_DTYPES, check_is_fitted
 
-from ._backend import (SOLVE_DTYPE, as_numpy, check_finite, resolve_device, to_numpy,
-                       to_tensor)
+from ._backend import (
+    COMPUTE_DTYPE,
+    SOLVE_DTYPE,
+    as_numpy,
+    check_finite,
+    resolve_device,
+    to_numpy,
+    to_tensor,
+)
 from ._compat import Interval, StrOptions, _fit_context, validate_data
 from .base import BaseAligner
 
@@ -36,10 +43,22 @@ def _center_normalize(A: torch.Tensor):
     return mu, A_hat, scale, valid
 
 
-def _encode(B: torch.Tensor, mean: torch.Tensor) -> torch.Tensor:
-    """``normalize(B − μ)``; a row equal to the mean stays zero instead of becoming NaN."""
+def _on_mean_floor(mean: torch.Tensor) -> float:
+    """Norm below which ``B − μ`` is rounding error: the row *is* the mean.
+
+    ``μ`` computed by another library (``numpy.mean`` of the same anchors) differs from the fitted
+    one by a few ulps; in float32 the cast hid that, in float64 the difference would be normalised
+    into a noise direction.
+    """
+    return 16 * torch.finfo(mean.dtype).eps * float(torch.linalg.vector_norm(mean))
+
+
+def _encode(B: torch.Tensor, mean: torch.Tensor, floor: float = 0.0) -> torch.Tensor:
+    """``normalize(B − μ)``; a row on the mean (``‖B − μ‖ ≤ floor``) stays zero, not NaN."""
     C = B - mean
-    return C / torch.linalg.vector_norm(C, dim=1, keepdim=True).clamp_min(torch.finfo(C.dtype).tiny)
+    norms = torch.linalg.vector_norm(C, dim=1, keepdim=True)
+    return torch.where(norms > floor, C / norms.clamp_min(torch.finfo(C.dtype).tiny),
+                       torch.zeros_like(C))
 
 
 def _rescale(Y_hat: torch.Tensor, mode: str, scale: float, mean: torch.Tensor) -> torch.Tensor:
@@ -274,14 +293,15 @@ class RelativeProjector(BaseAligner):
             raise ValueError("anchor_subsets is an empty list; use None for all anchors.")
         return subsets
 
-    def _transform_fn(self, device):
-        A = to_tensor(self.anchors_.T, device)
-        mu = to_tensor(self.mean_, device)
-        return lambda B: _encode(B, mu) @ A
+    def _transform_fn(self, device, dtype=COMPUTE_DTYPE):
+        A = to_tensor(self.anchors_.T, device, dtype)
+        mu = to_tensor(self.mean_, device, dtype)
+        floor = _on_mean_floor(mu)
+        return lambda B: _encode(B, mu, floor) @ A
 
-    def _inverse_transform_fn(self, device):
-        P = to_tensor(self.decoder_, device)
-        mu = to_tensor(self.mean_, device)
+    def _inverse_transform_fn(self, device, dtype=COMPUTE_DTYPE):
+        P = to_tensor(self.decoder_, device, dtype)
+        mu = to_tensor(self.mean_, device, dtype)
         mode, scale = self.rescale, self.scale_
         return lambda R: _rescale(R @ P, mode, scale, mu)
 

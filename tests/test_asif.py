@@ -41,7 +41,7 @@ def test_matches_brute_force(k, p):
                                atol=1e-12)
     np.testing.assert_allclose(est.transform_target(Y[100:]),
                                reference(Y[100:], Y[:100], min(k, 100), p), atol=1e-12)
-    assert est.anchors_source_.dtype == np.float64
+    assert est.source_anchors_.dtype == np.float64
     assert ((est.transform(X[100:]) != 0).sum(1) <= min(k, 100)).all()
     assert est.n_nonzero == k  # the parameter is never modified
 
@@ -72,7 +72,7 @@ def test_exponent_sharpens_and_center_option():
     centred = ASIFAligner(n_nonzero=50, center=True).fit(X[:200], Y[:200])
     manual = ASIFAligner(n_nonzero=50, center=False).fit(X[:200] - mx, Y[:200] - my)
     np.testing.assert_allclose(centred.transform(X[200:]), manual.transform(X[200:] - mx), atol=1e-5)
-    np.testing.assert_allclose(centred.mean_target_, my, rtol=1e-5)
+    np.testing.assert_allclose(centred.target_mean_, my, rtol=1e-5)
 
 
 def test_outputs_dtypes_and_feature_names():

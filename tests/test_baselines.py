@@ -69,7 +69,7 @@ def test_linear_recovers_a_general_linear_map(device):
 
 def test_linear_minimum_norm_on_rank_deficient_anchors(rng):
     X, Y = rng.standard_normal((10, 30)), rng.standard_normal((10, 4))  # fewer pairs than dims
-    est = LinearAligner(alpha=0.0, fit_intercept=False).fit(X, Y)
+    est = LinearAligner(alpha=0.0, center=False).fit(X, Y)
     np.testing.assert_allclose(est.coef_, np.linalg.lstsq(X, Y, rcond=None)[0], atol=1e-10)
 
 
@@ -106,15 +106,15 @@ def test_stitching_digits_encoders_in_a_pipeline():
 
 
 # ------------------------------------------------------------- ridge with leave-one-out alpha
-@pytest.mark.parametrize("n,d,fit_intercept", [(60, 12, True), (25, 40, True), (80, 10, False)])
-def test_auto_alpha_matches_ridgecv(n, d, fit_intercept):
+@pytest.mark.parametrize("n,d,center", [(60, 12, True), (25, 40, True), (80, 10, False)])
+def test_auto_alpha_matches_ridgecv(n, d, center):
     """Same alphas -> same leave-one-out choice, coefficients and error as RidgeCV (cv=None)."""
     rng = np.random.default_rng(n)
     X = rng.standard_normal((n, d)) * np.linspace(0.2, 3.0, d) + 2.0
     Y = X @ rng.standard_normal((d, 5)) + 2.0 * rng.standard_normal((n, 5)) - 1.0
     alphas = np.logspace(-3, 4, 22)
-    ref = RidgeCV(alphas=alphas, fit_intercept=fit_intercept).fit(X, Y)
-    est = LinearAligner(alphas=alphas, fit_intercept=fit_intercept).fit(X, Y)
+    ref = RidgeCV(alphas=alphas, fit_intercept=center).fit(X, Y)
+    est = LinearAligner(alphas=alphas, center=center).fit(X, Y)
     assert est.alpha == "auto" and est.alpha_ == ref.alpha_
     assert 1e-3 < est.alpha_ < 1e4  # an interior choice: the test can tell candidates apart
     np.testing.assert_allclose(est.coef_, ref.coef_.T, atol=1e-10)
@@ -125,7 +125,7 @@ def test_auto_alpha_matches_ridgecv(n, d, fit_intercept):
         errs = []
         for i in range(n):
             keep = np.arange(n) != i
-            one = LinearAligner(alpha=alphas[j], fit_intercept=fit_intercept).fit(X[keep], Y[keep])
+            one = LinearAligner(alpha=alphas[j], center=center).fit(X[keep], Y[keep])
             errs.append(np.mean((one.predict(X[i:i + 1]) - Y[i]) ** 2))
         np.testing.assert_allclose(est.loo_errors_[j], np.mean(errs), rtol=1e-8)
 
@@ -154,7 +154,7 @@ def test_float64_input_is_computed_in_float64(make):
     X, Y = X.astype(np.float64) * 1e3, Y.astype(np.float64)  # large offset: float32 loses digits
     est = make().fit(X, Y)
     W = est.coef_ if hasattr(est, "coef_") else est.components_ * est.scale_
-    b = est.intercept_ if hasattr(est, "coef_") else est.mean_out_ - est.mean_in_ @ W
+    b = est.intercept_ if hasattr(est, "coef_") else est.target_mean_ - est.source_mean_ @ W
     reference = X @ W + b  # float64 numpy
     out = est.transform(X)
     assert out.dtype == np.float64
@@ -165,7 +165,7 @@ def test_float64_input_is_computed_in_float64(make):
     if isinstance(est, ProcrustesAligner):
         back = est.inverse_transform(out)
         assert back.dtype == np.float64
-        np.testing.assert_allclose(back, (out - est.mean_out_) @ W.T / est.scale_**2 + est.mean_in_,
+        np.testing.assert_allclose(back, (out - est.target_mean_) @ W.T / est.scale_**2 + est.source_mean_,
                                    rtol=0, atol=1e-9 * np.abs(X).max())
 
 

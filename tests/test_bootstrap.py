@@ -9,7 +9,8 @@ import torch
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import GridSearchCV
 
-from skalign import AnchorBootstrapper, LinearAligner, ProcrustesAligner, UnpairedPool
+from skalign import (AnchorBootstrapper, InverseRelativeProjector, LinearAligner,
+                     ProcrustesAligner, UnpairedPool)
 from skalign.exceptions import AnchorConsistencyWarning
 from skalign.datasets import load_docstring_embeddings, make_paired_spaces
 
@@ -159,9 +160,9 @@ def test_fitted_attributes_delegation_and_repeatability():
     Xs, Ys, pool, perm = _pools(n=300)
     boot = AnchorBootstrapper(LinearAligner(alpha=1e-3), n_anchors=60, random_state=0)
     boot.fit(Xs, Ys, unpaired=pool)
-    np.testing.assert_array_equal(boot.anchors_X_[:15], Xs)
-    np.testing.assert_array_equal(boot.anchors_X_[15:], pool.X[boot.anchor_pairs_[:, 0]])
-    np.testing.assert_array_equal(boot.anchors_y_[15:], pool.y[boot.anchor_pairs_[:, 1]])
+    np.testing.assert_array_equal(boot.source_anchors_[:15], Xs)
+    np.testing.assert_array_equal(boot.source_anchors_[15:], pool.X[boot.anchor_pairs_[:, 0]])
+    np.testing.assert_array_equal(boot.target_anchors_[15:], pool.y[boot.anchor_pairs_[:, 1]])
     assert boot.anchor_confidence_.shape == (45,) and (boot.anchor_confidence_ >= 0).all()
     np.testing.assert_array_equal(boot.transform(pool.X[:5]), boot.estimator_.transform(pool.X[:5]))
     assert boot.score(Xs, Ys) == boot.estimator_.score(Xs, Ys)
@@ -183,7 +184,7 @@ def test_without_pool_and_input_errors():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         boot = AnchorBootstrapper(LinearAligner()).fit(Xs, Ys)
-    assert boot.n_iter_ >= 1 and len(boot.anchors_X_) >= 15
+    assert boot.n_iter_ >= 1 and len(boot.source_anchors_) >= 15
     with pytest.raises(ValueError, match="UnpairedPool"):
         AnchorBootstrapper().fit(Xs, Ys, unpaired=pool.X)
     with pytest.raises(ValueError, match="features"):
@@ -219,3 +220,31 @@ def test_grid_search_picks_the_rounds_that_find_the_pairs(real):
     scores = search.cv_results_["mean_test_score"]
     one = np.array(search.cv_results_["param_max_rounds"]) == 1
     assert scores[~one].min() > scores[one].max()
+
+
+def _rel_err(a, b):
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+def test_float64_input_is_computed_in_float64():
+    """Transforms delegate to the inner estimator, which computes float64 input in float64."""
+    Xs, Ys, pool, _ = _pools(n=200)
+    X = pool.X.astype(np.float64)
+    boot = AnchorBootstrapper(n_anchors=60, random_state=0).fit(Xs, Ys, unpaired=pool)
+    inner = boot.estimator_
+    assert isinstance(inner, ProcrustesAligner)
+    W = inner.components_ * inner.scale_
+    ref = (X - inner.source_mean_) @ W + inner.target_mean_
+    back_ref = (ref - inner.target_mean_) @ W.T / inner.scale_**2 + inner.source_mean_
+    out, back = boot.transform(X), boot.inverse_transform(ref)
+    assert out.dtype == back.dtype == np.float64
+    assert _rel_err(out, ref) < 1e-10 and _rel_err(back, back_ref) < 1e-10
+    # float32 input is computed in float32: it cannot meet the float64 bound.
+    assert _rel_err(boot.transform(X.astype(np.float32)), ref) > 1e-10
+
+    irp = AnchorBootstrapper(InverseRelativeProjector(), n_anchors=60, random_state=0)
+    inner = irp.fit(Xs, Ys, unpaired=pool).estimator_
+    Z = (X - inner.source_mean_) @ inner.components_
+    ref = Z * (inner.target_scale_ / np.linalg.norm(Z, axis=1, keepdims=True)) + inner.target_mean_
+    assert _rel_err(irp.transform(X), ref) < 1e-10
+    assert _rel_err(irp.transform(X.astype(np.float32)), ref) > 1e-10

@@ -106,7 +106,7 @@ def test_method_names_cover_every_estimator():
 @pytest.mark.parametrize("cls, item, expected", [
     (LinearAligner, "alpha=0.5", ("alpha", 0.5)),
     (LinearAligner, "alpha=1", ("alpha", 1.0)),
-    (LinearAligner, "fit_intercept=False", ("fit_intercept", False)),
+    (LinearAligner, "center=False", ("center", False)),
     (LinearAligner, "rtol=none", ("rtol", None)),
     (LinearAligner, "batch-size=4096", ("batch_size", 4096)),
     (InverseRelativeProjector, "n_subspaces=8", ("n_subspaces", 8)),

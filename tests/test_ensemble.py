@@ -282,3 +282,27 @@ def test_digits_ensemble_is_cached_and_deterministic(tmp_path):
         assert np.abs(a.X[shift] - a.X["test"]).mean() > 0.01
     other = load_digits_ensemble(data_home=tmp_path, **{**kwargs, "random_state": 1})
     assert a.seeds != other.seeds
+
+
+def _rel_err(a, b):
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+@pytest.mark.parametrize("aggregation", [None, "extrinsic", "karcher"])
+def test_float64_input_is_computed_in_float64(aggregation):
+    X, views, _, _ = make_views(n=200)
+    ens = OrthogonalEnsembleAligner(n_views=4, solver="procrustes", aggregation=aggregation).fit(X)
+    A = np.stack([v @ R for v, R in zip(views, ens.components_)], axis=1)  # float64 numpy
+    if aggregation is None:
+        ref = A.reshape(len(X), -1)
+    elif aggregation == "extrinsic":
+        S = A.sum(1)
+        ref = S / np.linalg.norm(S, axis=1, keepdims=True)
+    else:  # the Karcher mean itself, run in float64 on the float64 aligned views
+        ref = karcher_mean(torch.from_numpy(A), tol=ens.karcher_tol,
+                           max_iter=ens.karcher_max_iter).numpy()
+    out, aligned = ens.transform(X), ens.transform_views(X)
+    assert out.dtype == aligned.dtype == np.float64
+    assert _rel_err(aligned, A) < 1e-10 and _rel_err(out, ref) < 1e-10
+    # float32 input is computed in float32: it cannot meet the float64 bound.
+    assert _rel_err(ens.transform(X.astype(np.float32)), ref) > 1e-10

@@ -102,7 +102,7 @@ def test_collapsed_map_equals_explicit_eq5(d_y, alpha):
     assert np.abs(collapsed - ref).max() < 1e-6 * np.abs(ref).max()
     assert np.abs(collapsed - ref).max() < 1e-10
     # The full float32 transform agrees with the explicit pipeline to float32 precision.
-    full = ref / np.linalg.norm(ref, axis=1, keepdims=True) * irp.scale_out_ + AY.mean(0)
+    full = ref / np.linalg.norm(ref, axis=1, keepdims=True) * irp.target_scale_ + AY.mean(0)
     np.testing.assert_allclose(irp.transform(Xte), full, rtol=1e-5, atol=1e-5)
 
 
@@ -181,7 +181,7 @@ def test_rescale_modes(scaled_rotation):
     AX, AY, X, Y = scaled_rotation
     s_y = np.linalg.norm(AY - AY.mean(0), axis=1).mean()
     norm = InverseRelativeProjector(random_state=0).fit(AX, AY)
-    assert norm.scale_out_ == pytest.approx(s_y)
+    assert norm.target_scale_ == pytest.approx(s_y)
     radii = np.linalg.norm(norm.transform(X) - AY.mean(0), axis=1)
     np.testing.assert_allclose(radii, s_y, rtol=1e-4)
     fit = InverseRelativeProjector(rescale="fit", random_state=0).fit(AX, AY)
@@ -463,3 +463,32 @@ def test_real_encoders_unregularised_decode_warns(real_pairs):
     with warnings.catch_warnings():
         warnings.simplefilter("error", IllConditionedDecodeWarning)
         InverseRelativeProjector(pruning_threshold=0.8, alpha=0.0, random_state=0).fit(AX, AY)
+
+
+def _rel_err(a, b):
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+@pytest.mark.parametrize("rescale", ["normalize", "fit"])
+def test_float64_input_is_computed_in_float64(rescale):
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((120, 12)) + 2.0
+    Y = X @ rng.standard_normal((12, 10)) + 0.1 * rng.standard_normal((120, 10)) - 1.0
+    irp = InverseRelativeProjector(rescale=rescale).fit(X, Y)
+
+    def ref(B, M, mu_in, mu_out, scale):
+        C = B - mu_in
+        Z = C @ M
+        norms = np.linalg.norm(Z if rescale == "normalize" else C, axis=1, keepdims=True)
+        return Z * (scale / norms) + mu_out
+
+    Xt, Yt = rng.standard_normal((50, 12)) + 2.0, rng.standard_normal((50, 10)) - 1.0
+    fwd = ref(Xt, irp.components_, irp.source_mean_, irp.target_mean_, irp.target_scale_)
+    back = ref(Yt, irp.inverse_components_, irp.target_mean_, irp.source_mean_,
+               irp.source_scale_)
+    out, out_back = irp.transform(Xt), irp.inverse_transform(Yt)
+    assert out.dtype == out_back.dtype == np.float64
+    assert _rel_err(out, fwd) < 1e-10 and _rel_err(out_back, back) < 1e-10
+    # float32 input is computed in float32: it cannot meet the float64 bound.
+    assert _rel_err(irp.transform(Xt.astype(np.float32)), fwd) > 1e-10
+    assert _rel_err(irp.inverse_transform(Yt.astype(np.float32)), back) > 1e-10

@@ -109,3 +109,26 @@ def test_pickle_roundtrip():
     for name in ("mean_", "anchors_", "decoder_"):
         assert isinstance(getattr(loaded, name), np.ndarray)
     np.testing.assert_array_equal(loaded.transform(anchors), proj.transform(anchors))
+
+
+def _rel_err(a, b):
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+@pytest.mark.parametrize("rescale", ["normalize", "scale"])
+def test_float64_input_is_computed_in_float64(rescale):
+    rng = np.random.default_rng(0)
+    anchors, X = rng.standard_normal((40, 6)) * 3 + 5, rng.standard_normal((30, 6)) * 3 + 5
+    proj = RelativeProjector(rescale=rescale).fit(anchors)
+    C = X - proj.mean_
+    rel = (C / np.linalg.norm(C, axis=1, keepdims=True)) @ proj.anchors_.T
+    dec = rel @ proj.decoder_
+    if rescale == "normalize":
+        dec = dec / np.linalg.norm(dec, axis=1, keepdims=True)
+    dec = dec * proj.scale_ + proj.mean_
+    out, back = proj.transform(X), proj.inverse_transform(rel)
+    assert out.dtype == back.dtype == np.float64
+    assert _rel_err(out, rel) < 1e-10 and _rel_err(back, dec) < 1e-10
+    # float32 input is computed in float32: it cannot meet the float64 bound.
+    assert _rel_err(proj.transform(X.astype(np.float32)), rel) > 1e-10
+    assert _rel_err(proj.inverse_transform(rel.astype(np.float32)), dec) > 1e-10
