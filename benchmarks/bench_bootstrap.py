@@ -27,11 +27,10 @@ import time
 import numpy as np
 import ot
 import torch
+from _common import PeakRSS
 
 from skalign import AnchorBootstrapper, LinearAligner, UnpairedPool
 from skalign.datasets import make_paired_spaces
-
-from _common import PeakRSS
 
 
 def make_problem(n, d=32, noise=0.1, seed=0):

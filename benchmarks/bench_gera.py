@@ -20,13 +20,12 @@ import time
 
 import numpy as np
 import torch
+from _common import PeakRSS
 
 from skalign import GeRAAligner
 from skalign._backend import make_generator, resolve_device
 from skalign._gera import _initial_params, _preprocess, _Trainer
 from skalign._knn import _BLOCK_ENTRIES, knn_graph
-
-from _common import PeakRSS
 
 
 def _sync(dev):
@@ -50,7 +49,8 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=3, help="epochs timed per variant (median)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    parser.add_argument("--full-graph", action="store_true", help="build the exact graph at full size")
+    parser.add_argument("--full-graph", action="store_true",
+                        help="build the exact graph at full size")
     parser.add_argument("--graph-queries", type=int, default=4096)
     args = parser.parse_args(argv)
     n_pairs = args.pairs or (2_000 if args.quick else 10_000)
@@ -131,7 +131,8 @@ def main(argv=None):
     mem_kind = "peak CUDA alloc MiB" if dev.type == "cuda" else "peak RSS +MiB"
     print(f"{'variant':<30}{'epoch s':>10}{'x contrastive':>15}{mem_kind:>22}")
     for r in rows:
-        print(f"{r['variant']:<30}{r['epoch_s']:10.3f}{r['epoch_s'] / base:15.2f}{r['peak_mib']:22.0f}")
+        print(f"{r['variant']:<30}{r['epoch_s']:10.3f}{r['epoch_s'] / base:15.2f}"
+              f"{r['peak_mib']:22.0f}")
     how = "measured" if exact else f"extrapolated from {q:,} query rows"
     print(f"kNN graph over {n_pool:,} points (once per space and fit): {graph_s:.1f} s per space "
           f"({how}), peak +{graph_mem:.0f} MiB")

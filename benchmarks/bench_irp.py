@@ -24,12 +24,11 @@ import time
 
 import numpy as np
 import torch
+from _common import PeakRSS
 
 from skalign import InverseRelativeProjector
 from skalign._backend import apply_in_batches, to_tensor
 from skalign._relative import _encode, _rescale
-
-from _common import PeakRSS
 
 
 def make_data(n, d, k, seed=0):

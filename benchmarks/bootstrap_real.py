@@ -18,7 +18,8 @@ discovers 285 pairs. Reported:
 
     python benchmarks/bootstrap_real.py /work/shared/data/docstrings_en.npz
     python benchmarks/bootstrap_real.py PATH.npz --target me5_small_q4 --draws 0 1 2
-    python benchmarks/bootstrap_real.py PATH.npz --param correspondence=sinkhorn --param n_working_anchors=285
+    python benchmarks/bootstrap_real.py PATH.npz --param correspondence=sinkhorn \
+        --param n_working_anchors=285
 """
 
 import argparse
@@ -28,8 +29,13 @@ import time
 import numpy as np
 import torch
 
-from skalign import (AnchorBootstrapper, InverseRelativeProjector, LinearAligner,
-                     ProcrustesAligner, UnpairedPool)
+from skalign import (
+    AnchorBootstrapper,
+    InverseRelativeProjector,
+    LinearAligner,
+    ProcrustesAligner,
+    UnpairedPool,
+)
 from skalign.datasets import load_docstring_embeddings
 from skalign.metrics import top_k_accuracy
 

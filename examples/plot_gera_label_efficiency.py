@@ -66,7 +66,8 @@ def sweep(source, target):
                 if isinstance(method, (GeRAAligner, ASIFAligner)):  # shared space
                     queries, gallery = method.transform(A[test]), method.transform_target(B[test])
                 else:  # translated into the target space
-                    queries, gallery = method.transform(A[test]) - target_mean, B[test] - target_mean
+                    queries = method.transform(A[test]) - target_mean
+                    gallery = B[test] - target_mean
                 top1[name][s, j] = top_k_accuracy(gallery, queries)
                 mrr[name][s, j] = mean_reciprocal_rank(gallery, queries)
     return top1, mrr

@@ -29,8 +29,8 @@ import numpy as np
 from sklearn.linear_model import LogisticRegression
 
 from skalign import InverseRelativeProjector, ProcrustesAligner
-from skalign.exceptions import IllConditionedDecodeWarning
 from skalign.datasets import load_digits_embeddings
+from skalign.exceptions import IllConditionedDecodeWarning
 
 data = load_digits_embeddings(["mlp-a", "mlp-b", "mlp-wide", "cnn"])
 E, labels = data.embeddings, data.target

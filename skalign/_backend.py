@@ -8,6 +8,7 @@ No function in this module calls into CUDA at import time.
 from __future__ import annotations
 
 import math
+
 import numpy as np
 import torch
 from sklearn import get_config
@@ -152,7 +153,7 @@ def apply_in_batches(fn, X, *, device, batch_size=None, n_outputs=None, out_dtyp
 
 
 def affine_fn(W, mean_in, mean_out, device, dtype=None):
-    """A batch function ``B ↦ (B − mean_in) W + mean_out`` with its operands moved to ``device`` once.
+    """A batch function ``B ↦ (B − mean_in) W + mean_out``, operands moved to ``device`` once.
 
     ``W``, ``mean_in`` and ``mean_out`` are the fitted numpy arrays; used by every aligner whose
     ``transform`` is an affine map. ``dtype`` (default :data:`COMPUTE_DTYPE`) is the dtype of the
@@ -186,7 +187,10 @@ def check_finite(value, *, what: str, hint: str):
     hint : str
         The parameter change that usually helps, named explicitly.
     """
-    ok = bool(torch.isfinite(value).all()) if isinstance(value, torch.Tensor) else math.isfinite(value)
+    if isinstance(value, torch.Tensor):
+        ok = bool(torch.isfinite(value).all())
+    else:
+        ok = math.isfinite(value)
     if not ok:
         raise NumericalError(f"Non-finite values in {what}. {hint}")
 

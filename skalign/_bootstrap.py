@@ -537,7 +537,7 @@ class AnchorBootstrapper(BaseAligner):
         return idx
 
     def _optimise_anchors(self, YP, LY, T, gen):
-        """Adam on the sphere for the free target anchors; closed-form loss through Gram matrices."""
+        """Adam on the sphere for the free target anchors; closed-form loss via Gram matrices."""
         s = len(LY)
         m, k = len(YP), T.shape[1] - s
         history = LossHistory(type(self).__name__, max_iter=self.refine_max_iter, tol=1e-6,

@@ -11,7 +11,12 @@ import torch.nn.functional as F
 from sklearn.exceptions import ConvergenceWarning
 
 from ._backend import (
-    SOLVE_DTYPE, NumericalError, check_finite, make_generator, row_normalize, to_numpy,
+    SOLVE_DTYPE,
+    NumericalError,
+    check_finite,
+    make_generator,
+    row_normalize,
+    to_numpy,
     to_tensor,
 )
 from ._compat import Interval, StrOptions, _fit_context
@@ -489,8 +494,10 @@ class GeRAAligner(SharedSpaceMixin, BaseAligner):
 
         # pools: training pairs first (pool index i = training pair i), then unpaired rows
         Xt, Yt = to_tensor(X, dev), to_tensor(y, dev)
-        Px = torch.cat([Xt[train_idx]] + ([to_tensor(pool.X, dev)] if self.n_unpaired_source_ else []))
-        Py = torch.cat([Yt[train_idx]] + ([to_tensor(pool.y, dev)] if self.n_unpaired_target_ else []))
+        extra_x = [to_tensor(pool.X, dev)] if self.n_unpaired_source_ else []
+        extra_y = [to_tensor(pool.y, dev)] if self.n_unpaired_target_ else []
+        Px = torch.cat([Xt[train_idx]] + extra_x)
+        Py = torch.cat([Yt[train_idx]] + extra_y)
         mx, my = Px.mean(0), Py.mean(0)
         Ux, Uy = _preprocess(Px, mx), _preprocess(Py, my)
         del Px, Py

@@ -193,7 +193,8 @@ class InverseRelativeProjector(BaseAligner):
         anchor. ``"gcv"`` chooses it per direction by generalised cross-validation on the
         anchors (see above); ``0`` is the plain pseudo-inverse of the paper. When the decode used
         amplifies noise more than ten times the bound of the GCV ridge, ``fit`` emits an
-        :class:`~skalign.exceptions.IllConditionedDecodeWarning` (a :class:`scipy.linalg.LinAlgWarning` and a
+        :class:`~skalign.exceptions.IllConditionedDecodeWarning` (a
+        :class:`scipy.linalg.LinAlgWarning` and a
         :class:`UserWarning`).
     rtol : float, default=None
         Explicit relative cut-off, an override: singular values of each :math:`\hat S_Y^i` below

@@ -85,7 +85,8 @@ class LossHistory:
                   f"({time.perf_counter() - self._start:.2f} s)")
         if self.tol is None:
             return False
-        if loss < self._best - self.tol * max(abs(self._best) if math.isfinite(self._best) else 1.0, 1.0):
+        scale = max(abs(self._best) if math.isfinite(self._best) else 1.0, 1.0)
+        if loss < self._best - self.tol * scale:
             self._best, self._stall = loss, 0
         else:
             self._stall += 1

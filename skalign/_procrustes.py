@@ -67,7 +67,8 @@ class ProcrustesAligner(BaseAligner):
     --------
     >>> from skalign import ProcrustesAligner
     >>> from skalign.datasets import make_paired_spaces
-    >>> X, Y = make_paired_spaces(n_samples=200, n_features=16, relation="orthogonal", random_state=0)
+    >>> X, Y = make_paired_spaces(n_samples=200, n_features=16, relation="orthogonal",
+    ...                           random_state=0)
     >>> round(ProcrustesAligner().fit(X, Y).score(X, Y), 4)
     1.0
     """
@@ -115,8 +116,8 @@ class ProcrustesAligner(BaseAligner):
         return self
 
     def _transform_fn(self, device, dtype=None):
-        return affine_fn(self.components_ * self.scale_, self.source_mean_, self.target_mean_, device,
-                         dtype=dtype)
+        return affine_fn(self.components_ * self.scale_, self.source_mean_, self.target_mean_,
+                         device, dtype=dtype)
 
     def _inverse_transform_fn(self, device, dtype=None):
         inverse = self.components_.T / (self.scale_ if self.scale_ else 1.0)

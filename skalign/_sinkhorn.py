@@ -367,7 +367,8 @@ def sinkhorn_log(cost, reg, *, a=None, b=None, max_iter=1000, tol=1e-5, scaling=
     if not reg > 0:
         raise ValueError(f"reg must be positive, got {reg}.")
     n, m = cost.shape
-    probe = {DenseCost: "C", FeatureCost: "U", InnerProductCost: "U", SparseCost: "cost"}[type(cost)]
+    attributes = {DenseCost: "C", FeatureCost: "U", InnerProductCost: "U", SparseCost: "cost"}
+    probe = attributes[type(cost)]
     probe = getattr(cost, probe)
     dtype, device = probe.dtype, probe.device
     a = torch.full((n,), 1.0 / n, dtype=dtype, device=device) if a is None else a.to(device, dtype)

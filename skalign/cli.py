@@ -26,8 +26,7 @@ import json
 import re
 import sys
 import time
-from numbers import Integral, Real
-from pathlib import Path
+from numbers import Integral
 
 import numpy as np
 

@@ -69,7 +69,9 @@ def _block_rows(n_rows, n_cols, batch_size):
 def mean_cosine_similarity(y_true, y_pred, *, sample_weight=None):
     """Mean cosine similarity between paired rows (greater is better).
 
-    .. math:: \\frac{1}{n} \\sum_i \\frac{\\langle y_i, \\hat y_i \\rangle}{\\|y_i\\| \\|\\hat y_i\\|}
+    .. math::
+
+        \\frac{1}{n} \\sum_i \\frac{\\langle y_i, \\hat y_i \\rangle}{\\|y_i\\| \\|\\hat y_i\\|}
 
     A zero row has cosine 0 with everything.
 
@@ -125,7 +127,8 @@ def top_k_accuracy(y_true, y_pred, *, k=1, batch_size=None, device="cpu"):
     -------
     float in [0, 1]
     """
-    return float(np.mean(retrieval_ranks(y_true, y_pred, batch_size=batch_size, device=device) <= k))
+    ranks = retrieval_ranks(y_true, y_pred, batch_size=batch_size, device=device)
+    return float(np.mean(ranks <= k))
 
 
 def mean_reciprocal_rank(y_true, y_pred, *, k=None, batch_size=None, device="cpu"):
@@ -208,7 +211,9 @@ def map_at_r(embeddings, labels, *, batch_size=None, device="cpu"):
     For a query with label ``c``, ``R`` is the number of *other* items labelled ``c``; with
     ``P(i)`` the precision among the ``i`` nearest neighbours,
 
-    .. math:: \\mathrm{MAP@R} = \\frac{1}{R} \\sum_{i=1}^{R} P(i)\\, \\mathbb 1[\\text{label}_i = c].
+    .. math::
+
+        \\mathrm{MAP@R} = \\frac{1}{R} \\sum_{i=1}^{R} P(i)\\, \\mathbb 1[\\text{label}_i = c].
 
     Queries with no other item of their class are excluded. No cap on ``R``.
 

@@ -118,8 +118,17 @@ def translate_parquet(model, src, dst, *, scheduler=None, column=None, batch_siz
     import pandas as pd
     import pyarrow as pa
 
-    from ._stores import (StoreError, _check_parent, _output_schema, _remove, _replace,
-                          _tmp_sibling, default_batch_size, open_reader, store_kind)
+    from ._stores import (
+        StoreError,
+        _check_parent,
+        _output_schema,
+        _remove,
+        _replace,
+        _tmp_sibling,
+        default_batch_size,
+        open_reader,
+        store_kind,
+    )
     from .io import load, output_dim
 
     if isinstance(model, (str, Path)):

@@ -71,7 +71,8 @@ def test_exponent_sharpens_and_center_option():
     mx, my = X[:200].mean(0), Y[:200].mean(0)
     centred = ASIFAligner(n_nonzero=50, center=True).fit(X[:200], Y[:200])
     manual = ASIFAligner(n_nonzero=50, center=False).fit(X[:200] - mx, Y[:200] - my)
-    np.testing.assert_allclose(centred.transform(X[200:]), manual.transform(X[200:] - mx), atol=1e-5)
+    np.testing.assert_allclose(centred.transform(X[200:]), manual.transform(X[200:] - mx),
+                               atol=1e-5)
     np.testing.assert_allclose(centred.target_mean_, my, rtol=1e-5)
 
 
@@ -91,7 +92,8 @@ def test_outputs_dtypes_and_feature_names():
 
 def test_grid_search_picks_enough_nonzeros():
     X = clustered(seed=3, n=900) + 5.0
-    Y = X @ ortho_group.rvs(16, random_state=1) + 0.3 * np.random.default_rng(0).standard_normal(X.shape)
+    noise = 0.3 * np.random.default_rng(0).standard_normal(X.shape)
+    Y = X @ ortho_group.rvs(16, random_state=1) + noise
     grid = GridSearchCV(ASIFAligner(), {"n_nonzero": [5, 300]}, cv=3).fit(X, Y)
     assert grid.best_params_["n_nonzero"] == 300
     scores = grid.cv_results_["mean_test_score"]

@@ -33,7 +33,8 @@ BASELINES = [ProcrustesAligner, LinearAligner]
 
 @pytest.fixture
 def pairs():
-    return make_paired_spaces(120, 6, n_features_target=5, relation="linear", noise=0.05, random_state=0)
+    return make_paired_spaces(120, 6, n_features_target=5, relation="linear", noise=0.05,
+                              random_state=0)
 
 
 # ------------------------------------------------------------------------------ unpaired pool
@@ -213,7 +214,8 @@ def test_make_generator_is_local_and_repeatable():
     assert torch.equal(torch.random.get_rng_state(), state)
     rs = np.random.RandomState(0)
     assert not torch.equal(
-        torch.rand(3, generator=make_generator(rs, "cpu")), torch.rand(3, generator=make_generator(rs, "cpu"))
+        torch.rand(3, generator=make_generator(rs, "cpu")),
+        torch.rand(3, generator=make_generator(rs, "cpu")),
     )
 
 
@@ -248,7 +250,8 @@ def test_fitted_model_pickles_and_loads_without_gpu(Est, pairs, tmp_path):
     est = Est().fit(X, Y)
     state = est.__getstate__()
     assert not any(isinstance(v, torch.Tensor) for v in state.values())
-    np.testing.assert_allclose(_roundtrip_without_gpu(est, X, tmp_path), est.transform(X), atol=1e-6)
+    np.testing.assert_allclose(_roundtrip_without_gpu(est, X, tmp_path), est.transform(X),
+                               atol=1e-6)
 
 
 @pytest.mark.cuda

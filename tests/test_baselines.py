@@ -51,7 +51,8 @@ def test_procrustes_scale_shift_and_different_dimensions():
 
 
 def test_procrustes_equals_zero_padding_solution():
-    X, Y = make_paired_spaces(200, 5, n_features_target=8, relation="orthogonal", noise=0.1, random_state=0)
+    X, Y = make_paired_spaces(200, 5, n_features_target=8, relation="orthogonal", noise=0.1,
+                              random_state=0)
     Xp = np.hstack([X - X.mean(0), np.zeros((len(X), 3))])
     U, _, Vt = np.linalg.svd(Xp.T @ (Y - Y.mean(0)))
     W_padded = (U @ Vt)[:5]
@@ -99,7 +100,8 @@ def test_stitching_digits_encoders_in_a_pipeline():
     own = clf.score(B[te], labels[te])
     raw = clf.score(A[te], labels[te])
     aligner = LinearAligner(alpha=1e-2).fit(A[tr[:300]], B[tr[:300]])
-    stitched = make_pipeline(FrozenEstimator(aligner), FrozenEstimator(clf)).score(A[te], labels[te])
+    stitched = make_pipeline(FrozenEstimator(aligner), FrozenEstimator(clf))
+    stitched = stitched.score(A[te], labels[te])
     assert own > 0.95
     assert raw < 0.4  # same width, unrelated coordinates: near chance
     assert stitched > own - 0.03
@@ -165,8 +167,8 @@ def test_float64_input_is_computed_in_float64(make):
     if isinstance(est, ProcrustesAligner):
         back = est.inverse_transform(out)
         assert back.dtype == np.float64
-        np.testing.assert_allclose(back, (out - est.target_mean_) @ W.T / est.scale_**2 + est.source_mean_,
-                                   rtol=0, atol=1e-9 * np.abs(X).max())
+        expected = (out - est.target_mean_) @ W.T / est.scale_**2 + est.source_mean_
+        np.testing.assert_allclose(back, expected, rtol=0, atol=1e-9 * np.abs(X).max())
 
 
 # ------------------------------------------------------------------------ real embeddings

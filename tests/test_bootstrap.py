@@ -9,15 +9,20 @@ import torch
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import GridSearchCV
 
-from skalign import (AnchorBootstrapper, InverseRelativeProjector, LinearAligner,
-                     ProcrustesAligner, UnpairedPool)
-from skalign.exceptions import AnchorConsistencyWarning
+from skalign import (
+    AnchorBootstrapper,
+    InverseRelativeProjector,
+    LinearAligner,
+    ProcrustesAligner,
+    UnpairedPool,
+)
 from skalign.datasets import load_docstring_embeddings, make_paired_spaces
+from skalign.exceptions import AnchorConsistencyWarning
 
 
 @pytest.fixture(autouse=True, scope="module")
 def _one_thread():
-    """The real-data fits are small matrix products: one thread avoids oversubscribing a shared CPU."""
+    """Real-data fits are small matrix products: one thread avoids oversubscribing a shared CPU."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -26,7 +31,7 @@ def _one_thread():
 
 @pytest.fixture(scope="module")
 def real():
-    """The vendored MiniLM/MPNet subset: a 1,000-text pool (target shuffled), 15 seeds, a test set."""
+    """The vendored MiniLM/MPNet subset: 1,000-text pool (target shuffled), 15 seeds, test set."""
     data = load_docstring_embeddings()
     X, Y = data.embeddings["minilm_l6"], data.embeddings["mpnet_base"]
     perm = np.random.default_rng(0).permutation(1000)

@@ -9,8 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from skalign import AnchorBootstrapper, GeRAAligner, InverseRelativeProjector, LinearAligner
-from skalign import ProcrustesAligner
+from skalign import (
+    AnchorBootstrapper,
+    GeRAAligner,
+    InverseRelativeProjector,
+    LinearAligner,
+    ProcrustesAligner,
+)
 from skalign.cli import CommandError, main, method_names, parse_param, resolve_method
 from skalign.datasets import load_docstring_embeddings
 from skalign.io import load, model_info

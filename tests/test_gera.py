@@ -1,4 +1,4 @@
-"""GeRAAligner: the geometric term, contrastive-only equivalence, label efficiency, data contract."""
+"""GeRAAligner: geometric term, contrastive-only equivalence, label efficiency, data contract."""
 
 import pickle
 import subprocess

@@ -7,12 +7,24 @@ import numpy as np
 import pytest
 
 import skalign
-from skalign import AnchorBootstrapper, InverseRelativeProjector, LinearAligner, ProcrustesAligner
-from skalign import UnpairedPool
+from skalign import (
+    AnchorBootstrapper,
+    InverseRelativeProjector,
+    LinearAligner,
+    ProcrustesAligner,
+    UnpairedPool,
+)
 from skalign._stores import StoreError, open_reader
 from skalign.datasets import load_docstring_embeddings
-from skalign.io import ModelFileError, load, model_info, read_vectors, save, translate
-from skalign.io import trusted_types
+from skalign.io import (
+    ModelFileError,
+    load,
+    model_info,
+    read_vectors,
+    save,
+    translate,
+    trusted_types,
+)
 from skalign.utils import all_estimators
 
 pa = pytest.importorskip("pyarrow")

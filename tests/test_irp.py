@@ -14,8 +14,8 @@ from sklearn.pipeline import Pipeline
 
 from skalign import InverseRelativeProjector, RelativeProjector
 from skalign._irp import _gcv_alpha, _Side, farthest_point_sampling
-from skalign.exceptions import IllConditionedDecodeWarning
 from skalign.datasets import load_digits_embeddings, load_docstring_embeddings, make_paired_spaces
+from skalign.exceptions import IllConditionedDecodeWarning
 from skalign.metrics import top_k_accuracy
 
 

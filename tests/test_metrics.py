@@ -63,7 +63,8 @@ def test_mean_cosine_similarity(rng):
     assert mean_cosine_similarity(A, A[::-1]) == pytest.approx(expected)
     w = rng.random(20)
     cos = np.sum(_unit(A) * _unit(A[::-1]), axis=1)
-    assert mean_cosine_similarity(A, A[::-1], sample_weight=w) == pytest.approx(np.average(cos, weights=w))
+    expected = np.average(cos, weights=w)
+    assert mean_cosine_similarity(A, A[::-1], sample_weight=w) == pytest.approx(expected)
     with pytest.raises(ValueError, match="same \\(target\\) space"):
         mean_cosine_similarity(A, A[:, :3])
 
@@ -76,15 +77,18 @@ def test_retrieval_metrics_match_brute_force(noisy_pairs, device):
     for k in (1, 5):
         assert top_k_accuracy(T, Q, k=k, device=device) == pytest.approx(np.mean(ranks <= k))
     assert mean_reciprocal_rank(T, Q) == pytest.approx(np.mean(1 / ranks))
-    assert mean_reciprocal_rank(T, Q, k=3) == pytest.approx(np.mean(np.where(ranks <= 3, 1 / ranks, 0)))
+    expected = np.mean(np.where(ranks <= 3, 1 / ranks, 0))
+    assert mean_reciprocal_rank(T, Q, k=3) == pytest.approx(expected)
     assert top_k_accuracy(T, T) == 1.0
 
 
 def test_label_metrics_match_brute_force(rng, device):
     labels = rng.integers(0, 5, 120)
     E = rng.standard_normal((120, 6)) + 2.5 * np.eye(6)[labels % 6]
-    nn = NearestNeighbors(n_neighbors=2, metric="cosine").fit(E).kneighbors(E, return_distance=False)
-    assert recall_at_1(E, labels, device=device) == pytest.approx(np.mean(labels[nn[:, 1]] == labels))
+    nn = NearestNeighbors(n_neighbors=2, metric="cosine").fit(E)
+    nn = nn.kneighbors(E, return_distance=False)
+    expected = np.mean(labels[nn[:, 1]] == labels)
+    assert recall_at_1(E, labels, device=device) == pytest.approx(expected)
     naive = _naive_map_at_r(E, labels)
     assert 0.2 < naive < 0.9
     assert map_at_r(E, labels, batch_size=13, device=device) == pytest.approx(naive, abs=1e-12)
@@ -97,8 +101,11 @@ def test_label_metrics_match_brute_force(rng, device):
 def test_neighborhood_jaccard(noisy_pairs):
     X, Y = noisy_pairs
     k = 5
-    nx = NearestNeighbors(n_neighbors=k + 1, metric="cosine").fit(X).kneighbors(X, return_distance=False)[:, 1:]
-    ny = NearestNeighbors(n_neighbors=k + 1, metric="cosine").fit(Y).kneighbors(Y, return_distance=False)[:, 1:]
+    def knn(A):
+        nn = NearestNeighbors(n_neighbors=k + 1, metric="cosine").fit(A)
+        return nn.kneighbors(A, return_distance=False)[:, 1:]
+
+    nx, ny = knn(X), knn(Y)
     naive = np.mean([len(set(a) & set(b)) / len(set(a) | set(b)) for a, b in zip(nx, ny)])
     assert neighborhood_jaccard(X, Y, k=k, batch_size=11) == pytest.approx(naive)
     Q = np.linalg.qr(np.random.default_rng(0).standard_normal((8, 8)))[0]
@@ -110,7 +117,8 @@ def test_neighborhood_jaccard(noisy_pairs):
 def test_scorers_in_grid_search():
     X, Y = make_paired_spaces(200, 10, relation="linear", noise=0.3, random_state=0)
     for scoring in (cosine_scorer, top1_scorer, mrr_scorer):
-        search = GridSearchCV(LinearAligner(), {"alpha": [0.0, 1e5]}, cv=3, scoring=scoring).fit(X, Y)
+        search = GridSearchCV(LinearAligner(), {"alpha": [0.0, 1e5]}, cv=3, scoring=scoring)
+        search.fit(X, Y)
         assert search.best_params_["alpha"] == 0.0
 
 

@@ -5,8 +5,14 @@ import pytest
 import torch
 
 from skalign._backend import NumericalError
-from skalign._sinkhorn import (DenseCost, FeatureCost, InnerProductCost, SparseCost, knn_support,
-                               sinkhorn_log)
+from skalign._sinkhorn import (
+    DenseCost,
+    FeatureCost,
+    InnerProductCost,
+    SparseCost,
+    knn_support,
+    sinkhorn_log,
+)
 
 
 def _points(n, m, p=5, seed=0, dtype=torch.float64):

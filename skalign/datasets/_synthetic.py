@@ -35,7 +35,8 @@ def make_paired_spaces(
     * ``"linear"``: :math:`y = x A` with a random Gaussian :math:`A` (not an isometry);
     * ``"nonlinear"``: :math:`y = x Q + \tfrac12 \tanh(x B)`, mildly non-linear,
 
-    then multiplied by ``scale``, shifted by ``shift`` and perturbed by Gaussian noise whose standard deviation is ``noise``
+    then multiplied by ``scale``, shifted by ``shift`` and perturbed by Gaussian noise whose
+    standard deviation is ``noise``
     times the root-mean-square of the clean targets.
 
     Parameters
