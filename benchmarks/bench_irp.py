@@ -27,8 +27,8 @@ import torch
 from _common import PeakRSS
 
 from skalign import InverseRelativeProjector
+from skalign._anchors import encode, rescale
 from skalign._backend import apply_in_batches, to_tensor
-from skalign._relative import _encode, _rescale
 
 
 def make_data(n, d, k, seed=0):
@@ -59,14 +59,14 @@ def loop_fns(irp, AX, AY, device):
     w, s = len(maps), irp.target_scale_
 
     def encode_decode(B):
-        x = _encode(B, mu_x)
+        x = encode(B, mu_x)
         acc = sum((x @ E) @ D for E, D in zip(enc, dec))
-        return _rescale(acc / w, "normalize", s, mu_y)
+        return rescale(acc / w, "normalize", s, mu_y)
 
     def per_map(B):
-        x = _encode(B, mu_x)
+        x = encode(B, mu_x)
         acc = sum(x @ M for M in maps)
-        return _rescale(acc / w, "normalize", s, mu_y)
+        return rescale(acc / w, "normalize", s, mu_y)
 
     return {"loop: encode+decode": encode_decode, "loop: ω maps": per_map}
 

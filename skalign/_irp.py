@@ -9,9 +9,9 @@ import numpy as np
 import torch
 from sklearn import get_config
 
+from ._anchors import center_normalize, on_mean_floor, subset_decoders
 from ._backend import COMPUTE_DTYPE, SOLVE_DTYPE, make_generator, to_numpy, to_tensor
 from ._compat import Interval, StrOptions, _fit_context
-from ._relative import _center_normalize, _on_mean_floor, _subset_decoders
 from .base import BaseAligner
 from .exceptions import IllConditionedDecodeWarning
 
@@ -353,8 +353,8 @@ class InverseRelativeProjector(BaseAligner):
         X, y = self._validate_pair(X, y)
         dev = torch.device(self.device_)
         Xt, Yt = to_tensor(X, dev, SOLVE_DTYPE), to_tensor(y, dev, SOLVE_DTYPE)
-        mu_x, Ax, s_x, valid_x = _center_normalize(Xt)
-        mu_y, Ay, s_y, valid_y = _center_normalize(Yt)
+        mu_x, Ax, s_x, valid_x = center_normalize(Xt)
+        mu_y, Ay, s_y, valid_y = center_normalize(Yt)
         valid = valid_x & valid_y
         n_valid = int(valid.sum())
         if n_valid == 0:
@@ -493,7 +493,7 @@ def _map_fn(M, mean_in, mean_out, scale, rescale, device, dtype=COMPUTE_DTYPE):
     mu_in, mu_out = to_tensor(mean_in, device, dtype), to_tensor(mean_out, device, dtype)
     # A row on the source mean (to rounding) has no direction: it maps to the target mean, not to
     # NaN or a noise direction. ‖Z‖ ≤ ‖C‖·‖M‖_F bounds the floor for the normalised output.
-    floor = _on_mean_floor(mu_in)
+    floor = on_mean_floor(mu_in)
     if rescale == "normalize":
         floor *= float(torch.linalg.matrix_norm(M))
 
@@ -719,7 +719,7 @@ def _spectral_map(side, subsets, alpha, rtol):
     effective ranks, 1-norm condition numbers of ``Gram + αI`` and the largest noise gain
     ``max σ/(σ² + α)`` of each subset's decode."""
     enc, dec = side.enc, side.dec
-    decoders, _, _, svals = _subset_decoders(dec, subsets, rtol, alpha)
+    decoders, _, _, svals = subset_decoders(dec, subsets, rtol, alpha)
     P = torch.zeros_like(dec)
     for idx, D in zip(subsets, decoders):
         P.index_add_(0, idx, D)

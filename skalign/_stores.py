@@ -45,23 +45,23 @@ class StoreError(ValueError):
 
 
 # ------------------------------------------------------------------------------------ helpers
-def _tmp_sibling(path, suffix=""):
+def tmp_sibling(path, suffix=""):
     """A fresh hidden name next to ``path`` (same folder, so the final rename is atomic)."""
     stem = path.name[: -len(suffix)] if suffix and path.name.endswith(suffix) else path.name
     return path.with_name(f".{stem}.tmp-{os.getpid()}-{secrets.token_hex(4)}{suffix}")
 
 
-def _remove(path):
+def remove_path(path):
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path, ignore_errors=True)
     elif path.exists() or path.is_symlink():
         path.unlink(missing_ok=True)
 
 
-def _replace(tmp, path):
+def replace_path(tmp, path):
     """Move ``tmp`` to ``path``, replacing a file or folder already there."""
     if path.is_dir() and not path.is_symlink():
-        old = _tmp_sibling(path, ".old")
+        old = tmp_sibling(path, ".old")
         os.rename(path, old)
         os.rename(tmp, path)
         shutil.rmtree(old, ignore_errors=True)
@@ -69,7 +69,7 @@ def _replace(tmp, path):
         os.replace(tmp, path)
 
 
-def _check_parent(path):
+def check_parent(path):
     if not path.parent.is_dir():
         raise StoreError(f"{path}: folder {path.parent} does not exist; create it first.")
 
@@ -81,13 +81,13 @@ def atomic_file(path, suffix=""):
     On any exception the temporary file (or folder) is removed and the exception re-raised.
     """
     path = Path(path)
-    _check_parent(path)
-    tmp = _tmp_sibling(path, suffix)
+    check_parent(path)
+    tmp = tmp_sibling(path, suffix)
     try:
         yield tmp
-        _replace(tmp, path)
+        replace_path(tmp, path)
     except BaseException:
-        _remove(tmp)
+        remove_path(tmp)
         raise
 
 
@@ -172,7 +172,7 @@ def _pick_column(pa, schema, column, where):
     )
 
 
-def _arrow_vectors(pa, arr, dim, where, column):
+def arrow_vectors(pa, arr, dim, where, column):
     """Rows of a list column as an ``(n, dim)`` numpy array; ragged or null vectors raise."""
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
@@ -316,7 +316,7 @@ class _ParquetReader:
         for (p, shard), f in zip(self.shards, self._files):
             idx = f.schema_arrow.get_field_index(self.column)
             for rb in f.iter_batches(batch_size=batch_size):
-                yield _arrow_vectors(pa, rb.column(idx), self.dim, p, self.column), rb, shard
+                yield arrow_vectors(pa, rb.column(idx), self.dim, p, self.column), rb, shard
 
     def read_all(self):
         parts = [v for v, _, _ in self.batches(65536)]
@@ -362,7 +362,7 @@ class _LanceReader:
             if rb.num_rows == 0:
                 continue
             idx = rb.schema.get_field_index(self.column)
-            yield _arrow_vectors(pa, rb.column(idx), self.dim, self.path, self.column), rb, None
+            yield arrow_vectors(pa, rb.column(idx), self.dim, self.path, self.column), rb, None
 
     def read_all(self):
         parts = [v for v, _, _ in self.batches(65536)]
@@ -388,7 +388,7 @@ def open_reader(path, *, column=None):
 
 
 # ------------------------------------------------------------------------------------ writers
-def _output_schema(pa, reader, column, dim):
+def output_schema(pa, reader, column, dim):
     field = pa.field(column, pa.list_(pa.float32(), dim))
     if reader.schema is None:
         return pa.schema([pa.field("id", pa.int64()), field])
@@ -480,9 +480,9 @@ def _write_lance(path, batches, schema, column):
             tmp_name, data=pa.RecordBatchReader.from_batches(schema, record_batches()),
             schema=schema,
         )
-        _replace(tmp, path)
+        replace_path(tmp, path)
     except BaseException as exc:
-        _remove(tmp)
+        remove_path(tmp)
         if created:
             shutil.rmtree(db_dir, ignore_errors=True)
         if failure and failure[0] is not exc:
@@ -546,7 +546,7 @@ def translate_store(model, src, dst, *, column=None, batch_size=None, progress=F
             _write_npy(dst, translated(), reader.n_rows, d_out)
         else:
             pa, _ = _import_pyarrow(dst)
-            schema = _output_schema(pa, reader, out_column, d_out)
+            schema = output_schema(pa, reader, out_column, d_out)
             if out_kind == "lance":
                 _write_lance(dst, translated(), schema, out_column)
             else:

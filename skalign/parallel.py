@@ -75,12 +75,12 @@ def _translate_partition(df, model, column, dim_out, batch_size):
     import pyarrow as pa
 
     from ._backend import iter_batches
-    from ._stores import _arrow_vectors
+    from ._stores import arrow_vectors
 
     arr = pa.chunked_array(pa.array(df[column].array)) if len(df) else None
     out = np.empty((len(df), dim_out), dtype=np.float32)
     if arr is not None:
-        X = _arrow_vectors(pa, arr, model.n_features_in_, f"partition of {column!r}", column)
+        X = arrow_vectors(pa, arr, model.n_features_in_, f"partition of {column!r}", column)
         for rows in iter_batches(len(X), batch_size):
             out[rows] = model.transform(X[rows])
     vectors = pa.FixedSizeListArray.from_arrays(pa.array(out.reshape(-1)), dim_out)
@@ -120,14 +120,14 @@ def translate_parquet(model, src, dst, *, scheduler=None, column=None, batch_siz
 
     from ._stores import (
         StoreError,
-        _check_parent,
-        _output_schema,
-        _remove,
-        _replace,
-        _tmp_sibling,
+        check_parent,
         default_batch_size,
         open_reader,
+        output_schema,
+        remove_path,
+        replace_path,
         store_kind,
+        tmp_sibling,
     )
     from .io import load, output_dim
 
@@ -143,7 +143,7 @@ def translate_parquet(model, src, dst, *, scheduler=None, column=None, batch_siz
                          "give a path without a suffix.")
     if src.resolve() == dst.resolve():
         raise StoreError(f"{dst}: OUTPUT is the same as INPUT; write to a new path.")
-    _check_parent(dst)
+    check_parent(dst)
     d_in, d_out = int(model.n_features_in_), int(output_dim(model))
     if reader.n_rows and reader.dim != d_in:
         raise StoreError(
@@ -152,7 +152,7 @@ def translate_parquet(model, src, dst, *, scheduler=None, column=None, batch_siz
         )
     batch_size = batch_size or default_batch_size(d_in, d_out)
     dd, _ = _import_dask()
-    tmp = _tmp_sibling(dst)
+    tmp = tmp_sibling(dst)
     with _client(scheduler) as client:
         try:
             ddf = dd.read_parquet(str(src), dtype_backend="pyarrow")
@@ -164,11 +164,11 @@ def translate_parquet(model, src, dst, *, scheduler=None, column=None, batch_siz
             out = ddf.map_partitions(_translate_partition, state, reader.column, d_out,
                                      batch_size, meta=meta)
             # the local path's schema exactly (dask would widen strings to large_string)
-            schema = _output_schema(pa, reader, reader.column, d_out)
+            schema = output_schema(pa, reader, reader.column, d_out)
             out.to_parquet(str(tmp), write_index=False, schema=schema, compute=True)
-            _replace(tmp, dst)
+            replace_path(tmp, dst)
         except BaseException:
-            _remove(tmp)
+            remove_path(tmp)
             raise
     return reader.n_rows
 
