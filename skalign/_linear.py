@@ -68,6 +68,13 @@ def ridge_loo_errors(Xc, Yc, alphas, *, center=True):
 class LinearAligner(BaseAligner):
     r"""Affine map from source to target embeddings fitted by (ridge) least squares.
 
+    The least-squares linear map plus offset that best predicts each target embedding from its
+    source embedding, with the ridge penalty chosen by exact leave-one-out cross-validation by
+    default. The penalty minimises squared error, which favours strong shrinkage; for
+    nearest-neighbour retrieval among raw targets, :class:`ProcrustesAligner` or a penalty tuned
+    with :data:`skalign.metrics.top1_scorer` usually does better on real text encoders (user
+    guide, "Defaults on real encoders").
+
     .. math::
 
         W = \operatorname*{arg\,min}_W \|\bar X W - \bar Y\|_F^2 + \alpha \|W\|_F^2

@@ -15,6 +15,11 @@ __all__ = ["ProcrustesAligner"]
 class ProcrustesAligner(BaseAligner):
     r"""Orthogonal (optionally scaled) Procrustes map from source to target embeddings.
 
+    The rotation (with one global scale if ``scale=True``) that best carries the centred source
+    anchors onto the centred target anchors. It preserves angles and distances, so it cannot
+    overfit the way a general linear map can; on real text encoders it is the strongest simple
+    translator from about 100 pairs on (user guide, "Defaults on real encoders").
+
     With centred anchors :math:`\bar X = X - \mu_X` and :math:`\bar Y = Y - \mu_Y`, the map is
 
     .. math::
