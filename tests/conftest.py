@@ -33,6 +33,19 @@ def rng():
     return np.random.default_rng(0)
 
 
+@pytest.fixture(scope="session")
+def docstring_pair():
+    """The vendored real embeddings, MiniLM (source) and MPNet (target), and one seeded row order.
+
+    Tests slice ``perm`` into held-out, pair and pool rows; all of them draw from this one order.
+    """
+    from skalign.datasets import load_docstring_embeddings
+
+    E = load_docstring_embeddings().embeddings
+    A, B = E["minilm_l6"], E["mpnet_base"]
+    return A, B, np.random.default_rng(0).permutation(len(A))
+
+
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 

@@ -100,13 +100,9 @@ def test_grid_search_picks_enough_nonzeros():
     assert scores[1] > scores[0] + 0.2
 
 
-def test_defaults_on_real_embeddings():
+def test_defaults_on_real_embeddings(docstring_pair):
     """Vendored MiniLM/MPNet subset, 300 anchors: the defaults (p = 1, centred) against p = 8."""
-    from skalign.datasets import load_docstring_embeddings
-
-    data = load_docstring_embeddings()
-    A, B = data.embeddings["minilm_l6"], data.embeddings["mpnet_base"]
-    perm = np.random.default_rng(0).permutation(len(A))
+    A, B, perm = docstring_pair
     test, pairs = perm[:350], perm[350:650]
     default = ASIFAligner().fit(A[pairs], B[pairs]).score(A[test], B[test])
     sharp = ASIFAligner(exponent=8.0).fit(A[pairs], B[pairs]).score(A[test], B[test])

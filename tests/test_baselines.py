@@ -8,7 +8,7 @@ from sklearn.model_selection import GridSearchCV, cross_val_score
 from sklearn.pipeline import make_pipeline
 
 from skalign import LinearAligner, ProcrustesAligner
-from skalign.datasets import load_digits_embeddings, load_docstring_embeddings, make_paired_spaces
+from skalign.datasets import load_digits_embeddings, make_paired_spaces
 from skalign.metrics import mrr_scorer, top1_scorer, top_k_accuracy
 
 
@@ -173,11 +173,9 @@ def test_float64_input_is_computed_in_float64(make):
 
 # ------------------------------------------------------------------------ real embeddings
 @pytest.fixture(scope="module")
-def real_split():
+def real_split(docstring_pair):
     """Vendored MiniLM/MPNet subset: 350 held-out rows, 50 pairs; the rest is unpaired."""
-    data = load_docstring_embeddings()
-    A, B = data.embeddings["minilm_l6"], data.embeddings["mpnet_base"]
-    perm = np.random.default_rng(0).permutation(len(A))
+    A, B, perm = docstring_pair
     test, train = perm[:350], perm[350:]
     return A, B, test, train
 

@@ -16,7 +16,6 @@ from sklearn.model_selection import GridSearchCV
 from skalign import GeRAAligner, LinearAligner, ProcrustesAligner, UnpairedPool
 from skalign._gera import _initial_params, _preprocess, contrastive_loss, geometric_term
 from skalign._knn import knn_graph
-from skalign.datasets import load_docstring_embeddings
 from skalign.metrics import top_k_accuracy
 
 
@@ -453,11 +452,9 @@ def test_float64_transforms_are_computed_in_float64():
 
 # ---------------------------------------------------------------------- real embeddings
 @pytest.fixture(scope="module")
-def real_split():
+def real_split(docstring_pair):
     """Vendored MiniLM/MPNet subset: 350 held-out rows, 50 pairs, the other 950 rows unpaired."""
-    data = load_docstring_embeddings()
-    A, B = data.embeddings["minilm_l6"], data.embeddings["mpnet_base"]
-    perm = np.random.default_rng(0).permutation(len(A))
+    A, B, perm = docstring_pair
     test, train = perm[:350], perm[350:]
     pairs, rest = train[:50], train[50:]
     pool = UnpairedPool(X=A[rest], y=B[np.random.default_rng(1).permutation(rest)])

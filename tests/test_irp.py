@@ -14,7 +14,7 @@ from sklearn.pipeline import Pipeline
 
 from skalign import InverseRelativeProjector, RelativeProjector
 from skalign._irp import _gcv_alpha, _Side, farthest_point_sampling
-from skalign.datasets import load_digits_embeddings, load_docstring_embeddings, make_paired_spaces
+from skalign.datasets import load_digits_embeddings, make_paired_spaces
 from skalign.exceptions import IllConditionedDecodeWarning
 from skalign.metrics import top_k_accuracy
 
@@ -406,11 +406,9 @@ def test_cholesky_ridge_equals_svd_ridge(delta, working_memory):
 
 
 @pytest.fixture(scope="module")
-def real_pairs():
+def real_pairs(docstring_pair):
     """Vendored real embeddings, MiniLM → MPNet: 600 anchor pairs, 750 held-out pairs."""
-    E = load_docstring_embeddings().embeddings
-    X, Y = E["minilm_l6"], E["mpnet_base"]
-    perm = np.random.default_rng(0).permutation(len(X))
+    X, Y, perm = docstring_pair
     return X[perm[:600]], Y[perm[:600]], X[perm[600:]], Y[perm[600:]]
 
 

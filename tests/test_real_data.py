@@ -25,17 +25,14 @@ from skalign import (
     ProcrustesAligner,
     UnpairedPool,
 )
-from skalign.datasets import load_docstring_embeddings
 from skalign.metrics import top_k_accuracy
 
 N_TEST, N_PAIRS, N_SEEDS = 750, 300, 15
 
 
 @pytest.fixture(scope="module")
-def real_split():
-    data = load_docstring_embeddings()
-    X, Y = data.embeddings["minilm_l6"], data.embeddings["mpnet_base"]
-    perm = np.random.default_rng(0).permutation(len(X))
+def real_split(docstring_pair):
+    X, Y, perm = docstring_pair
     test, train = perm[:N_TEST], perm[N_TEST:]
     pool = UnpairedPool(X=X[train], y=Y[np.random.default_rng(1).permutation(train)])
     return X, Y, test, train, pool
