@@ -2,32 +2,30 @@
 
 The estimators are exported here; the base classes for writing new ones live in
 :mod:`skalign.base`, exceptions and warnings in :mod:`skalign.exceptions`.
+
+Names are imported on first use (:pep:`562`), so ``import skalign`` and the ``skalign`` command
+line start without torch or scikit-learn; ``from skalign import ProcrustesAligner`` works as
+usual.
 """
 
-from . import exceptions, manifold  # noqa: F401  (public submodules)
-from ._asif import ASIFAligner
-from ._bootstrap import AnchorBootstrapper
-from ._ensemble import OrthogonalEnsembleAligner
-from ._gera import GeRAAligner
-from ._irp import InverseRelativeProjector
-from ._linear import LinearAligner
-from ._procrustes import ProcrustesAligner
-from ._relative import RelativeProjector
-from ._views import split_views, stack_views
-from .base import UnpairedPool
+import importlib
 
-__version__ = "0.1.0.dev0"
+from ._registry import PUBLIC, SUBMODULES
+from ._version import __version__
 
-__all__ = [
-    "ASIFAligner",
-    "AnchorBootstrapper",
-    "GeRAAligner",
-    "InverseRelativeProjector",
-    "LinearAligner",
-    "OrthogonalEnsembleAligner",
-    "ProcrustesAligner",
-    "RelativeProjector",
-    "UnpairedPool",
-    "split_views",
-    "stack_views",
-]
+__all__ = sorted(PUBLIC)
+
+
+def __getattr__(name):
+    if name in PUBLIC:
+        value = getattr(importlib.import_module(PUBLIC[name]), name)
+    elif name in SUBMODULES:
+        value = importlib.import_module(f"{__name__}.{name}")
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(PUBLIC) | set(SUBMODULES))

@@ -8,13 +8,15 @@ No function in this module calls into CUDA at import time.
 from __future__ import annotations
 
 import math
+import warnings
+import weakref
 
 import numpy as np
 import torch
 from sklearn import get_config
 from sklearn.utils import check_random_state
 
-from .exceptions import NumericalError
+from .exceptions import DeviceWarning, NumericalError
 
 #: dtype of every hot-path computation (transforms, optimisation).
 COMPUTE_DTYPE = torch.float32
@@ -49,12 +51,17 @@ def resolve_device(device) -> torch.device:
     return dev
 
 
-def transform_device(fitted_device: str | None, X) -> torch.device:
+#: models that already warned about running on the CPU instead of their fitted device
+_FELL_BACK = weakref.WeakSet()
+
+
+def transform_device(fitted_device: str | None, X, owner=None) -> torch.device:
     """Device on which to apply a fitted model to ``X``.
 
     A torch tensor input is processed where it lives. Otherwise the fitted device is used when it
     is available on this machine, else the CPU, so a model fitted on a GPU keeps working after it is
-    unpickled on a machine without one.
+    unpickled on a machine without one; that fallback warns (:class:`DeviceWarning`) once per
+    ``owner`` (the model).
     """
     if isinstance(X, torch.Tensor):
         return X.device
@@ -62,6 +69,17 @@ def transform_device(fitted_device: str | None, X) -> torch.device:
         dev = torch.device(fitted_device)
         if dev.type != "cuda" or torch.cuda.is_available():
             return dev
+        if owner is None or owner not in _FELL_BACK:
+            if owner is not None:
+                _FELL_BACK.add(owner)
+            name = type(owner).__name__ if owner is not None else "the model"
+            warnings.warn(
+                f"{name} was fitted on {fitted_device!r}, which this machine does not have "
+                "(torch sees no CUDA device); computing on the CPU instead. Refit with "
+                "device='cpu' or set device_='cpu' to silence this.",
+                DeviceWarning,
+                stacklevel=4,
+            )
     return torch.device("cpu")
 
 

@@ -27,21 +27,23 @@ import secrets
 import shutil
 import sys
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ._backend import iter_batches
+from .exceptions import StoreError
 
-__all__ = ["StoreError", "atomic_file", "open_reader", "translate_store"]
+# the internal store API that skalign.io and skalign.parallel share
+__all__ = [
+    "arrow_vectors", "atomic_file", "open_reader", "output_dim", "output_schema",
+    "prepare_translation", "translate_store",
+]
 
 #: rows per output shard when an unsharded input is written as a folder of Parquet shards
 ROWS_PER_SHARD = 1 << 20
 _AUTO_COLUMNS = ("vector", "embedding", "embeddings")
-
-
-class StoreError(ValueError):
-    """A problem with an input or output store that the user can fix (one-line message)."""
 
 
 # ------------------------------------------------------------------------------------ helpers
@@ -503,18 +505,55 @@ def _progress(total, enabled, desc):
     return tqdm(total=total, unit="rows", unit_scale=True, desc=desc, file=sys.stderr)
 
 
-def translate_store(model, src, dst, *, column=None, batch_size=None, progress=False):
-    """Stream the store ``src`` through ``model.transform`` into ``dst``; return the row count.
+def output_dim(estimator):
+    """Width of ``estimator.transform``'s output (the target or shared space).
 
-    See :func:`skalign.io.translate` for the formats and guarantees.
+    Parameters
+    ----------
+    estimator : fitted skalign estimator
+
+    Returns
+    -------
+    int
     """
-    from .io import output_dim
+    try:
+        return len(estimator.get_feature_names_out())
+    except (AttributeError, TypeError, ValueError):
+        return int(estimator.n_features_out_)
 
+
+@dataclass(frozen=True)
+class Translation:
+    """A checked translation job: what :func:`prepare_translation` returns."""
+
+    src: Path
+    dst: Path
+    reader: object
+    out_kind: str
+    d_in: int
+    d_out: int
+    batch_size: int
+    out_column: str
+
+
+def prepare_translation(model, src, dst, *, column=None, batch_size=None):
+    """Open ``src`` and check a translation into ``dst`` before anything is written.
+
+    The one place where input format, vector column, output format, "output is the input",
+    the output's folder and the vectors' width against ``model.n_features_in_`` are checked; both
+    :func:`translate_store` and :func:`skalign.parallel.translate_parquet` start here.
+
+    Returns
+    -------
+    Translation
+    """
     src, dst = Path(src), Path(dst)
     reader = open_reader(src, column=column)
     out_kind = store_kind(dst, output=True)
     if src.resolve() == dst.resolve():
         raise StoreError(f"{dst}: OUTPUT is the same as INPUT; write to a new path.")
+    if out_kind != "lance":  # a LanceDB output creates its database folder
+        check_parent(dst)
     d_in, d_out = int(model.n_features_in_), int(output_dim(model))
     if reader.n_rows and reader.dim != d_in:
         raise StoreError(
@@ -523,7 +562,18 @@ def translate_store(model, src, dst, *, column=None, batch_size=None, progress=F
         )
     if batch_size is None:
         batch_size = default_batch_size(d_in, d_out)
-    out_column = column or reader.column or "vector"
+    return Translation(src, dst, reader, out_kind, d_in, d_out, batch_size,
+                       column or reader.column or "vector")
+
+
+def translate_store(model, src, dst, *, column=None, batch_size=None, progress=False):
+    """Stream the store ``src`` through ``model.transform`` into ``dst``; return the row count.
+
+    See :func:`skalign.io.translate` for the formats and guarantees.
+    """
+    job = prepare_translation(model, src, dst, column=column, batch_size=batch_size)
+    src, dst, reader, out_kind = job.src, job.dst, job.reader, job.out_kind
+    batch_size, d_out, out_column = job.batch_size, job.d_out, job.out_column
     bar = _progress(reader.n_rows, progress, f"{src.name} -> {dst.name}")
 
     def translated():

@@ -32,6 +32,7 @@ from ._backend import (
     transform_device,
 )
 from ._compat import Interval, validate_data
+from ._registry import register, registered
 from .exceptions import LabelsAsTargetWarning
 
 __all__ = [
@@ -224,9 +225,8 @@ def _reject_unpaired(fit):
     @functools.wraps(fit)
     def wrapper(self, *args, **kwargs):
         if "unpaired" in kwargs:
-            from .utils import all_estimators
-
-            takers = ", ".join(name for name, cls in all_estimators()
+            # the estimators defined so far (the package imports them on first use)
+            takers = ", ".join(name for name, cls in registered()
                                if "unpaired" in inspect.signature(cls.fit).parameters)
             raise TypeError(
                 f"{type(self).__name__}.fit takes no unpaired pool: it learns from the paired "
@@ -258,6 +258,7 @@ class BaseTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEst
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
+        register(cls)
         fit = cls.__dict__.get("fit")
         if fit is not None and "unpaired" not in inspect.signature(fit).parameters:
             cls.fit = _reject_unpaired(fit)
@@ -294,7 +295,7 @@ class BaseTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEst
     def _apply(self, fn_factory, X, n_outputs):
         # float64 in, float64 computed: a factory that takes ``dtype`` builds its operands in the
         # input's dtype (float64 for float64 input, float32 otherwise); others compute in float32
-        device = transform_device(getattr(self, "device_", None), X)
+        device = transform_device(getattr(self, "device_", None), X, owner=self)
         out_dtype = _output_dtype(X)
         if "dtype" in inspect.signature(fn_factory).parameters:
             dtype = torch.float64 if out_dtype == np.float64 else COMPUTE_DTYPE

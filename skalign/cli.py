@@ -57,9 +57,9 @@ def _short(name):
 
 def method_names():
     """Short name → estimator class of every public skalign estimator, sorted by short name."""
-    from .utils import all_estimators
+    from ._discovery import public_estimators
 
-    classes = dict(all_estimators())
+    classes = dict(public_estimators())
     named = {alias: classes[cls] for alias, cls in _ALIASES.items() if cls in classes}
     taken = set(named.values())
     for name, cls in classes.items():
@@ -80,10 +80,10 @@ def resolve_method(name):
     -------
     cls : type
     """
-    from .utils import all_estimators
+    from ._discovery import public_estimators
 
     table = {k.lower(): v for k, v in method_names().items()}
-    for cls_name, cls in all_estimators():
+    for cls_name, cls in public_estimators():
         table.setdefault(cls_name.lower(), cls)
         table.setdefault(_short(cls_name), cls)
     try:
@@ -114,59 +114,100 @@ def _describe(constraint):
     return str(constraint)
 
 
+def _as_none(text, constraint):
+    return None if text.strip().lower() in ("none", "null") else NotImplemented
+
+
+def _as_bool(text, constraint):
+    low = text.strip().lower()
+    return True if low in _TRUE else False if low in _FALSE else NotImplemented
+
+
+def _as_int(text, constraint):
+    try:
+        return int(text)
+    except ValueError:
+        return NotImplemented
+
+
+def _as_number(text, interval):
+    try:
+        number = float(text)
+    except ValueError:
+        return NotImplemented
+    if issubclass(interval.type, Integral):
+        if not number.is_integer():
+            return NotImplemented
+        number = int(number)
+    return number if interval.is_satisfied_by(number) else NotImplemented
+
+
+def _as_option(text, options):
+    return text if options.is_satisfied_by(text) else NotImplemented
+
+
+def _as_array(text, constraint):
+    if text.endswith(".npy"):
+        return np.load(text, allow_pickle=False)
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        return NotImplemented
+    arr = np.asarray(values)
+    return arr.astype(np.int64) if np.all(arr == np.round(arr)) else arr
+
+
+def _as_list(text, constraint):
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return NotImplemented
+    return value if isinstance(value, list) else NotImplemented
+
+
+def _as_estimator(text, constraint):
+    return resolve_method(text)()
+
+
+def _as_type(text, cls):
+    """A free string, or the constructor of a type that takes one (e.g. ``torch.device``)."""
+    if cls is str:
+        return text
+    try:
+        return cls(text)
+    except (TypeError, ValueError, RuntimeError):
+        return NotImplemented
+
+
+def _converter(constraint):
+    """The function that converts command-line text for one parameter constraint, or None."""
+    from ._compat import Interval, StrOptions
+
+    named = {"boolean": _as_bool, "random_state": _as_int, "verbose": _as_int,
+             "array-like": _as_array, "no_validation": _as_estimator}
+    if constraint is None:
+        return _as_none
+    if isinstance(constraint, str):
+        return named.get(constraint)
+    if isinstance(constraint, Interval):
+        return _as_number
+    if isinstance(constraint, StrOptions):
+        return _as_option
+    if constraint is list:
+        return _as_list
+    if isinstance(constraint, type):
+        return _as_type
+    return None
+
+
 def _convert(text, constraint):
     """``text`` converted for one constraint, or ``NotImplemented`` when it does not fit."""
-    from ._compat import Hidden, Interval, StrOptions
+    from ._compat import Hidden
 
-    low = text.strip().lower()
     if isinstance(constraint, Hidden):
         constraint = constraint.constraint
-    if constraint is None:
-        return None if low in ("none", "null") else NotImplemented
-    if constraint == "boolean":
-        return True if low in _TRUE else False if low in _FALSE else NotImplemented
-    if constraint in ("random_state", "verbose"):
-        try:
-            return int(text)
-        except ValueError:
-            return NotImplemented
-    if isinstance(constraint, Interval):
-        try:
-            number = float(text)
-        except ValueError:
-            return NotImplemented
-        if issubclass(constraint.type, Integral):
-            if not number.is_integer():
-                return NotImplemented
-            number = int(number)
-        return number if constraint.is_satisfied_by(number) else NotImplemented
-    if isinstance(constraint, StrOptions):
-        return text if constraint.is_satisfied_by(text) else NotImplemented
-    if constraint == "array-like":
-        if text.endswith(".npy"):
-            return np.load(text, allow_pickle=False)
-        try:
-            values = [float(v) for v in text.split(",") if v.strip()]
-        except ValueError:
-            return NotImplemented
-        arr = np.asarray(values)
-        return arr.astype(np.int64) if np.all(arr == np.round(arr)) else arr
-    if constraint is list:
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError:
-            return NotImplemented
-        return value if isinstance(value, list) else NotImplemented
-    if constraint == "no_validation":
-        return resolve_method(text)()
-    if constraint is str:
-        return text
-    if isinstance(constraint, type):  # e.g. torch.device: its constructor takes the text
-        try:
-            return constraint(text)
-        except (TypeError, ValueError, RuntimeError):
-            return NotImplemented
-    return NotImplemented
+    convert = _converter(constraint)
+    return NotImplemented if convert is None else convert(text, constraint)
 
 
 def parse_param(cls, item):
@@ -237,9 +278,12 @@ def _parser():
     _column_args(fit)
 
     tr = sub.add_parser("translate", help="translate a whole store, streaming in batches")
-    tr.add_argument("model", metavar="MODEL")
-    tr.add_argument("input", metavar="INPUT")
-    tr.add_argument("output", metavar="OUTPUT")
+    tr.add_argument("model", metavar="MODEL", help="model file written by `skalign fit` (.skops)")
+    tr.add_argument("input", metavar="INPUT", help="store to translate: .npy, .parquet file or "
+                    "folder of shards, or a LanceDB table DIR/TABLE.lance (never modified)")
+    tr.add_argument("output", metavar="OUTPUT", help="store to write, same formats (a path "
+                    "without suffix: a folder of Parquet shards); written under a temporary "
+                    "name and renamed when complete")
     tr.add_argument("--column", metavar="NAME", help="vector column of a Parquet/LanceDB input "
                     "(default: the only list-of-floats column, or vector/embedding)")
     tr.add_argument("--batch-size", type=_positive_int, metavar="N",
@@ -249,9 +293,11 @@ def _parser():
     tr.add_argument("--quiet", action="store_true", help="no progress bar and no summary")
 
     ev = sub.add_parser("evaluate", help="cosine, top-1/top-10 and MRR on held-out pairs")
-    ev.add_argument("model", metavar="MODEL")
-    ev.add_argument("--source", required=True, metavar="A")
-    ev.add_argument("--target", required=True, metavar="B")
+    ev.add_argument("model", metavar="MODEL", help="model file written by `skalign fit` (.skops)")
+    ev.add_argument("--source", required=True, metavar="A",
+                    help="held-out source-encoder embeddings (not used to fit the model)")
+    ev.add_argument("--target", required=True, metavar="B",
+                    help="target-encoder embeddings of the same items, row for row")
     ev.add_argument("--json", action="store_true", help="print one JSON object")
     _column_args(ev)
 
@@ -277,12 +323,12 @@ def _positive_int(text):
 
 
 def _read(path, column, flag):
-    from ._stores import open_reader
+    from .io import read_vectors
 
-    reader = open_reader(path, column=column)
-    if reader.n_rows == 0:
+    X = read_vectors(path, column=column)
+    if len(X) == 0:
         raise CommandError(f"{path}: {flag} has no rows.")
-    return reader.read_all()
+    return X
 
 
 def _target_space(model, B):
@@ -361,10 +407,10 @@ def cmd_translate(args, out):
         n = translate_parquet(model, args.input, args.output, scheduler=args.scheduler,
                               column=args.column, batch_size=args.batch_size)
     else:
-        from ._stores import translate_store
+        from .io import translate
 
-        n = translate_store(model, args.input, args.output, column=args.column,
-                            batch_size=args.batch_size, progress=not args.quiet)
+        n = translate(model, args.input, args.output, column=args.column,
+                      batch_size=args.batch_size, progress=not args.quiet)
     secs = time.perf_counter() - t0
     if not args.quiet:
         out(f"translated {n} rows {model.n_features_in_}-d -> {output_dim(model)}-d: "
@@ -430,13 +476,16 @@ def cmd_evaluate(args, out):
 
 
 # -------------------------------------------------------------------------------------- main
-def main(argv=None):
+def main(argv=None, default_command=None):
     """Run the ``skalign`` command line; return the exit status.
 
     Parameters
     ----------
     argv : list of str, default=None
         Arguments without the program name; ``None`` reads ``sys.argv[1:]``.
+    default_command : str, default=None
+        Command run when ``argv`` names none (``python -m skalign`` passes ``"demo"``, so that
+        it runs the demo, with or without demo options); ``None`` requires a command.
 
     Returns
     -------
@@ -444,14 +493,15 @@ def main(argv=None):
         0 on success, 2 on a usage or data error (one line on standard error).
     """
     argv = sys.argv[1:] if argv is None else list(argv)
+    if default_command and (not argv or argv[0] not in COMMANDS + ("-h", "--help")):
+        argv = [default_command, *argv]
     if argv and argv[0] == "demo":
-        from .__main__ import demo_main
+        from .demo import demo_main
 
         demo_main(argv[1:])
         return 0
     args = _parser().parse_args(argv)
-    from ._stores import StoreError
-    from .io import ModelFileError
+    from .exceptions import ModelFileError, StoreError
 
     handler = {"fit": cmd_fit, "translate": cmd_translate, "evaluate": cmd_evaluate}
     try:

@@ -3,6 +3,7 @@
 Catch these instead of matching messages::
 
     from skalign.exceptions import ConvergenceWarning, IllConditionedDecodeWarning, NumericalError
+    from skalign.exceptions import DeviceWarning, ModelFileError, StoreError
 
 ``ConvergenceWarning`` is scikit-learn's own class (warned when ``max_iter`` is hit), re-exported
 so that one import covers every exception and warning skalign raises.
@@ -14,9 +15,12 @@ from sklearn.exceptions import ConvergenceWarning
 __all__ = [
     "AnchorConsistencyWarning",
     "ConvergenceWarning",
+    "DeviceWarning",
     "IllConditionedDecodeWarning",
     "LabelsAsTargetWarning",
+    "ModelFileError",
     "NumericalError",
+    "StoreError",
 ]
 
 
@@ -61,4 +65,45 @@ class AnchorConsistencyWarning(UserWarning):
 
     Usually a sign of wrong seed pairs or of two encoders too different for the self-learning
     loop; check ``rounds_`` (``still_mutual``, ``seed_agreement``).
+    """
+
+
+class StoreError(ValueError):
+    """A problem with an input or output vector store that the user can fix.
+
+    Raised by :func:`skalign.io.translate`, :func:`skalign.io.read_vectors`,
+    :func:`skalign.parallel.translate_parquet` and the ``skalign`` command line: a missing file,
+    an unsupported format, a missing or ragged vector column, vectors of another width than the
+    model's input, an output that is the input. The message is one line naming the store and the
+    fix; nothing is written when it is raised.
+
+    Examples
+    --------
+    >>> import numpy as np, os, tempfile
+    >>> from skalign.exceptions import StoreError
+    >>> from skalign.io import read_vectors
+    >>> try:
+    ...     read_vectors(os.path.join(tempfile.mkdtemp(), "missing.npy"))
+    ... except StoreError as exc:
+    ...     print(str(exc).split(": ", 1)[1])
+    no such file; check the path.
+    """
+
+
+class ModelFileError(ValueError):
+    """A model file is missing, not a skalign model, or names types that are not trusted.
+
+    Raised by :func:`skalign.io.load` and :func:`skalign.io.model_info`; nothing from the file is
+    instantiated when it is raised.
+    """
+
+
+class DeviceWarning(UserWarning):
+    """A fitted model runs on the CPU because the device it was fitted on is not available.
+
+    Warned once per model when an estimator fitted with ``device="cuda"`` (or ``"auto"`` on a GPU
+    machine) transforms where torch sees no CUDA device, e.g. after unpickling it on a laptop. The
+    result is the same map computed on the CPU. Silence it by refitting with ``device="cpu"`` or
+    by setting ``estimator.device_ = "cpu"``; turn it into an error with
+    ``warnings.simplefilter("error", DeviceWarning)``.
     """

@@ -22,10 +22,15 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
+from ._stores import output_dim
+from .exceptions import ModelFileError, StoreError
+
 __all__ = [
     "ModelFileError",
+    "StoreError",
     "load",
     "model_info",
+    "output_dim",
     "read_vectors",
     "save",
     "translate",
@@ -36,15 +41,11 @@ _FORMAT = "skalign-model"
 _FORMAT_VERSION = 1
 
 
-class ModelFileError(ValueError):
-    """A model file is missing, not a skalign model, or names types that are not trusted."""
-
-
 def trusted_types():
     """The fully qualified type names :func:`load` accepts beyond skops' defaults.
 
-    Computed from skalign's public estimators (``skalign.utils.all_estimators``, with the module
-    each class is defined in, as skops reports it) plus :class:`numpy.dtype`. skops already
+    Computed from skalign's public estimators (the registry of :mod:`skalign._registry`, with the
+    module each class is defined in, as skops reports it) plus :class:`numpy.dtype`. skops already
     trusts numpy arrays and scalars, built-in containers and scikit-learn's estimators.
 
     Returns
@@ -52,28 +53,11 @@ def trusted_types():
     names : list of str
         Sorted, e.g. ``"skalign._procrustes.ProcrustesAligner"``.
     """
-    from .utils import all_estimators
+    from ._discovery import public_estimators
 
-    names = {f"{cls.__module__}.{cls.__qualname__}" for _, cls in all_estimators()}
+    names = {f"{cls.__module__}.{cls.__qualname__}" for _, cls in public_estimators()}
     names.add("numpy.dtype")
     return sorted(names)
-
-
-def output_dim(estimator):
-    """Width of ``estimator.transform``'s output (the target or shared space).
-
-    Parameters
-    ----------
-    estimator : fitted skalign estimator
-
-    Returns
-    -------
-    int
-    """
-    try:
-        return len(estimator.get_feature_names_out())
-    except (AttributeError, TypeError, ValueError):
-        return int(estimator.n_features_out_)
 
 
 def save(estimator, path):
@@ -82,7 +66,7 @@ def save(estimator, path):
     Parameters
     ----------
     estimator : fitted skalign estimator
-        Any estimator from :func:`skalign.utils.all_estimators`, fitted.
+        Any public skalign estimator (:func:`skalign.utils.all_estimators`), fitted.
     path : str or path-like
         Destination, conventionally ending in ``.skops``. Written to a temporary name in the
         same folder and renamed at the end, so an interrupted save never leaves a truncated file.
@@ -108,7 +92,7 @@ def save(estimator, path):
     import skops.io as sio
     from sklearn.utils.validation import check_is_fitted
 
-    from . import __version__
+    from ._version import __version__
     from ._stores import atomic_file
 
     check_is_fitted(estimator)
@@ -195,7 +179,7 @@ def load(path):
     UserWarning
         When the file was written by another skalign version.
     """
-    from . import __version__
+    from ._version import __version__
 
     payload = _read_payload(path)
     if payload.get("skalign_version") != __version__:

@@ -35,6 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .exceptions import StoreError
+
 __all__ = ["cluster_backend", "translate_parquet"]
 
 
@@ -43,8 +45,6 @@ def _import_dask():
         import dask.dataframe as dd
         from distributed import Client
     except ImportError:  # pragma: no cover - depends on the installation
-        from ._stores import StoreError
-
         raise StoreError(
             "--scheduler needs dask and distributed; pip install 'skalign[stores]'."
         ) from None
@@ -118,58 +118,33 @@ def translate_parquet(model, src, dst, *, scheduler=None, column=None, batch_siz
     import pandas as pd
     import pyarrow as pa
 
-    from ._stores import (
-        StoreError,
-        check_parent,
-        default_batch_size,
-        open_reader,
-        output_schema,
-        remove_path,
-        replace_path,
-        store_kind,
-        tmp_sibling,
-    )
-    from .io import load, output_dim
+    from ._stores import atomic_file, output_schema, prepare_translation
+    from .io import load
 
     if isinstance(model, (str, Path)):
         model = load(model)
-    src, dst = Path(src), Path(dst)
-    reader = open_reader(src, column=column)  # checks format, column and width up front
-    if reader.kind != "parquet":
-        raise StoreError(f"{src}: --scheduler translates Parquet files or folders of shards only; "
-                         "convert the input first or drop --scheduler.")
-    if store_kind(dst, output=True) != "parquet-dir":
-        raise StoreError(f"{dst}: with --scheduler the output is a folder of Parquet shards; "
+    # format, column, output folder and width checked up front, as for a local translation
+    job = prepare_translation(model, src, dst, column=column, batch_size=batch_size)
+    if job.reader.kind != "parquet":
+        raise StoreError(f"{job.src}: --scheduler translates Parquet files or folders of shards "
+                         "only; convert the input first or drop --scheduler.")
+    if job.out_kind != "parquet-dir":
+        raise StoreError(f"{job.dst}: with --scheduler the output is a folder of Parquet shards; "
                          "give a path without a suffix.")
-    if src.resolve() == dst.resolve():
-        raise StoreError(f"{dst}: OUTPUT is the same as INPUT; write to a new path.")
-    check_parent(dst)
-    d_in, d_out = int(model.n_features_in_), int(output_dim(model))
-    if reader.n_rows and reader.dim != d_in:
-        raise StoreError(
-            f"{src}: vectors have {reader.dim} dimensions but the model translates {d_in}-d "
-            "embeddings; pass embeddings made by the encoder the model was fitted on."
-        )
-    batch_size = batch_size or default_batch_size(d_in, d_out)
+    reader, d_out = job.reader, job.d_out
     dd, _ = _import_dask()
-    tmp = tmp_sibling(dst)
-    with _client(scheduler) as client:
-        try:
-            ddf = dd.read_parquet(str(src), dtype_backend="pyarrow")
-            meta = ddf._meta.copy()
-            meta[reader.column] = pd.Series(
-                [], dtype=pd.ArrowDtype(pa.list_(pa.float32(), d_out)), index=meta.index
-            )
-            state = client.scatter(model, broadcast=True)  # the numpy state, once per worker
-            out = ddf.map_partitions(_translate_partition, state, reader.column, d_out,
-                                     batch_size, meta=meta)
-            # the local path's schema exactly (dask would widen strings to large_string)
-            schema = output_schema(pa, reader, reader.column, d_out)
-            out.to_parquet(str(tmp), write_index=False, schema=schema, compute=True)
-            replace_path(tmp, dst)
-        except BaseException:
-            remove_path(tmp)
-            raise
+    with _client(scheduler) as client, atomic_file(job.dst) as tmp:
+        ddf = dd.read_parquet(str(job.src), dtype_backend="pyarrow")
+        meta = ddf._meta.copy()
+        meta[reader.column] = pd.Series(
+            [], dtype=pd.ArrowDtype(pa.list_(pa.float32(), d_out)), index=meta.index
+        )
+        state = client.scatter(model, broadcast=True)  # the numpy state, once per worker
+        out = ddf.map_partitions(_translate_partition, state, reader.column, d_out,
+                                 job.batch_size, meta=meta)
+        # the local path's schema exactly (dask would widen strings to large_string)
+        schema = output_schema(pa, reader, reader.column, d_out)
+        out.to_parquet(str(tmp), write_index=False, schema=schema, compute=True)
     return reader.n_rows
 
 

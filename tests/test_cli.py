@@ -206,22 +206,27 @@ def test_console_entry_point_and_python_m(files, model_file, tmp_path):
 
 
 def test_python_m_skalign_dispatch(monkeypatch):
-    import skalign.__main__ as entry
+    """``python -m skalign`` runs the demo unless a command is named; ``__main__`` only
+    dispatches to the command line."""
+    import skalign.demo as demo
 
     seen = []
-    monkeypatch.setattr(entry, "demo_main", lambda argv: seen.append(("demo", argv)))
-    monkeypatch.setattr("skalign.cli.main", lambda argv: seen.append(("cli", argv)) or 0)
-    entry.main([])
-    entry.main(["--anchors", "50"])
-    entry.main(["fit", "linear"])
-    assert seen == [("demo", []), ("demo", ["--anchors", "50"]), ("cli", ["fit", "linear"])]
+    monkeypatch.setattr(demo, "demo_main", lambda argv: seen.append(("demo", argv)))
+    monkeypatch.setattr("skalign.cli.cmd_fit", lambda args, out: seen.append(("fit",)) or 0)
+    assert main([], default_command="demo") == 0
+    assert main(["--anchors", "50"], default_command="demo") == 0
+    assert main(["fit", "linear", "--source", "a.npy", "-o", "m.skops"],
+                default_command="demo") == 0
+    assert seen == [("demo", []), ("demo", ["--anchors", "50"]), ("fit",)]
+    entry = (ROOT / "skalign" / "__main__.py").read_text()
+    assert "from .cli import main" in entry and "def " not in entry
 
 
 def test_skalign_demo_runs_the_demo(monkeypatch):
-    import skalign.__main__ as entry
+    import skalign.demo as demo
 
     seen = []
-    monkeypatch.setattr(entry, "run_demo", lambda *args: seen.append(args))
+    monkeypatch.setattr(demo, "run_demo", lambda *args: seen.append(args))
     assert main(["demo", "--anchors", "50"]) == 0
     assert seen == [("mlp-a", "mlp-b", 50, 15)]
 

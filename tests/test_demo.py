@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from skalign.__main__ import main, run_demo
+from skalign.demo import demo_main, run_demo
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 
@@ -57,7 +57,8 @@ def test_readme_table_is_what_the_demo_prints(demo):
 
 
 def test_demo_command_line(capsys):
-    main(["--source", "mlp-a", "--target", "mlp-wide", "--anchors", "200", "--seed-pairs", "20"])
+    demo_main(["--source", "mlp-a", "--target", "mlp-wide", "--anchors", "200",
+               "--seed-pairs", "20"])
     out = capsys.readouterr().out
     assert "mlp-a -> mlp-wide" in out and "Bootstrap 20 -> Procr." in out
     assert "no alignment" not in out  # different widths: the raw stitch is impossible

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import skalign
+import skalign._version
 from skalign import (
     AnchorBootstrapper,
     InverseRelativeProjector,
@@ -14,7 +15,8 @@ from skalign import (
     ProcrustesAligner,
     UnpairedPool,
 )
-from skalign._stores import StoreError, open_reader
+from skalign._stores import open_reader
+from skalign.exceptions import StoreError
 from skalign.datasets import load_docstring_embeddings
 from skalign.io import (
     ModelFileError,
@@ -109,7 +111,7 @@ def test_load_warns_on_version_mismatch(tmp_path, real, monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         load(path)  # same version: silent
-    monkeypatch.setattr(skalign, "__version__", "9.9.9")
+    monkeypatch.setattr(skalign._version, "__version__", "9.9.9")
     with pytest.warns(UserWarning, match=r"saved by skalign .* loaded by skalign 9\.9\.9"):
         load(path)
 

@@ -62,7 +62,7 @@ def test_translate_parquet_on_cluster_equals_local(tmp_path, cluster, real):
 
 
 def test_translate_parquet_errors_leave_nothing(tmp_path, cluster, real):
-    from skalign._stores import StoreError
+    from skalign.exceptions import StoreError
     from skalign.parallel import translate_parquet
 
     A, B = real

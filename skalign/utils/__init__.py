@@ -1,30 +1,23 @@
-"""Package-level utilities."""
+"""Package-level utilities: estimator discovery and (:mod:`skalign.utils.estimator_checks`) the
+project-wide checks for estimators built on :mod:`skalign.base`."""
 
 from __future__ import annotations
 
-import inspect
-
-from sklearn.base import BaseEstimator
+from .._discovery import public_estimators
 
 __all__ = ["all_estimators"]
 
 
 def all_estimators():
-    """Every public, concrete skalign estimator, as ``(name, class)`` sorted by name.
+    """Every public, concrete skalign estimator, sorted by name.
 
-    Discovered from ``skalign.__all__`` so that a new estimator is picked up by the common tests
-    as soon as it is exported.
+    Read from the registry that :class:`skalign.base.BaseTransformer` fills as each estimator
+    class is defined, restricted to the names exported by :mod:`skalign`, so that a new estimator
+    is picked up by the common tests as soon as it is exported.
+
+    Returns
+    -------
+    estimators : list of (str, type)
+        ``(class name, class)`` pairs.
     """
-    import skalign
-
-    found = []
-    for name in skalign.__all__:
-        obj = getattr(skalign, name)
-        if (
-            inspect.isclass(obj)
-            and issubclass(obj, BaseEstimator)
-            and not name.startswith("Base")
-            and not inspect.isabstract(obj)
-        ):
-            found.append((name, obj))
-    return sorted(found)
+    return public_estimators()

@@ -1,0 +1,56 @@
+"""Where each public name of :mod:`skalign` is defined, and the registry of estimator classes.
+
+This module imports nothing from skalign, so every other module may import it. Two tables:
+
+* :data:`PUBLIC` maps each name of ``skalign.__all__`` to the module that defines it; the package
+  imports that module the first time the name is used (``skalign/__init__.py``), so
+  ``import skalign.cli`` does not pay for torch and scikit-learn.
+* :data:`ESTIMATORS` is filled by :class:`skalign.base.BaseTransformer` as each estimator class
+  is defined (``__init_subclass__``). Reading it imports nothing; :mod:`skalign._discovery`
+  imports the estimator modules first where a complete list is needed (the CLI, model files,
+  the tests).
+"""
+
+from __future__ import annotations
+
+import inspect
+
+#: public name -> defining module (the estimators, the unpaired pool and the view helpers)
+PUBLIC = {
+    "ASIFAligner": "skalign._asif",
+    "AnchorBootstrapper": "skalign._bootstrap",
+    "GeRAAligner": "skalign._gera",
+    "InverseRelativeProjector": "skalign._irp",
+    "LinearAligner": "skalign._linear",
+    "OrthogonalEnsembleAligner": "skalign._ensemble",
+    "ProcrustesAligner": "skalign._procrustes",
+    "RelativeProjector": "skalign._relative",
+    "UnpairedPool": "skalign.base",
+    "split_views": "skalign._views",
+    "stack_views": "skalign._views",
+}
+
+#: public submodules reachable as attributes of the package (``skalign.metrics``, ...)
+SUBMODULES = ("datasets", "exceptions", "io", "manifold", "metrics", "parallel", "utils")
+
+#: class name -> class, for every estimator class defined so far (see ``register``)
+ESTIMATORS: dict[str, type] = {}
+
+
+def register(cls):
+    """Record an estimator class as it is defined; called by ``BaseTransformer``."""
+    ESTIMATORS[f"{cls.__module__}.{cls.__qualname__}"] = cls
+
+
+def registered():
+    """The public, concrete estimator classes defined so far, as ``(name, class)`` sorted by name.
+
+    Imports nothing: an estimator whose module has not run yet is not listed
+    (:func:`skalign.utils.all_estimators` imports them all first).
+    """
+    found = []
+    for cls in ESTIMATORS.values():
+        name = cls.__qualname__
+        if PUBLIC.get(name) == cls.__module__ and not inspect.isabstract(cls):
+            found.append((name, cls))
+    return sorted(found)
