@@ -11,7 +11,7 @@ usual.
 import importlib
 
 from ._registry import PUBLIC, SUBMODULES
-from ._version import __version__
+from ._version import __version__  # noqa: F401  (skalign.__version__)
 
 __all__ = sorted(PUBLIC)
 

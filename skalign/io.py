@@ -92,8 +92,8 @@ def save(estimator, path):
     import skops.io as sio
     from sklearn.utils.validation import check_is_fitted
 
-    from ._version import __version__
     from ._stores import atomic_file
+    from ._version import __version__
 
     check_is_fitted(estimator)
     payload = {

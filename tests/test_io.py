@@ -16,8 +16,8 @@ from skalign import (
     UnpairedPool,
 )
 from skalign._stores import open_reader
-from skalign.exceptions import StoreError
 from skalign.datasets import load_docstring_embeddings
+from skalign.exceptions import StoreError
 from skalign.io import (
     ModelFileError,
     load,
