@@ -265,6 +265,28 @@ def test_gpu_fitted_model_loads_on_cpu(Est, pairs, tmp_path):
     np.testing.assert_allclose(out, cpu.transform(X), atol=1e-4)
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the fallback on a CPU-only machine")
+@pytest.mark.parametrize("Est", BASELINES)
+def test_cuda_fitted_model_warns_once_and_runs_on_the_cpu(Est, pairs):
+    """A model whose fitted device is gone computes on the CPU and says so, once per model."""
+    from skalign.exceptions import DeviceWarning
+
+    X, Y = pairs
+    est = Est().fit(X, Y)
+    expected = est.transform(X)
+    est.device_ = "cuda"  # as after fitting on a GPU machine
+    with pytest.warns(DeviceWarning, match=f"{Est.__name__} was fitted on 'cuda'"):
+        out = est.transform(X)
+    np.testing.assert_array_equal(out, expected)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        est.transform(X)  # once per model
+    other = clone(est).fit(X, Y)
+    other.device_ = "cuda"
+    with pytest.warns(DeviceWarning):  # another model warns for itself
+        other.transform(X)
+
+
 # ------------------------------------------------------------------------- sklearn plumbing
 def test_feature_names_and_pandas_output(pairs):
     pd = pytest.importorskip("pandas")
