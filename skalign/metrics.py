@@ -1,7 +1,8 @@
 """Evaluation metrics for aligned embedding spaces, and scorers for scikit-learn's search tools.
 
 All metrics use cosine similarity, are computed in row blocks (never materialising more than
-``batch_size × n`` similarities at once) and are exact (no top-k caps).
+``batch_size × n`` similarities at once; ``batch_size=None`` sizes the blocks from scikit-learn's
+``working_memory``) and are exact (no top-k caps).
 
 Two families:
 
@@ -24,7 +25,14 @@ import torch
 from sklearn.metrics import make_scorer
 from sklearn.utils import check_array, check_consistent_length
 
-from ._backend import as_numpy, iter_batches, resolve_device, row_normalize, to_tensor
+from ._backend import (
+    as_numpy,
+    default_batch_size,
+    iter_batches,
+    resolve_device,
+    row_normalize,
+    to_tensor,
+)
 
 __all__ = [
     "cosine_scorer",
@@ -61,8 +69,8 @@ def _unit_rows(A, device):
 
 
 def _block_rows(n_rows, n_cols, batch_size):
-    if batch_size is None:
-        batch_size = max(1, int(2**26 // max(n_cols, 1)))  # 256 MiB of float32 similarities
+    if batch_size is None:  # a block of float32 similarities within working_memory
+        batch_size = default_batch_size(n_cols)
     return iter_batches(n_rows, batch_size)
 
 
