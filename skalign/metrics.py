@@ -104,6 +104,18 @@ def retrieval_ranks(y_true, y_pred, *, batch_size=None, device="cpu"):
 
     ``rank_i = 1 + #{j : cos(ŷ_i, y_j) > cos(ŷ_i, y_i)}`` (ties counted in the query's favour).
 
+    Parameters
+    ----------
+    y_true : array-like of shape (n_samples, n_features)
+        True target embeddings; the retrieval gallery.
+    y_pred : array-like of shape (n_samples, n_features)
+        Translated source embeddings; the queries.
+    batch_size : int, default=None
+        Query rows per block of similarities; ``None`` keeps a block within scikit-learn's
+        ``working_memory``. The result does not depend on it.
+    device : {"cpu", "cuda", "auto"} or torch.device, default="cpu"
+        Where the similarities are computed.
+
     Returns
     -------
     ranks : ndarray of shape (n_samples,), int64, 1 = retrieved first
@@ -130,6 +142,12 @@ def top_k_accuracy(y_true, y_pred, *, k=1, batch_size=None, device="cpu"):
     y_pred : array-like of shape (n_samples, n_features)
         Translated source embeddings; the queries.
     k : int, default=1
+        A hit is the true counterpart ranked ``k``-th or better.
+    batch_size : int, default=None
+        Query rows per block of similarities; ``None`` keeps a block within scikit-learn's
+        ``working_memory``. The result does not depend on it.
+    device : {"cpu", "cuda", "auto"} or torch.device, default="cpu"
+        Where the similarities are computed.
 
     Returns
     -------
@@ -140,7 +158,26 @@ def top_k_accuracy(y_true, y_pred, *, k=1, batch_size=None, device="cpu"):
 
 
 def mean_reciprocal_rank(y_true, y_pred, *, k=None, batch_size=None, device="cpu"):
-    """Mean of ``1 / rank`` of the true counterpart (0 beyond ``k`` when ``k`` is given)."""
+    """Mean of ``1 / rank`` of the true counterpart (0 beyond ``k`` when ``k`` is given).
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n_samples, n_features)
+        True target embeddings; the retrieval gallery.
+    y_pred : array-like of shape (n_samples, n_features)
+        Translated source embeddings; the queries.
+    k : int, default=None
+        Ranks beyond ``k`` count as 0; ``None``: no cut-off.
+    batch_size : int, default=None
+        Query rows per block of similarities; ``None`` keeps a block within scikit-learn's
+        ``working_memory``. The result does not depend on it.
+    device : {"cpu", "cuda", "auto"} or torch.device, default="cpu"
+        Where the similarities are computed.
+
+    Returns
+    -------
+    float in [0, 1]
+    """
     ranks = retrieval_ranks(y_true, y_pred, batch_size=batch_size, device=device)
     rr = 1.0 / ranks
     if k is not None:
@@ -167,6 +204,18 @@ def neighborhood_jaccard(X, Y, *, k=10, batch_size=None, device="cpu"):
     excluding the item itself.
 
     .. math:: J@k = \\frac{1}{n}\\sum_i \\frac{|N^X_k(i) \\cap N^Y_k(i)|}{|N^X_k(i) \\cup N^Y_k(i)|}
+
+    Parameters
+    ----------
+    X, Y : array-like of shape (n_samples, n_features_X) and (n_samples, n_features_Y)
+        The same items in two spaces, row for row.
+    k : int, default=10
+        Neighbours per item, ``1 <= k < n_samples``.
+    batch_size : int, default=None
+        Query rows per block of similarities; ``None`` keeps a block within scikit-learn's
+        ``working_memory``. The result does not depend on it.
+    device : {"cpu", "cuda", "auto"} or torch.device, default="cpu"
+        Where the similarities are computed.
 
     Returns
     -------
@@ -201,7 +250,14 @@ def recall_at_1(embeddings, labels, *, batch_size=None, device="cpu"):
     Parameters
     ----------
     embeddings : array-like of shape (n_samples, n_features)
+        The embedding space to judge.
     labels : array-like of shape (n_samples,)
+        Class label of each item.
+    batch_size : int, default=None
+        Query rows per block of similarities; ``None`` keeps a block within scikit-learn's
+        ``working_memory``. The result does not depend on it.
+    device : {"cpu", "cuda", "auto"} or torch.device, default="cpu"
+        Where the similarities are computed.
 
     Returns
     -------
@@ -224,6 +280,18 @@ def map_at_r(embeddings, labels, *, batch_size=None, device="cpu"):
         \\mathrm{MAP@R} = \\frac{1}{R} \\sum_{i=1}^{R} P(i)\\, \\mathbb 1[\\text{label}_i = c].
 
     Queries with no other item of their class are excluded. No cap on ``R``.
+
+    Parameters
+    ----------
+    embeddings : array-like of shape (n_samples, n_features)
+        The embedding space to judge.
+    labels : array-like of shape (n_samples,)
+        Class label of each item.
+    batch_size : int, default=None
+        Query rows per block of similarities; ``None`` keeps a block within scikit-learn's
+        ``working_memory``. The result does not depend on it.
+    device : {"cpu", "cuda", "auto"} or torch.device, default="cpu"
+        Where the similarities are computed.
 
     Returns
     -------
