@@ -472,10 +472,8 @@ class AnchorBootstrapper(BaseAligner):
     def _rounds(self, LX, LY, XP, YP, gen, given):
         """Grow the anchor set; return the last round's matching and its accepted pairs."""
         s = len(LX)
-        keep = max(self.n_working_anchors - s, 0)
         src = torch.zeros(0, dtype=torch.long, device=XP.device)
         tgt = torch.zeros_like(src)
-        n_return = max(self.n_anchors - s, 0)
         prev, prev_mutual = set(), set()
         self.rounds_, self.loss_curve_ = [], []
         converged = False
@@ -484,46 +482,61 @@ class AnchorBootstrapper(BaseAligner):
             U, V = relative_factors(XP, YP, torch.cat([LX, XP[src]]), torch.cat([LY, YP[tgt]]))
             match = self._match(U, V, gen)
             del U, V
-            mutual = torch.nonzero(match.mutual()).flatten()
-            order = torch.argsort(match.confidence[mutual], descending=True, stable=True)
-            new_src = mutual[order[:keep]]
-            new_tgt = match.forward[new_src]
-            pairs = set(zip(to_numpy(new_src).tolist(), to_numpy(new_tgt).tolist()))
-            mutual_pairs = set(zip(to_numpy(mutual).tolist(),
-                                   to_numpy(match.forward[mutual]).tolist()))
-            if given is None:
-                ret = mutual[order[:n_return]]
-            else:
-                ret = torch.arange(len(given), device=XP.device)
-            ret = set(zip(to_numpy(ret).tolist(), to_numpy(match.forward[ret]).tolist()))
-            changed = len(pairs - prev) / max(len(pairs), 1)
-            changed_ret = len(ret - prev_mutual) / max(len(ret), 1)
-            still = len(prev & mutual_pairs) / len(prev) if prev else float("nan")
-            agree = self._seed_agreement(LX, LY, XP[new_src], YP[new_tgt])
-            sim = match.similarity[new_src]
-            loss = float(1 - sim.mean()) if len(new_src) else float("nan")
-            info = {"round": r + 1, "n_anchors": s + len(src), "n_mutual": len(mutual),
-                    "n_accepted": len(new_src),
-                    "mean_confidence": float(match.confidence[new_src].mean())
-                    if len(new_src) else float("nan"),
-                    "changed": changed, "changed_returned": changed_ret, "still_mutual": still,
-                    "seed_agreement": agree, "loss": loss,
+            new_src, pairs, mutual_pairs, info = self._round(match, LX, LY, XP, YP, given,
+                                                             prev, prev_mutual)
+            info = {"round": r + 1, "n_anchors": s + len(src), **info,
                     "seconds": time.perf_counter() - t0, **match.info}
             self.rounds_.append(info)
-            self.loss_curve_.append(loss)
-            if self.verbose:
-                print(f"[AnchorBootstrapper] round {r + 1:2d}: {info['n_anchors']:5d} anchors, "
-                      f"{len(mutual):6d} mutual, {len(new_src):5d} accepted "
-                      f"(mean confidence {info['mean_confidence']:.4f}), changed {changed:.3f} "
-                      f"(returned {changed_ret:.3f}), "
-                      f"still mutual {still:.3f}, seed agreement {agree:.3f} "
-                      f"({info['seconds']:.2f} s)")
-            src, tgt = new_src, new_tgt
-            if r > 0 and changed_ret <= self.tol:
+            self.loss_curve_.append(info["loss"])
+            self._print_round(info)
+            src, tgt = new_src, match.forward[new_src]
+            if r > 0 and info["changed_returned"] <= self.tol:
                 converged = True
                 break
             prev, prev_mutual = pairs, mutual_pairs
         self.n_iter_ = len(self.rounds_)
+        self._warn_if_unreliable(converged)
+        return match, src, tgt
+
+    def _round(self, match, LX, LY, XP, YP, given, prev, prev_mutual):
+        """The pairs one round accepts, its mutual pairs, and its diagnostics (see ``rounds_``)."""
+        keep = max(self.n_working_anchors - len(LX), 0)
+        mutual = torch.nonzero(match.mutual()).flatten()
+        order = torch.argsort(match.confidence[mutual], descending=True, stable=True)
+        new_src = mutual[order[:keep]]
+        new_tgt = match.forward[new_src]
+
+        def as_pairs(rows):
+            return set(zip(to_numpy(rows).tolist(), to_numpy(match.forward[rows]).tolist()))
+
+        pairs, mutual_pairs = as_pairs(new_src), as_pairs(mutual)
+        if given is None:
+            ret = as_pairs(mutual[order[:max(self.n_anchors - len(LX), 0)]])
+        else:
+            ret = as_pairs(torch.arange(len(given), device=XP.device))
+        sim = match.similarity[new_src]
+        info = {
+            "n_mutual": len(mutual), "n_accepted": len(new_src),
+            "mean_confidence": float(match.confidence[new_src].mean())
+            if len(new_src) else float("nan"),
+            "changed": len(pairs - prev) / max(len(pairs), 1),
+            "changed_returned": len(ret - prev_mutual) / max(len(ret), 1),
+            "still_mutual": len(prev & mutual_pairs) / len(prev) if prev else float("nan"),
+            "seed_agreement": self._seed_agreement(LX, LY, XP[new_src], YP[new_tgt]),
+            "loss": float(1 - sim.mean()) if len(new_src) else float("nan"),
+        }
+        return new_src, pairs, mutual_pairs, info
+
+    def _print_round(self, info):
+        if self.verbose:
+            print(f"[AnchorBootstrapper] round {info['round']:2d}: {info['n_anchors']:5d} "
+                  f"anchors, {info['n_mutual']:6d} mutual, {info['n_accepted']:5d} accepted "
+                  f"(mean confidence {info['mean_confidence']:.4f}), changed "
+                  f"{info['changed']:.3f} (returned {info['changed_returned']:.3f}), "
+                  f"still mutual {info['still_mutual']:.3f}, seed agreement "
+                  f"{info['seed_agreement']:.3f} ({info['seconds']:.2f} s)")
+
+    def _warn_if_unreliable(self, converged):
         last = self.rounds_[-1]
         if last["seed_agreement"] < _CONSISTENCY_MIN or (
                 self.n_iter_ > 1 and last["still_mutual"] < _CONSISTENCY_MIN):
@@ -534,16 +547,15 @@ class AnchorBootstrapper(BaseAligner):
                 "seed pairs correctly); they are probably wrong. Check that the seed pairs "
                 "really are parallel, give more of them, or try correspondence='sinkhorn'; "
                 "see rounds_.",
-                AnchorConsistencyWarning, stacklevel=3,
+                AnchorConsistencyWarning, stacklevel=4,
             )
         elif not converged and self.n_iter_ > 1:
             warnings.warn(
                 f"AnchorBootstrapper: {last['changed_returned']:.1%} of the pairs to return were "
                 f"not mutual pairs in the previous round "
                 f"in the last of max_rounds={self.max_rounds} rounds; increase max_rounds or tol.",
-                ConvergenceWarning, stacklevel=3,
+                ConvergenceWarning, stacklevel=4,
             )
-        return match, src, tgt
 
     @staticmethod
     def _seed_agreement(LX, LY, AX, AY):
