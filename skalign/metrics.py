@@ -177,6 +177,7 @@ def mean_reciprocal_rank(y_true, y_pred, *, k=None, batch_size=None, device="cpu
     Returns
     -------
     float in [0, 1]
+        Greater is better; 1 when every true counterpart is retrieved first.
     """
     ranks = retrieval_ranks(y_true, y_pred, batch_size=batch_size, device=device)
     rr = 1.0 / ranks
