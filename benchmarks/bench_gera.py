@@ -23,9 +23,9 @@ import torch
 from _common import PeakRSS
 
 from skalign import GeRAAligner
-from skalign._backend import make_generator, resolve_device
+from skalign._backend import default_batch_size, make_generator, resolve_device
 from skalign._gera import _initial_params, _preprocess, _Trainer
-from skalign._knn import _BLOCK_ENTRIES, knn_graph
+from skalign._knn import knn_graph
 
 
 def _sync(dev):
@@ -78,7 +78,7 @@ def main(argv=None):
         if exact:
             graph_x = knn_graph(Ux, K)[0]
         else:  # the first q query rows of the full computation, in knn_graph's blocks
-            block = max(1, _BLOCK_ENTRIES // n_pool)
+            block = default_batch_size(n_pool, itemsize=Ux.element_size())
             for start in range(0, q, block):
                 S = Ux[start:min(start + block, q)] @ Ux.T
                 torch.topk(S, K + 1, dim=1)

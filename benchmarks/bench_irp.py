@@ -123,7 +123,7 @@ def run(n, d, k, n_subspaces, thresholds, device="cpu", repeat=1, seed=0, fit_on
         batch = irp.batch_size
         if batch is None:
             from skalign._backend import default_batch_size
-            batch = default_batch_size(d, d)
+            batch = default_batch_size(2 * (d + d))  # as transform: in + out, counted twice
         for name, fn in loop_fns(irp, AX, AY, device).items():
             out, lsecs, lmib, lgpu = _timed(
                 lambda: apply_in_batches(fn, Xin, device=device, batch_size=batch, n_outputs=d),

@@ -80,8 +80,10 @@ class ASIFAligner(SharedSpaceMixin, BaseAligner):
         50 anchors, 0.65 against at most 0.56 with 1,000) and with 1,000 MiniLM → MPNet anchors,
         tied with 300, and lost with 50 (0.65 against 0.75).
     device : {"cpu", "cuda", "auto"} or torch.device, default="cpu"
+        Where the fit and the transforms run; resolved at fit time into ``device_``.
     batch_size : int, default=None
-        Rows per batch in :meth:`transform` and :meth:`transform_target`.
+        Rows per batch in :meth:`transform` and :meth:`transform_target`; ``None`` sizes batches
+        from scikit-learn's ``working_memory``.
 
     Attributes
     ----------

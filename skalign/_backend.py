@@ -130,15 +130,39 @@ def make_generator(random_state, device) -> torch.Generator:
 
 
 # ------------------------------------------------------------------------------------ batching
-def default_batch_size(n_features: int, n_outputs: int, itemsize: int = 4) -> int:
-    """Rows per batch so that one batch's input and output fit in ``working_memory``.
+def default_batch_size(*floats_per_row: int, itemsize: int = 4, working_memory=None) -> int:
+    """Rows per block so that a block of rows fits in the memory budget.
 
-    Uses scikit-learn's ``working_memory`` setting (MiB, default 1024), like
-    :func:`sklearn.metrics.pairwise_distances_chunked`. Intermediate buffers are counted twice.
+    The one rule that sizes every block of rows in skalign: transform batches, similarity blocks
+    of the metrics, the nearest-neighbour search and the matchings, and streamed store batches.
+
+    Parameters
+    ----------
+    *floats_per_row : int
+        Numbers materialised per row of a block (summed), e.g. ``n_features, n_outputs`` for a
+        batch's input and output, or the ``n_columns`` of a block of similarities.
+    itemsize : int, default=4
+        Bytes per number (4 for float32, 8 for float64).
+    working_memory : float, default=None
+        Budget in MiB; ``None`` uses scikit-learn's ``working_memory`` setting (default 1024), as
+        :func:`sklearn.metrics.pairwise_distances_chunked` does.
+
+    Returns
+    -------
+    batch_size : int
+        At least 1.
+
+    Examples
+    --------
+    >>> import sklearn
+    >>> with sklearn.config_context(working_memory=1):
+    ...     default_batch_size(1024, itemsize=4)
+    256
     """
-    bytes_per_row = max(1, 2 * (n_features + n_outputs) * itemsize)
-    budget = get_config()["working_memory"] * 2**20
-    return max(1, int(budget // bytes_per_row))
+    if working_memory is None:
+        working_memory = get_config()["working_memory"]
+    bytes_per_row = max(1, int(sum(floats_per_row)) * itemsize)
+    return max(1, int(working_memory * 2**20 // bytes_per_row))
 
 
 def iter_batches(n_rows: int, batch_size: int):
@@ -157,8 +181,10 @@ def apply_in_batches(fn, X, *, device, batch_size=None, n_outputs=None, out_dtyp
     """
     n_rows, n_features = X.shape
     if batch_size is None:
+        # input and output of a batch, intermediate buffers counted twice
         itemsize = torch.finfo(dtype).bits // 8
-        batch_size = default_batch_size(n_features, n_outputs or n_features, itemsize)
+        batch_size = default_batch_size(2 * (n_features + (n_outputs or n_features)),
+                                        itemsize=itemsize)
     out = None
     for rows in iter_batches(n_rows, batch_size):
         res = fn(to_tensor(X[rows], device, dtype))

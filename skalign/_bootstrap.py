@@ -13,10 +13,11 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
-from ._backend import make_generator, row_normalize, to_numpy, to_tensor
+from ._backend import default_batch_size, make_generator, row_normalize, to_numpy, to_tensor
 from ._compat import Interval, StrOptions, _fit_context
 from ._matching import csls_match, relative_factors, sinkhorn_match
 from ._optim import LossHistory
+from ._sinkhorn import SinkhornError
 from .base import BaseAligner, check_min_pairs, check_unpaired
 from .exceptions import AnchorConsistencyWarning
 
@@ -68,8 +69,8 @@ class AnchorBootstrapper(BaseAligner):
 
     * ``"csls"``: hubness-corrected scores
       :math:`\operatorname{CSLS}_{ij} = 2S_{ij} - r^X_i - r^Y_j` (:math:`r^X_i`: mean of row
-      ``i``'s ``csls_k`` largest similarities, :math:`r^Y_j` likewise per column), confidence =
-      the CSLS margin between a source row's best and second-best target;
+      ``i``'s ``csls_n_neighbors`` largest similarities, :math:`r^Y_j` likewise per column),
+      confidence = the CSLS margin between a source row's best and second-best target;
     * ``"sinkhorn"``: the entropic OT plan for the cost :math:`1 - S` (log-domain Sinkhorn,
       :math:`\varepsilon` = ``sinkhorn_reg`` × median cost), confidence = the share of the row's
       mass on its best target;
@@ -94,9 +95,9 @@ class AnchorBootstrapper(BaseAligner):
     are snapped to their nearest target-pool row. On the development data it changed at most one
     pair in 285 (MiniLM → multilingual-e5) for 2–3× the fit time, so it is opt-in.
 
-    Cost and memory: a round is two passes over blocks of :math:`S` (``chunk_size`` source rows
+    Cost and memory: a round is two passes over blocks of :math:`S` (``batch_size`` source rows
     at a time), i.e. :math:`O(n\,m\,\min(a, d_y))` time with ``a`` anchors and
-    :math:`O(\text{chunk} \cdot m + (n + m)\,d)` memory; the source candidates are a random
+    :math:`O(\text{batch\_size} \cdot m + (n + m)\,d)` memory; the source candidates are a random
     subset of ``max_candidates`` pool rows when the pool is larger.
 
     Parameters
@@ -120,8 +121,8 @@ class AnchorBootstrapper(BaseAligner):
         the previous round.
     correspondence : {"csls", "sinkhorn", "cosine"}, default="csls"
         How each round pairs the pools (see above).
-    csls_k : int, default=10
-        Neighbourhood size of the CSLS correction.
+    csls_n_neighbors : int, default=10
+        Neighbourhood size of the CSLS correction (the ``k`` of [3]_).
     center : bool, default=True
         Centre each pool on its mean before normalising (discovery only; the inner estimator is
         fitted on the original rows). Sentence encoders are offset from the origin, so all
@@ -146,8 +147,6 @@ class AnchorBootstrapper(BaseAligner):
         chunked (CSLS) or sparse (Sinkhorn) above.
     n_neighbors : int, default=64
         Candidate partners per row and column for ``plan="sparse"``.
-    chunk_size : int, default=None
-        Source rows per block; ``None`` keeps blocks near 2**24 entries (64 MiB in float32).
     max_candidates : int, default=10000
         Source-pool rows considered for discovery (a random subset of a larger pool, always
         including ``anchor_indices``). Every target-pool row is always considered.
@@ -155,6 +154,12 @@ class AnchorBootstrapper(BaseAligner):
         Draws the candidate subset and the Sinkhorn cost sample, and seeds the inner estimator
         when its own ``random_state`` is ``None``. Fits are bitwise repeatable on the CPU.
     device : {"cpu", "cuda", "auto"} or torch.device, default="cpu"
+        Where the discovery rounds run. The inner estimator is fitted and transforms there too:
+        ``estimator_`` gets this ``device`` (in place of its own).
+    batch_size : int, default=None
+        Source rows per block of :math:`S` in the discovery rounds, and rows per batch of
+        ``estimator_``'s ``transform`` when its own ``batch_size`` is ``None``. ``None`` keeps
+        blocks within scikit-learn's ``working_memory``.
     verbose : int, default=0
         ``> 0`` prints one line per round.
 
@@ -251,6 +256,7 @@ class AnchorBootstrapper(BaseAligner):
     """
 
     _parameter_constraints = {
+        **BaseAligner._parameter_constraints,
         "estimator": "no_validation",  # checked in fit (fit and transform needed)
         "n_anchors": [Interval(Integral, 1, None, closed="left")],
         "anchor_indices": ["array-like", None],
@@ -258,7 +264,7 @@ class AnchorBootstrapper(BaseAligner):
         "max_rounds": [Interval(Integral, 1, None, closed="left")],
         "tol": [Interval(Real, 0, 1, closed="both")],
         "correspondence": [StrOptions({"csls", "sinkhorn", "cosine"})],
-        "csls_k": [Interval(Integral, 1, None, closed="left")],
+        "csls_n_neighbors": [Interval(Integral, 1, None, closed="left")],
         "center": ["boolean"],
         "refine": ["boolean"],
         "refine_max_iter": [Interval(Integral, 1, None, closed="left")],
@@ -268,19 +274,17 @@ class AnchorBootstrapper(BaseAligner):
         "sinkhorn_tol": [Interval(Real, 0, None, closed="neither")],
         "plan": [StrOptions({"auto", "dense", "chunked", "sparse"})],
         "n_neighbors": [Interval(Integral, 1, None, closed="left")],
-        "chunk_size": [Interval(Integral, 1, None, closed="left"), None],
         "max_candidates": [Interval(Integral, 1, None, closed="left")],
         "random_state": ["random_state"],
-        "device": [str, torch.device],
         "verbose": ["verbose"],
     }
 
     def __init__(self, estimator=None, *, n_anchors=300, anchor_indices=None,
                  n_working_anchors=1000, max_rounds=10, tol=0.01, correspondence="csls",
-                 csls_k=10, center=True, refine=False, refine_max_iter=250,
+                 csls_n_neighbors=10, center=True, refine=False, refine_max_iter=250,
                  refine_learning_rate=0.02, sinkhorn_reg=0.05, sinkhorn_max_iter=1000,
-                 sinkhorn_tol=1e-3, plan="auto", n_neighbors=64, chunk_size=None,
-                 max_candidates=10000, random_state=None, device="cpu", verbose=0):
+                 sinkhorn_tol=1e-3, plan="auto", n_neighbors=64, max_candidates=10000,
+                 random_state=None, device="cpu", batch_size=None, verbose=0):
         self.estimator = estimator
         self.n_anchors = n_anchors
         self.anchor_indices = anchor_indices
@@ -288,7 +292,7 @@ class AnchorBootstrapper(BaseAligner):
         self.max_rounds = max_rounds
         self.tol = tol
         self.correspondence = correspondence
-        self.csls_k = csls_k
+        self.csls_n_neighbors = csls_n_neighbors
         self.center = center
         self.refine = refine
         self.refine_max_iter = refine_max_iter
@@ -298,10 +302,10 @@ class AnchorBootstrapper(BaseAligner):
         self.sinkhorn_tol = sinkhorn_tol
         self.plan = plan
         self.n_neighbors = n_neighbors
-        self.chunk_size = chunk_size
         self.max_candidates = max_candidates
         self.random_state = random_state
         self.device = device
+        self.batch_size = batch_size
         self.verbose = verbose
 
     def set_params(self, **params):
@@ -388,13 +392,24 @@ class AnchorBootstrapper(BaseAligner):
         self.source_anchors_ = np.vstack([X, np.asarray(Xp)[src_np]])
         self.target_anchors_ = np.vstack([y, np.asarray(Yp)[tgt_np]])
 
+        self.estimator_ = self._inner_estimator(est, gen).fit(self.source_anchors_,
+                                                              self.target_anchors_)
+        return self
+
+    def _inner_estimator(self, est, gen):
+        """Clone of ``est`` with this estimator's ``device``, and its ``random_state`` and
+        ``batch_size`` where the clone leaves them to the caller (``None``)."""
         est = clone(est)
-        if "random_state" in est.get_params(deep=False) and est.random_state is None:
+        own = est.get_params(deep=False)
+        if "random_state" in own and own["random_state"] is None:
             # keeps the whole fit repeatable under this estimator's random_state
             seed = int(torch.randint(2**31 - 1, (1,), generator=gen, device=gen.device))
             est.set_params(random_state=seed)
-        self.estimator_ = est.fit(self.source_anchors_, self.target_anchors_)
-        return self
+        if "device" in own:
+            est.set_params(device=self.device)
+        if "batch_size" in own and own["batch_size"] is None:
+            est.set_params(batch_size=self.batch_size)
+        return est
 
     def _given_rows(self, n_pool):
         if self.anchor_indices is None:
@@ -430,21 +445,35 @@ class AnchorBootstrapper(BaseAligner):
 
     def _match(self, U, V, gen):
         if self.correspondence == "sinkhorn":
+            return self._sinkhorn_match(U, V, gen)
+        rows = max(len(U), 1) if self.plan_ == "dense" else self.batch_size
+        k = self.csls_n_neighbors if self.correspondence == "csls" else 0
+        return csls_match(U, V, k=k, batch_size=rows)
+
+    def _sinkhorn_match(self, U, V, gen):
+        """:func:`sinkhorn_match`, its failures reworded with this estimator's parameters."""
+        try:
             return sinkhorn_match(U, V, self.sinkhorn_reg, plan=self.plan_,
-                                  n_neighbors=self.n_neighbors, chunk_size=self.chunk_size,
+                                  n_neighbors=self.n_neighbors, batch_size=self.batch_size,
                                   max_iter=self.sinkhorn_max_iter, tol=self.sinkhorn_tol,
                                   generator=gen)
-        chunk = max(len(U), 1) if self.plan_ == "dense" else self.chunk_size
-        k = self.csls_k if self.correspondence == "csls" else 0
-        return csls_match(U, V, k=k, chunk_size=chunk)
+        except SinkhornError as exc:
+            if exc.cause == "non_finite":
+                advice = f"Increase sinkhorn_reg (now {self.sinkhorn_reg})."
+            else:
+                advice = (f"Increase sinkhorn_max_iter (now {self.sinkhorn_max_iter}) or "
+                          f"sinkhorn_reg (now {self.sinkhorn_reg})")
+                if self.plan_ == "sparse":
+                    advice += f", or n_neighbors (now {self.n_neighbors}) for a denser support"
+                advice += "."
+            raise SinkhornError(f"{type(self).__name__}: {exc.diagnosis} {advice}",
+                                diagnosis=exc.diagnosis, cause=exc.cause) from exc
 
     def _rounds(self, LX, LY, XP, YP, gen, given):
         """Grow the anchor set; return the last round's matching and its accepted pairs."""
         s = len(LX)
-        keep = max(self.n_working_anchors - s, 0)
         src = torch.zeros(0, dtype=torch.long, device=XP.device)
         tgt = torch.zeros_like(src)
-        n_return = max(self.n_anchors - s, 0)
         prev, prev_mutual = set(), set()
         self.rounds_, self.loss_curve_ = [], []
         converged = False
@@ -453,46 +482,61 @@ class AnchorBootstrapper(BaseAligner):
             U, V = relative_factors(XP, YP, torch.cat([LX, XP[src]]), torch.cat([LY, YP[tgt]]))
             match = self._match(U, V, gen)
             del U, V
-            mutual = torch.nonzero(match.mutual()).flatten()
-            order = torch.argsort(match.confidence[mutual], descending=True, stable=True)
-            new_src = mutual[order[:keep]]
-            new_tgt = match.forward[new_src]
-            pairs = set(zip(to_numpy(new_src).tolist(), to_numpy(new_tgt).tolist()))
-            mutual_pairs = set(zip(to_numpy(mutual).tolist(),
-                                   to_numpy(match.forward[mutual]).tolist()))
-            if given is None:
-                ret = mutual[order[:n_return]]
-            else:
-                ret = torch.arange(len(given), device=XP.device)
-            ret = set(zip(to_numpy(ret).tolist(), to_numpy(match.forward[ret]).tolist()))
-            changed = len(pairs - prev) / max(len(pairs), 1)
-            changed_ret = len(ret - prev_mutual) / max(len(ret), 1)
-            still = len(prev & mutual_pairs) / len(prev) if prev else float("nan")
-            agree = self._seed_agreement(LX, LY, XP[new_src], YP[new_tgt])
-            sim = match.similarity[new_src]
-            loss = float(1 - sim.mean()) if len(new_src) else float("nan")
-            info = {"round": r + 1, "n_anchors": s + len(src), "n_mutual": len(mutual),
-                    "n_accepted": len(new_src),
-                    "mean_confidence": float(match.confidence[new_src].mean())
-                    if len(new_src) else float("nan"),
-                    "changed": changed, "changed_returned": changed_ret, "still_mutual": still,
-                    "seed_agreement": agree, "loss": loss,
+            new_src, pairs, mutual_pairs, info = self._round(match, LX, LY, XP, YP, given,
+                                                             prev, prev_mutual)
+            info = {"round": r + 1, "n_anchors": s + len(src), **info,
                     "seconds": time.perf_counter() - t0, **match.info}
             self.rounds_.append(info)
-            self.loss_curve_.append(loss)
-            if self.verbose:
-                print(f"[AnchorBootstrapper] round {r + 1:2d}: {info['n_anchors']:5d} anchors, "
-                      f"{len(mutual):6d} mutual, {len(new_src):5d} accepted "
-                      f"(mean confidence {info['mean_confidence']:.4f}), changed {changed:.3f} "
-                      f"(returned {changed_ret:.3f}), "
-                      f"still mutual {still:.3f}, seed agreement {agree:.3f} "
-                      f"({info['seconds']:.2f} s)")
-            src, tgt = new_src, new_tgt
-            if r > 0 and changed_ret <= self.tol:
+            self.loss_curve_.append(info["loss"])
+            self._print_round(info)
+            src, tgt = new_src, match.forward[new_src]
+            if r > 0 and info["changed_returned"] <= self.tol:
                 converged = True
                 break
             prev, prev_mutual = pairs, mutual_pairs
         self.n_iter_ = len(self.rounds_)
+        self._warn_if_unreliable(converged)
+        return match, src, tgt
+
+    def _round(self, match, LX, LY, XP, YP, given, prev, prev_mutual):
+        """The pairs one round accepts, its mutual pairs, and its diagnostics (see ``rounds_``)."""
+        keep = max(self.n_working_anchors - len(LX), 0)
+        mutual = torch.nonzero(match.mutual()).flatten()
+        order = torch.argsort(match.confidence[mutual], descending=True, stable=True)
+        new_src = mutual[order[:keep]]
+        new_tgt = match.forward[new_src]
+
+        def as_pairs(rows):
+            return set(zip(to_numpy(rows).tolist(), to_numpy(match.forward[rows]).tolist()))
+
+        pairs, mutual_pairs = as_pairs(new_src), as_pairs(mutual)
+        if given is None:
+            ret = as_pairs(mutual[order[:max(self.n_anchors - len(LX), 0)]])
+        else:
+            ret = as_pairs(torch.arange(len(given), device=XP.device))
+        sim = match.similarity[new_src]
+        info = {
+            "n_mutual": len(mutual), "n_accepted": len(new_src),
+            "mean_confidence": float(match.confidence[new_src].mean())
+            if len(new_src) else float("nan"),
+            "changed": len(pairs - prev) / max(len(pairs), 1),
+            "changed_returned": len(ret - prev_mutual) / max(len(ret), 1),
+            "still_mutual": len(prev & mutual_pairs) / len(prev) if prev else float("nan"),
+            "seed_agreement": self._seed_agreement(LX, LY, XP[new_src], YP[new_tgt]),
+            "loss": float(1 - sim.mean()) if len(new_src) else float("nan"),
+        }
+        return new_src, pairs, mutual_pairs, info
+
+    def _print_round(self, info):
+        if self.verbose:
+            print(f"[AnchorBootstrapper] round {info['round']:2d}: {info['n_anchors']:5d} "
+                  f"anchors, {info['n_mutual']:6d} mutual, {info['n_accepted']:5d} accepted "
+                  f"(mean confidence {info['mean_confidence']:.4f}), changed "
+                  f"{info['changed']:.3f} (returned {info['changed_returned']:.3f}), "
+                  f"still mutual {info['still_mutual']:.3f}, seed agreement "
+                  f"{info['seed_agreement']:.3f} ({info['seconds']:.2f} s)")
+
+    def _warn_if_unreliable(self, converged):
         last = self.rounds_[-1]
         if last["seed_agreement"] < _CONSISTENCY_MIN or (
                 self.n_iter_ > 1 and last["still_mutual"] < _CONSISTENCY_MIN):
@@ -503,16 +547,15 @@ class AnchorBootstrapper(BaseAligner):
                 "seed pairs correctly); they are probably wrong. Check that the seed pairs "
                 "really are parallel, give more of them, or try correspondence='sinkhorn'; "
                 "see rounds_.",
-                AnchorConsistencyWarning, stacklevel=3,
+                AnchorConsistencyWarning, stacklevel=4,
             )
         elif not converged and self.n_iter_ > 1:
             warnings.warn(
                 f"AnchorBootstrapper: {last['changed_returned']:.1%} of the pairs to return were "
                 f"not mutual pairs in the previous round "
                 f"in the last of max_rounds={self.max_rounds} rounds; increase max_rounds or tol.",
-                ConvergenceWarning, stacklevel=3,
+                ConvergenceWarning, stacklevel=4,
             )
-        return match, src, tgt
 
     @staticmethod
     def _seed_agreement(LX, LY, AX, AY):
@@ -587,7 +630,7 @@ class AnchorBootstrapper(BaseAligner):
             return idx, margin
         best = torch.full((k, min(2, len(YP))), -torch.inf, dtype=YP.dtype, device=YP.device)
         best_idx = torch.zeros_like(best, dtype=torch.long)
-        step = max(1, 2**24 // max(1, k))
+        step = default_batch_size(k, itemsize=YP.element_size())
         for start in range(0, len(YP), step):
             S = A @ YP[start:start + step].T
             top = torch.topk(S, min(best.shape[1], S.shape[1]), dim=1)

@@ -278,24 +278,23 @@ class OrthogonalEnsembleAligner(BaseTransformer):
             type(self).__name__, max_iter=self.max_iter, tol=self.tol, verbose=self.verbose,
             divergence_hint="Lower learning_rate or orthogonality_penalty.",
         )
-        best, best_loss = param.detach().clone(), float("inf")
         index = (torch.tensor(others, device=R.device),)
         penalty = float(self.orthogonality_penalty)
+
+        def snapshot():
+            return param.detach().clone()
+
         for _ in range(self.max_iter):
             opt.zero_grad()
             R_full = R.index_put(index, param)
             loss = self._geodesic_objective(Vc, present, R_full, penalty=penalty)
-            value = float(loss.detach())
-            converged = history.record(value)
-            if value < best_loss:
-                best_loss, best = value, param.detach().clone()
-            if converged:
+            if history.record(float(loss.detach()), snapshot=snapshot):
                 break
             loss.backward()
             opt.step()
         history.finish()
         R_out = R0.clone()
-        R_out[others] = polar(best.to(SOLVE_DTYPE))
+        R_out[others] = polar(history.best_state.to(SOLVE_DTYPE))  # the best iterate
         # The projection can in principle undo the gain; never return worse than the start.
         if (self._geodesic_objective(V, present, R_out, penalty=0.0)
                 > self._geodesic_objective(V, present, R0, penalty=0.0)):

@@ -8,12 +8,10 @@ from numbers import Integral, Real
 
 import torch
 import torch.nn.functional as F
-from sklearn.exceptions import ConvergenceWarning
 
 from ._backend import (
     SOLVE_DTYPE,
     NumericalError,
-    check_finite,
     make_generator,
     row_normalize,
     to_numpy,
@@ -273,9 +271,10 @@ class GeRAAligner(SharedSpaceMixin, BaseAligner):
         neighbours in the whole pool (graph built once, block-wise). ``"batch"``: one operator over
         the mini-batch (pairs plus sampled unpaired rows), restricted to each row's K nearest
         neighbours within the batch.
-    n_anchors : int, default=None
-        Per batch and space: anchors of the geometric term (``"local"``; half from the batch's
-        pairs, half drawn from the pool) or unpaired rows added to the batch (``"batch"``).
+    geometric_batch_size : int, default=None
+        Rows per mini-batch and space drawn for the geometric term: the anchors whose
+        neighbourhoods are compared (``"local"``; half from the batch's pairs, half drawn from
+        the pool) or the unpaired rows added to the batch (``"batch"``).
         ``None``: ``ceil(2 B / (K + 1))`` for ``"local"`` (the term then maps about twice as many
         rows as the contrastive term) and ``B`` for ``"batch"``, with ``B`` the pair batch size.
     diffusion_steps : int, default=1
@@ -318,7 +317,8 @@ class GeRAAligner(SharedSpaceMixin, BaseAligner):
         Epochs without improvement before stopping.
     early_stopping : bool, default=False
         Hold out ``validation_fraction`` of the pairs, monitor their contrastive loss against up
-        to 4096 training targets, stop when it stalls and keep the best epoch's maps. Needs at
+        to 4096 training targets, stop when it stalls and keep the maps of the epoch with the
+        lowest validation loss. Needs at
         least 50 validation pairs (500 pairs at the default fraction): with fewer, a
         :class:`UserWarning` is raised and training runs for ``max_iter`` epochs, because a
         validation loss over a handful of pairs stops at noise.
@@ -326,13 +326,14 @@ class GeRAAligner(SharedSpaceMixin, BaseAligner):
         Fraction of the pairs held out for early stopping.
     random_state : int, RandomState instance or None, default=None
         Seeds the local torch generator (initialisation, batches, anchors, validation split).
-    verbose : int, default=0
-        ``1`` prints the loss every ``max_iter // 10`` epochs, ``2`` every epoch.
     device : {"cpu", "cuda", "auto"} or torch.device, default="cpu"
         Where training and the transforms run.
     batch_size : int, default=None
-        Rows per batch in :meth:`transform` and :meth:`transform_target`. Training always runs in
-        float32; the transforms compute in float64 for float64 input.
+        Rows per batch in :meth:`transform` and :meth:`transform_target`; ``None`` sizes batches
+        from scikit-learn's ``working_memory``. Training always runs in float32; the transforms
+        compute in float64 for float64 input.
+    verbose : int, default=0
+        ``1`` prints the loss every ``max_iter // 10`` epochs, ``2`` every epoch.
 
     Attributes
     ----------
@@ -399,7 +400,7 @@ class GeRAAligner(SharedSpaceMixin, BaseAligner):
         "kernel": [StrOptions(set(_KERNELS))],
         "divergence": [StrOptions(set(_DIVERGENCES))],
         "mode": [StrOptions({"local", "batch"})],
-        "n_anchors": [Interval(Integral, 1, None, closed="left"), None],
+        "geometric_batch_size": [Interval(Integral, 1, None, closed="left"), None],
         "diffusion_steps": [Interval(Integral, 1, None, closed="left")],
         "bandwidth": [StrOptions({"median"}), Interval(Real, 0, None, closed="neither")],
         "temperature": [Interval(Real, 0, None, closed="neither")],
@@ -419,19 +420,19 @@ class GeRAAligner(SharedSpaceMixin, BaseAligner):
     }
 
     def __init__(self, *, n_components=None, alpha=0.0, n_neighbors=10, kernel="heat",
-                 divergence="kl", mode="local", n_anchors=None, diffusion_steps=1,
+                 divergence="kl", mode="local", geometric_batch_size=None, diffusion_steps=1,
                  bandwidth="median", temperature=0.5, learn_temperature=False, mapping="linear",
                  hidden_size=128, init="procrustes", learning_rate=1e-2, pair_batch_size=256,
                  max_iter=20, tol=None, n_iter_no_change=10, early_stopping=False,
-                 validation_fraction=0.1, random_state=None, verbose=0, device="cpu",
-                 batch_size=None):
+                 validation_fraction=0.1, random_state=None, device="cpu", batch_size=None,
+                 verbose=0):
         self.n_components = n_components
         self.alpha = alpha
         self.n_neighbors = n_neighbors
         self.kernel = kernel
         self.divergence = divergence
         self.mode = mode
-        self.n_anchors = n_anchors
+        self.geometric_batch_size = geometric_batch_size
         self.diffusion_steps = diffusion_steps
         self.bandwidth = bandwidth
         self.temperature = temperature
@@ -447,9 +448,9 @@ class GeRAAligner(SharedSpaceMixin, BaseAligner):
         self.early_stopping = early_stopping
         self.validation_fraction = validation_fraction
         self.random_state = random_state
-        self.verbose = verbose
         self.device = device
         self.batch_size = batch_size
+        self.verbose = verbose
 
     # ------------------------------------------------------------------------------- fit
     @_fit_context(prefer_skip_nested_validation=True)
@@ -475,107 +476,101 @@ class GeRAAligner(SharedSpaceMixin, BaseAligner):
         pool = check_unpaired(unpaired, X.shape[1], y.shape[1])
         dev = torch.device(self.device_)
         gen = make_generator(self.random_state, dev)
-        n = len(X)
         self.n_components_ = self.n_components or min(X.shape[1], y.shape[1])
         self.n_unpaired_source_ = 0 if pool is None else pool.n_source
         self.n_unpaired_target_ = 0 if pool is None else pool.n_target
 
-        perm = torch.randperm(n, generator=gen, device=dev)
+        val_idx, train_idx = self._validation_split(len(X), gen)
+        n_train, early_stopping = len(train_idx), len(val_idx) > 0
+        data = _Pools.build(X, y, pool, train_idx, val_idx, dev)
+        graphs = self._neighbour_graphs(data.Ux, data.Uy)
+        fp, gp, log_scale = self._initial_maps(data.Ux, data.Uy, n_train, gen)
+        leaves = list(fp.values()) + list(gp.values())
+        if self.learn_temperature:
+            leaves.append(log_scale)
+        for t in leaves:
+            t.requires_grad_(True)
+
+        trainer = _Trainer(self, n_train, data.Ux, data.Uy, graphs, fp, gp, log_scale, gen)
+        validation = None
+        if early_stopping:
+            def validation():
+                return _validation_loss(fp, gp, log_scale, data.Vx, data.Vy,
+                                        data.gallery(n_train))
+        history = self._train(trainer, leaves, validation)
+
+        self.source_params_ = {name: to_numpy(t) for name, t in fp.items()}
+        self.target_params_ = {name: to_numpy(t) for name, t in gp.items()}
+        self.source_mean_, self.target_mean_ = to_numpy(data.mx), to_numpy(data.my)
+        self.temperature_ = float(torch.exp(-log_scale.detach()))
+        self.loss_curve_ = history.curve
+        self.n_iter_ = history.n_iter
+        self.validation_scores_ = history.validation_scores
+        self.best_validation_score_ = history.best_value if early_stopping else None
+        return self
+
+    def _validation_split(self, n, gen):
+        """``(validation rows, training rows)`` of the pairs; no validation rows without early
+        stopping or when they would be too few to stop on (then a warning)."""
+        perm = torch.randperm(n, generator=gen, device=gen.device)
         n_val = math.ceil(self.validation_fraction * n) if self.early_stopping else 0
         if n_val and (n_val < _MIN_VALIDATION_PAIRS or n - n_val < 2):
             warnings.warn(
                 f"{type(self).__name__}: early stopping needs at least {_MIN_VALIDATION_PAIRS} "
                 f"validation pairs, but validation_fraction={self.validation_fraction} of {n} "
                 f"pairs gives {n_val}; a validation loss on so few pairs stops at noise. Training "
-                f"runs for max_iter={self.max_iter} epochs instead.", UserWarning, stacklevel=2,
+                f"runs for max_iter={self.max_iter} epochs instead.", UserWarning, stacklevel=3,
             )
             n_val = 0
-        val_idx, train_idx = perm[:n_val], perm[n_val:]
+        return perm[:n_val], perm[n_val:]
 
-        # pools: training pairs first (pool index i = training pair i), then unpaired rows
-        Xt, Yt = to_tensor(X, dev), to_tensor(y, dev)
-        extra_x = [to_tensor(pool.X, dev)] if self.n_unpaired_source_ else []
-        extra_y = [to_tensor(pool.y, dev)] if self.n_unpaired_target_ else []
-        Px = torch.cat([Xt[train_idx]] + extra_x)
-        Py = torch.cat([Yt[train_idx]] + extra_y)
-        mx, my = Px.mean(0), Py.mean(0)
-        Ux, Uy = _preprocess(Px, mx), _preprocess(Py, my)
-        del Px, Py
-        Vx, Vy = _preprocess(Xt[val_idx], mx), _preprocess(Yt[val_idx], my)
-
+    def _neighbour_graphs(self, Ux, Uy):
+        """Set ``n_neighbors_``; the pools' k-NN graphs for ``mode="local"`` (else ``None``)."""
         K = min(self.n_neighbors, len(Ux) - 1, len(Uy) - 1) if self.alpha > 0 else 0
         self.n_neighbors_ = max(int(K), 0)
-        graphs = None
         if self.n_neighbors_ and self.mode == "local":
-            graphs = (knn_graph(Ux, self.n_neighbors_)[0], knn_graph(Uy, self.n_neighbors_)[0])
+            return knn_graph(Ux, self.n_neighbors_)[0], knn_graph(Uy, self.n_neighbors_)[0]
+        return None
 
+    def _initial_maps(self, Ux, Uy, n_train, gen):
+        """Initial parameters of ``f`` and ``g`` and the log inverse temperature."""
         k = self.n_components_
         init_kw = dict(init=self.init, mapping=self.mapping, hidden_size=self.hidden_size,
                        generator=gen)
         coefs = (None, None)
         if self.init == "procrustes":  # training pairs = the first rows of the pools
-            coefs = _procrustes_factors(Ux[:len(train_idx)], Uy[:len(train_idx)], k)
+            coefs = _procrustes_factors(Ux[:n_train], Uy[:n_train], k)
         fp = _initial_params(Ux, k, coef=coefs[0], **init_kw)
         gp = _initial_params(Uy, k, coef=coefs[1], **init_kw)
-        log_scale = torch.tensor(math.log(1.0 / self.temperature), device=dev)
-        leaves = list(fp.values()) + list(gp.values())
-        if self.learn_temperature:
-            leaves.append(log_scale)
-        for t in leaves:
-            t.requires_grad_(True)
-        opt = torch.optim.Adam(leaves, lr=self.learning_rate)
+        log_scale = torch.tensor(math.log(1.0 / self.temperature), device=Ux.device)
+        return fp, gp, log_scale
 
-        trainer = _Trainer(self, len(train_idx), Ux, Uy, graphs, fp, gp, log_scale, gen)
+    def _train(self, trainer, leaves, validation):
+        """Adam epochs until ``max_iter`` or the :class:`LossHistory` stopping rule; with a
+        ``validation`` loss, the best epoch's weights are restored."""
+        opt = torch.optim.Adam(leaves, lr=self.learning_rate)
         history = LossHistory(
-            type(self).__name__, max_iter=self.max_iter,
-            tol=None if n_val else self.tol, n_iter_no_change=self.n_iter_no_change,  # None: budget
-            verbose=self.verbose,
+            type(self).__name__, max_iter=self.max_iter, tol=self.tol,
+            n_iter_no_change=self.n_iter_no_change, verbose=self.verbose,
             divergence_hint="Lower learning_rate (or alpha, or raise temperature).",
+            early_stopping=validation is not None,
         )
-        gallery = None
-        if n_val:
-            n_gal = min(len(train_idx), _VALIDATION_GALLERY)
-            gallery = (Uy[:n_gal], Ux[:n_gal])
-        best, best_state, stall, val_curve = math.inf, None, 0, []
+        snapshot = None
+        if validation is not None:
+            def snapshot():
+                return [t.detach().clone() for t in leaves]
         for _ in range(self.max_iter):
             epoch_loss = trainer.epoch(opt)
             _check_weights(leaves, history.n_iter + 1)
-            if history.record(epoch_loss):
+            score = None if validation is None else validation()
+            if history.record(epoch_loss, validation_score=score, snapshot=snapshot):
                 break
-            if n_val:
-                score = _validation_loss(fp, gp, log_scale, Vx, Vy, gallery)
-                check_finite(score, what="the validation loss", hint="Lower learning_rate.")
-                val_curve.append(score)
-                tol = self.tol or 0.0
-                if not math.isfinite(best) or score < best - tol * max(abs(best), 1.0):
-                    best, stall = score, 0
-                    best_state = [t.detach().clone() for t in leaves]
-                else:
-                    stall += 1
-                if stall >= self.n_iter_no_change:
-                    break
-        else:
-            if n_val and self.tol is not None:
-                warnings.warn(
-                    f"{type(self).__name__}: the validation loss was still improving after "
-                    f"max_iter={self.max_iter} epochs; increase max_iter.",
-                    ConvergenceWarning, stacklevel=2,
-                )
         history.finish()
-        if best_state is not None:
+        if history.best_state is not None:
             with torch.no_grad():
-                for t, b in zip(leaves, best_state):
+                for t, b in zip(leaves, history.best_state):
                     t.copy_(b)
-
-        self.source_params_ = {name: to_numpy(t) for name, t in fp.items()}
-        self.target_params_ = {name: to_numpy(t) for name, t in gp.items()}
-        self.source_mean_, self.target_mean_ = to_numpy(mx), to_numpy(my)
-        self.temperature_ = float(torch.exp(-log_scale.detach()))
-        self.loss_curve_ = history.curve
-        self.n_iter_ = history.n_iter
-        self.validation_scores_ = val_curve if n_val else None
-        self.best_validation_score_ = best if n_val else None
-        return self
+        return history
 
     # ------------------------------------------------------------------------- transform
     def _map_fn(self, params, mean, device, dtype):
@@ -616,6 +611,31 @@ def _validation_loss(fp, gp, log_scale, Vx, Vy, gallery):
         return float(0.5 * (F.cross_entropy(lx, labels) + F.cross_entropy(ly, labels)))
 
 
+class _Pools:
+    """Preprocessed rows on the device: the pools (training pairs first, so pool row ``i`` is
+    training pair ``i``, then the unpaired rows), their means, and the validation pairs."""
+
+    def __init__(self, Ux, Uy, Vx, Vy, mx, my):
+        self.Ux, self.Uy, self.Vx, self.Vy, self.mx, self.my = Ux, Uy, Vx, Vy, mx, my
+
+    @classmethod
+    def build(cls, X, y, pool, train_idx, val_idx, device):
+        Xt, Yt = to_tensor(X, device), to_tensor(y, device)
+        extra_x = [to_tensor(pool.X, device)] if pool is not None and pool.X is not None else []
+        extra_y = [to_tensor(pool.y, device)] if pool is not None and pool.y is not None else []
+        Px = torch.cat([Xt[train_idx]] + extra_x)
+        Py = torch.cat([Yt[train_idx]] + extra_y)
+        mx, my = Px.mean(0), Py.mean(0)
+        Ux, Uy = _preprocess(Px, mx), _preprocess(Py, my)
+        del Px, Py
+        return cls(Ux, Uy, _preprocess(Xt[val_idx], mx), _preprocess(Yt[val_idx], my), mx, my)
+
+    def gallery(self, n_train):
+        """Training targets and sources that the validation pairs must be told apart from."""
+        n_gal = min(n_train, _VALIDATION_GALLERY)
+        return self.Uy[:n_gal], self.Ux[:n_gal]
+
+
 class _Trainer:
     """One epoch of mini-batch training; holds the pools and the graphs on the device."""
 
@@ -654,7 +674,7 @@ class _Trainer:
         K = est.n_neighbors_
         B = len(idx)
         if est.mode == "local":
-            A = est.n_anchors or math.ceil(2 * B / (K + 1))
+            A = est.geometric_batch_size or math.ceil(2 * B / (K + 1))
             n_pairs = min((A + 1) // 2, B)
             extra = torch.randint(len(U), (A - n_pairs,), generator=gen, device=U.device)
             anchors = torch.cat([idx[:n_pairs], extra])
@@ -663,7 +683,7 @@ class _Trainer:
             Za = _forward(params, Uo.reshape(-1, U.shape[1])).reshape(len(S), K + 1, -1)
             return geometric_term(Uo, Za, kernel=est.kernel, divergence=est.divergence,
                                   bandwidth=est.bandwidth, steps=est.diffusion_steps)
-        m = est.n_anchors or B
+        m = est.geometric_batch_size or B
         extra = torch.randint(len(U), (m,), generator=gen, device=U.device)
         Uo = torch.cat([U[idx], U[extra]])
         Za = torch.cat([Zb, _forward(params, U[extra])])

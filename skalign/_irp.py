@@ -209,8 +209,11 @@ class InverseRelativeProjector(BaseAligner):
         Draws the distinct starting anchors. They are drawn on the CPU, so CPU and CUDA fits use
         the same anchor subsets.
     device : {"cpu", "cuda", "auto"} or torch.device, default="cpu"
+        Where the fit (float64 solves) and the transforms run; resolved at fit time into
+        ``device_``.
     batch_size : int, default=None
-        Rows per batch in ``transform``; ``None`` sizes batches from ``working_memory``.
+        Rows per batch in ``transform``; ``None`` sizes batches from scikit-learn's
+        ``working_memory``.
 
     Attributes
     ----------

@@ -1,22 +1,19 @@
 """Exact cosine nearest neighbours, computed block by block on the compute device.
 
-Only ``block_rows × n`` similarities exist at any time, so a pool of ``10⁵`` embeddings needs a few
-hundred MiB instead of the ``n × n`` matrix (40 GB in float32).
+Only ``batch_size × n`` similarities exist at any time (by default as many as fit in
+scikit-learn's ``working_memory``), so a pool of ``10⁵`` embeddings needs no more than that budget
+instead of the ``n × n`` matrix (40 GB in float32).
 """
 
 from __future__ import annotations
 
 import torch
 
-from ._backend import iter_batches
+from ._backend import default_batch_size, iter_batches
 
 __all__ = ["knn_graph"]
 
-#: similarities materialised per block (float32 entries): 2**26 → 256 MiB.
-_BLOCK_ENTRIES = 2**26
-
-
-def knn_graph(U: torch.Tensor, k: int, *, block_rows: int | None = None):
+def knn_graph(U: torch.Tensor, k: int, *, batch_size: int | None = None):
     """Indices and squared distances of each row's ``k`` nearest other rows.
 
     Parameters
@@ -25,8 +22,9 @@ def knn_graph(U: torch.Tensor, k: int, *, block_rows: int | None = None):
         Unit-norm rows (cosine similarity = dot product); any device.
     k : int
         Number of neighbours, ``1 <= k <= n - 1``. The row itself is excluded.
-    block_rows : int, default=None
-        Query rows per block; ``None`` keeps each block's similarity matrix near 256 MiB.
+    batch_size : int, default=None
+        Query rows per block; ``None`` keeps each block's similarities within scikit-learn's
+        ``working_memory``.
 
     Returns
     -------
@@ -38,11 +36,11 @@ def knn_graph(U: torch.Tensor, k: int, *, block_rows: int | None = None):
     n = U.shape[0]
     if not 1 <= k <= n - 1:
         raise ValueError(f"k must be in [1, n - 1] = [1, {n - 1}], got {k}.")
-    if block_rows is None:
-        block_rows = max(1, _BLOCK_ENTRIES // max(n, 1))
+    if batch_size is None:
+        batch_size = default_batch_size(n, itemsize=U.element_size())
     indices = torch.empty((n, k), dtype=torch.long, device=U.device)
     sq = torch.empty((n, k), dtype=U.dtype, device=U.device)
-    for rows in iter_batches(n, block_rows):
+    for rows in iter_batches(n, batch_size):
         S = U[rows] @ U.T
         local = torch.arange(S.shape[0], device=U.device)
         S[local, local + rows.start] = -torch.inf

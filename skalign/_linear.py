@@ -81,9 +81,10 @@ class LinearAligner(BaseAligner):
           = V \operatorname{diag}\!\Big(\frac{\sigma_i}{\sigma_i^2 + \alpha}\Big) U^\top \bar Y,
 
     with :math:`\bar X = U \Sigma V^\top` the SVD of the centred source anchors, and
-    ``transform(x) = (x − μ_X) W + μ_Y``. The solve runs in float64 through the SVD, so
-    rank-deficient anchors (fewer pairs than dimensions) give the minimum-norm solution for
-    ``alpha=0`` instead of a wrong answer.
+    ``transform(x) = (x − μ_X) W + μ_Y``, stored in scikit-learn's layout: ``coef_`` is
+    :math:`W^\top`, of shape ``(n_features_out, n_features_in)``. The solve runs in float64
+    through the SVD, so rank-deficient anchors (fewer pairs than dimensions) give the
+    minimum-norm solution for ``alpha=0`` instead of a wrong answer.
 
     With ``alpha="auto"`` (default) the penalty is chosen among ``alphas`` by exact leave-one-out
     error over the anchor pairs, computed from the same SVD for every candidate: with
@@ -120,10 +121,11 @@ class LinearAligner(BaseAligner):
 
     Attributes
     ----------
-    coef_ : ndarray of shape (n_features_in, n_features_out)
-        The linear map ``W`` (float64).
+    coef_ : ndarray of shape (n_features_out, n_features_in)
+        The linear map, as in scikit-learn's linear models: :math:`W^\top` (float64), so that
+        ``transform(X) = X @ coef_.T + intercept_``.
     intercept_ : ndarray of shape (n_features_out,)
-        ``μ_Y − μ_X W``, so that ``transform(x) = x W + intercept_`` (zero when ``center=False``).
+        ``μ_Y − μ_X W`` (zero when ``center=False``).
     alpha_ : float
         The penalty used: ``alpha`` itself, or the leave-one-out choice for ``alpha="auto"``.
     loo_errors_ : ndarray of shape (n_alphas,) or None
@@ -215,10 +217,10 @@ class LinearAligner(BaseAligner):
             self.loo_errors_ = None
             self.alpha_ = float(self.alpha)
         W = ridge_svd(Xc, Yc, self.alpha_, rtol=self.rtol)
-        self.coef_ = to_numpy(W)
+        self.coef_ = to_numpy(W.T)  # scikit-learn's (n_targets, n_features)
         self.intercept_ = to_numpy(my - mx @ W)
         return self
 
     def _transform_fn(self, device, dtype=None):
-        return affine_fn(self.coef_, np.zeros(self.n_features_in_), self.intercept_, device,
+        return affine_fn(self.coef_.T, np.zeros(self.n_features_in_), self.intercept_, device,
                          dtype=dtype)

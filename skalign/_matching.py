@@ -2,7 +2,8 @@ r"""Correspondences between two pools in bounded memory: CSLS mutual nearest nei
 
 Both matchers see the pools through two factor matrices ``U`` (n × p) and ``V`` (m × p) whose
 inner products are the similarities, :math:`S = U V^\top`, and never hold more than a block of
-rows of ``S`` (``chunk · m`` entries). :class:`~skalign.AnchorBootstrapper` passes the relative
+rows of ``S`` (``batch_size · m`` entries; by default as many as fit in scikit-learn's
+``working_memory``). :class:`~skalign.AnchorBootstrapper` passes the relative
 representations of both pools with respect to the current anchors, or their low-rank form (see
 :func:`relative_factors`).
 
@@ -24,17 +25,17 @@ from dataclasses import dataclass
 
 import torch
 
-from ._backend import iter_batches, row_normalize
+from ._backend import default_batch_size, iter_batches, row_normalize
 from ._sinkhorn import DenseCost, InnerProductCost, knn_support, sinkhorn_log
 
 __all__ = ["Matching", "csls_match", "relative_factors", "sinkhorn_match"]
 
-_CHUNK_ELEMENTS = 2**24  # entries of S per block (64 MiB in float32)
 _MEDIAN_SAMPLE = 2**16
 
 
-def _block_rows(m, chunk_size):
-    return chunk_size or max(1, _CHUNK_ELEMENTS // max(1, m))
+def _block_rows(m, batch_size, itemsize):
+    # a block holds S and the score derived from it: 2 m numbers per source row
+    return batch_size or default_batch_size(2 * m, itemsize=itemsize)
 
 
 @dataclass
@@ -86,7 +87,7 @@ def relative_factors(XP, YP, AX, AY):
     return (XP @ (AX.T @ AY)) / nx, YP / ny
 
 
-def csls_match(U, V, k=10, chunk_size=None):
+def csls_match(U, V, k=10, batch_size=None):
     """Mutual-nearest-neighbour candidates under CSLS, two passes over blocks of ``U V^T``.
 
     Parameters
@@ -95,8 +96,8 @@ def csls_match(U, V, k=10, chunk_size=None):
     V : tensor of shape (m, p)
     k : int, default=10
         Neighbourhood size of the hubness correction; ``0`` uses the plain similarity.
-    chunk_size : int, default=None
-        Source rows per block; ``None`` keeps blocks near 2**24 entries.
+    batch_size : int, default=None
+        Source rows per block; ``None`` keeps blocks within scikit-learn's ``working_memory``.
 
     Returns
     -------
@@ -104,7 +105,7 @@ def csls_match(U, V, k=10, chunk_size=None):
         ``confidence`` is the CSLS margin: best score minus second best of the source row.
     """
     n, m = U.shape[0], V.shape[0]
-    step = _block_rows(m, chunk_size)
+    step = _block_rows(m, batch_size, U.element_size())
     dev, dt = U.device, U.dtype
     k = min(k, n, m)
     rx = torch.zeros(n, dtype=dt, device=dev)
@@ -138,7 +139,7 @@ def csls_match(U, V, k=10, chunk_size=None):
     return Matching(forward, backward, margin, sim, {})
 
 
-def sinkhorn_match(U, V, reg, *, plan="dense", n_neighbors=64, chunk_size=None, max_iter=1000,
+def sinkhorn_match(U, V, reg, *, plan="dense", n_neighbors=64, batch_size=None, max_iter=1000,
                    tol=1e-3, generator=None):
     r"""Correspondence from entropic OT with cost :math:`C = 1 - U V^\top`, in the log domain.
 
@@ -159,9 +160,9 @@ def sinkhorn_match(U, V, reg, *, plan="dense", n_neighbors=64, chunk_size=None, 
     if plan == "dense":
         cost = DenseCost(1 - U @ V.T)
     elif plan == "chunked":
-        cost = InnerProductCost(U, V, chunk_size)
+        cost = InnerProductCost(U, V, batch_size)
     else:
-        cost = knn_support(U, V, n_neighbors, chunk_size, inner_product=True)
+        cost = knn_support(U, V, n_neighbors, batch_size, inner_product=True)
     res = sinkhorn_log(cost, eps, max_iter=max_iter, tol=tol)
     forward, backward = res.row_argmax(), res.col_argmax()
     sim = (U * V[forward]).sum(1)

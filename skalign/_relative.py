@@ -90,8 +90,9 @@ class RelativeProjector(BaseAligner):
 
     Attributes
     ----------
-    mean_ : ndarray of shape (n_features_in,)
-        Anchor mean :math:`\mu`.
+    source_mean_ : ndarray of shape (n_features_in,)
+        Anchor mean :math:`\mu` (the projector's one space is its source space, as in
+        :class:`InverseRelativeProjector`'s ``source_mean_``).
     scale_ : float
         Mean norm :math:`s` of the centred anchors.
     anchor_index_ : ndarray of shape (n_features_out,)
@@ -183,7 +184,7 @@ class RelativeProjector(BaseAligner):
             A_hat, subsets, self.rtol, float(self.alpha)
         )
         index = torch.cat(subsets)
-        self.mean_ = to_numpy(mu)
+        self.source_mean_ = to_numpy(mu)
         self.scale_ = float(scale)
         self.anchor_index_ = to_numpy(index)
         self.anchors_ = to_numpy(A_hat[index])
@@ -211,13 +212,13 @@ class RelativeProjector(BaseAligner):
 
     def _transform_fn(self, device, dtype=COMPUTE_DTYPE):
         A = to_tensor(self.anchors_.T, device, dtype)
-        mu = to_tensor(self.mean_, device, dtype)
+        mu = to_tensor(self.source_mean_, device, dtype)
         floor = on_mean_floor(mu)
         return lambda B: encode(B, mu, floor) @ A
 
     def _inverse_transform_fn(self, device, dtype=COMPUTE_DTYPE):
         P = to_tensor(self.decoder_, device, dtype)
-        mu = to_tensor(self.mean_, device, dtype)
+        mu = to_tensor(self.source_mean_, device, dtype)
         mode, scale = self.rescale, self.scale_
         return lambda R: rescale(R @ P, mode, scale, mu)
 
@@ -258,7 +259,7 @@ class RelativeProjector(BaseAligner):
         X = self._validate_X(X)
         X = np.asarray(to_numpy(X) if isinstance(X, torch.Tensor) else X, dtype=np.float64)
         back = self.inverse_transform(self.transform(X)).astype(np.float64)
-        mu = self.mean_
+        mu = self.source_mean_
         return mean_cosine_similarity(X - mu, back - mu, sample_weight=sample_weight)
 
     def __sklearn_tags__(self):

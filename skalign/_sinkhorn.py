@@ -21,7 +21,8 @@ one solver:
 
 * :class:`DenseCost` — an explicit ``n × m`` matrix (small problems, exact);
 * :class:`FeatureCost` — squared Euclidean cost between feature rows, recomputed block by block
-  (exact, memory ``O(chunk · max(n, m))``, no ``n × m`` array ever exists);
+  (exact, memory ``O(batch_size · max(n, m))``, no ``n × m`` array ever exists; blocks sized from
+  scikit-learn's ``working_memory`` by default);
 * :class:`InnerProductCost` — :math:`C_{ij} = 1 - u_i^\top v_j` (cosine cost for unit rows, or
   for any factorisation of a similarity), in blocks like :class:`FeatureCost`;
 * :class:`SparseCost` — the cost restricted to a candidate support (each row's and each column's
@@ -45,23 +46,37 @@ from dataclasses import dataclass
 
 import torch
 
-from ._backend import NumericalError, iter_batches
+from ._backend import NumericalError, default_batch_size, iter_batches
 
 __all__ = [
     "DenseCost",
     "FeatureCost",
     "InnerProductCost",
+    "SinkhornError",
     "SinkhornResult",
     "SparseCost",
     "knn_support",
     "sinkhorn_log",
 ]
 
-_DEFAULT_CHUNK_ELEMENTS = 2**24  # 64 MiB of float32 per cost block
+
+class SinkhornError(NumericalError):
+    """The solver failed: non-finite potentials (``cause="non_finite"``) or marginals still off
+    after ``max_iter`` iterations (``cause="not_converged"``).
+
+    The message is ``diagnosis`` followed by advice in the solver's own arguments (``reg``,
+    ``max_iter``); an estimator that calls the solver catches this and gives the advice in its
+    own parameters instead.
+    """
+
+    def __init__(self, message, *, diagnosis, cause):
+        super().__init__(message)
+        self.diagnosis = diagnosis
+        self.cause = cause
 
 
-def _chunk_rows(n_cols, chunk_size):
-    return chunk_size or max(1, _DEFAULT_CHUNK_ELEMENTS // max(1, n_cols))
+def _block_rows(n_cols, batch_size, itemsize):
+    return batch_size or default_batch_size(n_cols, itemsize=itemsize)
 
 
 def _sq_dists(U, V, U_sq, V_sq):
@@ -75,6 +90,16 @@ class DenseCost:
     def __init__(self, C):
         self.C = C
         self.shape = tuple(C.shape)
+
+    @property
+    def dtype(self):
+        """dtype of the costs, and of the potentials solved for them."""
+        return self.C.dtype
+
+    @property
+    def device(self):
+        """Device the costs live on."""
+        return self.C.device
 
     def row_lse(self, g, eps):
         return torch.logsumexp((g[None, :] - self.C) / eps, dim=1)
@@ -105,22 +130,35 @@ class FeatureCost:
     ----------
     U : tensor of shape (n, p)
     V : tensor of shape (m, p)
-    chunk_size : int, default=None
-        Rows per block; ``None`` keeps each block near 2**24 elements (64 MiB in float32).
+    batch_size : int, default=None
+        Rows per block; ``None`` keeps each block within scikit-learn's ``working_memory``.
     """
 
-    def __init__(self, U, V, chunk_size=None):
+    def __init__(self, U, V, batch_size=None):
         self.U, self.V = U, V
         self.U_sq, self.V_sq = (U * U).sum(1), (V * V).sum(1)
         self.shape = (U.shape[0], V.shape[0])
-        self.chunk_size = chunk_size
+        self.batch_size = batch_size
+
+    @property
+    def dtype(self):
+        """dtype of the features, and of the costs and potentials computed from them."""
+        return self.U.dtype
+
+    @property
+    def device(self):
+        """Device the features live on."""
+        return self.U.device
+
+    def _rows_per_block(self, n_cols):
+        return _block_rows(n_cols, self.batch_size, self.U.element_size())
 
     def _row_blocks(self):  # blocks of source rows, each (b, m)
-        for rows in iter_batches(self.shape[0], _chunk_rows(self.shape[1], self.chunk_size)):
+        for rows in iter_batches(self.shape[0], self._rows_per_block(self.shape[1])):
             yield rows, _sq_dists(self.U[rows], self.V, self.U_sq[rows], self.V_sq)
 
     def _col_blocks(self):  # blocks of target rows, each (b, n) = C[:, cols].T
-        for cols in iter_batches(self.shape[1], _chunk_rows(self.shape[0], self.chunk_size)):
+        for cols in iter_batches(self.shape[1], self._rows_per_block(self.shape[0])):
             yield cols, _sq_dists(self.V[cols], self.U, self.V_sq[cols], self.U_sq)
 
     def row_lse(self, g, eps):
@@ -172,16 +210,16 @@ class InnerProductCost(FeatureCost):
     ----------
     U : tensor of shape (n, p)
     V : tensor of shape (m, p)
-    chunk_size : int, default=None
-        Rows per block; ``None`` keeps each block near 2**24 elements (64 MiB in float32).
+    batch_size : int, default=None
+        Rows per block; ``None`` keeps each block within scikit-learn's ``working_memory``.
     """
 
     def _row_blocks(self):
-        for rows in iter_batches(self.shape[0], _chunk_rows(self.shape[1], self.chunk_size)):
+        for rows in iter_batches(self.shape[0], self._rows_per_block(self.shape[1])):
             yield rows, 1.0 - self.U[rows] @ self.V.T
 
     def _col_blocks(self):
-        for cols in iter_batches(self.shape[1], _chunk_rows(self.shape[0], self.chunk_size)):
+        for cols in iter_batches(self.shape[1], self._rows_per_block(self.shape[0])):
             yield cols, 1.0 - self.V[cols] @ self.U.T
 
     def max_cost(self):
@@ -224,6 +262,16 @@ class SparseCost:
         if bool((n_row == 0).any()) or bool((n_col == 0).any()):
             raise ValueError("The sparse support leaves a row or a column of the plan empty.")
 
+    @property
+    def dtype(self):
+        """dtype of the costs on the support, and of the potentials solved for them."""
+        return self.cost.dtype
+
+    @property
+    def device(self):
+        """Device the support lives on."""
+        return self.cost.device
+
     def row_lse(self, g, eps):
         return _segment_lse((g[self.cols] - self.cost) / eps, self.rows, self.shape[0])
 
@@ -238,7 +286,7 @@ class SparseCost:
         lse = _segment_lse(z, self.cols, self.shape[1])
         w = torch.exp(z - lse[self.cols])
         out = torch.zeros((self.shape[1], W.shape[1]), dtype=W.dtype, device=W.device)
-        step = max(1, _DEFAULT_CHUNK_ELEMENTS // max(1, W.shape[1]))  # bounded temporaries
+        step = default_batch_size(W.shape[1], itemsize=W.element_size())  # bounded temporaries
         for sl in iter_batches(len(w), step):
             out.index_add_(0, self.cols[sl], w[sl, None].to(W.dtype) * W[self.rows[sl]])
         return out
@@ -256,20 +304,21 @@ class SparseCost:
         return P
 
 
-def knn_support(U, V, n_neighbors, chunk_size=None, inner_product=False):
+def knn_support(U, V, n_neighbors, batch_size=None, inner_product=False):
     """Sparse cost on the union of row-wise and column-wise k-NN pairs.
 
     The cost is squared Euclidean, or :math:`1 - u_i^\top v_j` with ``inner_product=True``.
 
     Every source row keeps its ``n_neighbors`` nearest target rows and every target row its
-    ``n_neighbors`` nearest source rows; duplicates are merged. Computed in blocks, so memory is
-    ``O(chunk · max(n, m) + (n + m) · n_neighbors)``.
+    ``n_neighbors`` nearest source rows; duplicates are merged. Computed in blocks of
+    ``batch_size`` rows (``None``: within scikit-learn's ``working_memory``), so memory is
+    ``O(batch_size · max(n, m) + (n + m) · n_neighbors)``.
 
     Returns
     -------
     SparseCost
     """
-    full = (InnerProductCost if inner_product else FeatureCost)(U, V, chunk_size)
+    full = (InnerProductCost if inner_product else FeatureCost)(U, V, batch_size)
     n, m = full.shape
     kr, kc = min(n_neighbors, m), min(n_neighbors, n)
     rows, cols = [], []
@@ -355,8 +404,9 @@ def sinkhorn_log(cost, reg, *, a=None, b=None, max_iter=1000, tol=1e-5, scaling=
     check_every : int, default=10
         Evaluate the stopping criterion every this many iterations.
     raise_on_failure : bool, default=True
-        Raise :class:`~skalign._backend.NumericalError` when the potentials stop being finite or
-        the marginal error is still above ``100 · tol`` after ``max_iter`` iterations.
+        Raise :class:`SinkhornError` (a :class:`~skalign.exceptions.NumericalError`) when the
+        potentials stop being finite or the marginal error is still above ``100 · tol`` after
+        ``max_iter`` iterations.
 
     Returns
     -------
@@ -367,10 +417,7 @@ def sinkhorn_log(cost, reg, *, a=None, b=None, max_iter=1000, tol=1e-5, scaling=
     if not reg > 0:
         raise ValueError(f"reg must be positive, got {reg}.")
     n, m = cost.shape
-    attributes = {DenseCost: "C", FeatureCost: "U", InnerProductCost: "U", SparseCost: "cost"}
-    probe = attributes[type(cost)]
-    probe = getattr(cost, probe)
-    dtype, device = probe.dtype, probe.device
+    dtype, device = cost.dtype, cost.device
     a = torch.full((n,), 1.0 / n, dtype=dtype, device=device) if a is None else a.to(device, dtype)
     b = torch.full((m,), 1.0 / m, dtype=dtype, device=device) if b is None else b.to(device, dtype)
     mass = float(a.sum())
@@ -415,13 +462,13 @@ def sinkhorn_log(cost, reg, *, a=None, b=None, max_iter=1000, tol=1e-5, scaling=
 
     finite = math.isfinite(err) and bool(torch.isfinite(f).all()) and bool(torch.isfinite(g).all())
     if raise_on_failure and not finite:
-        raise NumericalError(
-            f"Sinkhorn produced non-finite potentials at reg={reg:.3g}; increase sinkhorn_reg."
-        )
+        diagnosis = f"Sinkhorn produced non-finite potentials at reg={reg:.3g}."
+        raise SinkhornError(f"{diagnosis} Increase reg.", diagnosis=diagnosis, cause="non_finite")
     if raise_on_failure and err > 100 * tol:
-        raise NumericalError(
-            f"Sinkhorn did not converge: the plan's column marginals are off by {err:.3g} "
-            f"(relative L1) after {n_iter} iterations at reg={reg:.3g}. Increase "
-            "sinkhorn_max_iter or sinkhorn_reg, or use a denser support (more n_neighbors)."
+        diagnosis = (f"Sinkhorn did not converge: the plan's column marginals are off by "
+                     f"{err:.3g} (relative L1) after {n_iter} iterations at reg={reg:.3g}.")
+        raise SinkhornError(
+            f"{diagnosis} Increase max_iter or reg, or use a denser support.",
+            diagnosis=diagnosis, cause="not_converged",
         )
     return SinkhornResult(f=f, g=g, reg=float(reg), n_iter=n_iter, marginal_error=err, cost=cost)

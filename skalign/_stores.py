@@ -28,10 +28,12 @@ import shutil
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
+from ._backend import default_batch_size as _default_batch_size
 from ._backend import iter_batches
 from .exceptions import StoreError
 
@@ -492,9 +494,9 @@ def _write_lance(path, batches, schema, column):
         raise
 
 
-def default_batch_size(d_in, d_out):
-    """Rows per batch keeping one batch's float32 input and output near 128 MiB."""
-    return max(1, (128 << 20) // (4 * (d_in + d_out)))
+#: Rows per streamed batch, ``default_batch_size(d_in, d_out)``: float32 input and output near
+#: 128 MiB, the budget ``skalign translate --batch-size`` documents.
+default_batch_size = partial(_default_batch_size, working_memory=128)
 
 
 def _progress(total, enabled, desc):

@@ -1,7 +1,8 @@
 """Evaluation metrics for aligned embedding spaces, and scorers for scikit-learn's search tools.
 
 All metrics use cosine similarity, are computed in row blocks (never materialising more than
-``batch_size × n`` similarities at once) and are exact (no top-k caps).
+``batch_size × n`` similarities at once; ``batch_size=None`` sizes the blocks from scikit-learn's
+``working_memory``) and are exact (no top-k caps).
 
 Two families:
 
@@ -24,7 +25,14 @@ import torch
 from sklearn.metrics import make_scorer
 from sklearn.utils import check_array, check_consistent_length
 
-from ._backend import as_numpy, iter_batches, resolve_device, row_normalize, to_tensor
+from ._backend import (
+    as_numpy,
+    default_batch_size,
+    iter_batches,
+    resolve_device,
+    row_normalize,
+    to_tensor,
+)
 
 __all__ = [
     "cosine_scorer",
@@ -61,8 +69,8 @@ def _unit_rows(A, device):
 
 
 def _block_rows(n_rows, n_cols, batch_size):
-    if batch_size is None:
-        batch_size = max(1, int(2**26 // max(n_cols, 1)))  # 256 MiB of float32 similarities
+    if batch_size is None:  # a block of float32 similarities within working_memory
+        batch_size = default_batch_size(n_cols)
     return iter_batches(n_rows, batch_size)
 
 
@@ -96,6 +104,18 @@ def retrieval_ranks(y_true, y_pred, *, batch_size=None, device="cpu"):
 
     ``rank_i = 1 + #{j : cos(ŷ_i, y_j) > cos(ŷ_i, y_i)}`` (ties counted in the query's favour).
 
+    Parameters
+    ----------
+    y_true : array-like of shape (n_samples, n_features)
+        True target embeddings; the retrieval gallery.
+    y_pred : array-like of shape (n_samples, n_features)
+        Translated source embeddings; the queries.
+    batch_size : int, default=None
+        Query rows per block of similarities; ``None`` keeps a block within scikit-learn's
+        ``working_memory``. The result does not depend on it.
+    device : {"cpu", "cuda", "auto"} or torch.device, default="cpu"
+        Where the similarities are computed.
+
     Returns
     -------
     ranks : ndarray of shape (n_samples,), int64, 1 = retrieved first
@@ -122,6 +142,12 @@ def top_k_accuracy(y_true, y_pred, *, k=1, batch_size=None, device="cpu"):
     y_pred : array-like of shape (n_samples, n_features)
         Translated source embeddings; the queries.
     k : int, default=1
+        A hit is the true counterpart ranked ``k``-th or better.
+    batch_size : int, default=None
+        Query rows per block of similarities; ``None`` keeps a block within scikit-learn's
+        ``working_memory``. The result does not depend on it.
+    device : {"cpu", "cuda", "auto"} or torch.device, default="cpu"
+        Where the similarities are computed.
 
     Returns
     -------
@@ -132,7 +158,27 @@ def top_k_accuracy(y_true, y_pred, *, k=1, batch_size=None, device="cpu"):
 
 
 def mean_reciprocal_rank(y_true, y_pred, *, k=None, batch_size=None, device="cpu"):
-    """Mean of ``1 / rank`` of the true counterpart (0 beyond ``k`` when ``k`` is given)."""
+    """Mean of ``1 / rank`` of the true counterpart (0 beyond ``k`` when ``k`` is given).
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n_samples, n_features)
+        True target embeddings; the retrieval gallery.
+    y_pred : array-like of shape (n_samples, n_features)
+        Translated source embeddings; the queries.
+    k : int, default=None
+        Ranks beyond ``k`` count as 0; ``None``: no cut-off.
+    batch_size : int, default=None
+        Query rows per block of similarities; ``None`` keeps a block within scikit-learn's
+        ``working_memory``. The result does not depend on it.
+    device : {"cpu", "cuda", "auto"} or torch.device, default="cpu"
+        Where the similarities are computed.
+
+    Returns
+    -------
+    float in [0, 1]
+        Greater is better; 1 when every true counterpart is retrieved first.
+    """
     ranks = retrieval_ranks(y_true, y_pred, batch_size=batch_size, device=device)
     rr = 1.0 / ranks
     if k is not None:
@@ -159,6 +205,18 @@ def neighborhood_jaccard(X, Y, *, k=10, batch_size=None, device="cpu"):
     excluding the item itself.
 
     .. math:: J@k = \\frac{1}{n}\\sum_i \\frac{|N^X_k(i) \\cap N^Y_k(i)|}{|N^X_k(i) \\cup N^Y_k(i)|}
+
+    Parameters
+    ----------
+    X, Y : array-like of shape (n_samples, n_features_X) and (n_samples, n_features_Y)
+        The same items in two spaces, row for row.
+    k : int, default=10
+        Neighbours per item, ``1 <= k < n_samples``.
+    batch_size : int, default=None
+        Query rows per block of similarities; ``None`` keeps a block within scikit-learn's
+        ``working_memory``. The result does not depend on it.
+    device : {"cpu", "cuda", "auto"} or torch.device, default="cpu"
+        Where the similarities are computed.
 
     Returns
     -------
@@ -193,7 +251,14 @@ def recall_at_1(embeddings, labels, *, batch_size=None, device="cpu"):
     Parameters
     ----------
     embeddings : array-like of shape (n_samples, n_features)
+        The embedding space to judge.
     labels : array-like of shape (n_samples,)
+        Class label of each item.
+    batch_size : int, default=None
+        Query rows per block of similarities; ``None`` keeps a block within scikit-learn's
+        ``working_memory``. The result does not depend on it.
+    device : {"cpu", "cuda", "auto"} or torch.device, default="cpu"
+        Where the similarities are computed.
 
     Returns
     -------
@@ -216,6 +281,18 @@ def map_at_r(embeddings, labels, *, batch_size=None, device="cpu"):
         \\mathrm{MAP@R} = \\frac{1}{R} \\sum_{i=1}^{R} P(i)\\, \\mathbb 1[\\text{label}_i = c].
 
     Queries with no other item of their class are excluded. No cap on ``R``.
+
+    Parameters
+    ----------
+    embeddings : array-like of shape (n_samples, n_features)
+        The embedding space to judge.
+    labels : array-like of shape (n_samples,)
+        Class label of each item.
+    batch_size : int, default=None
+        Query rows per block of similarities; ``None`` keeps a block within scikit-learn's
+        ``working_memory``. The result does not depend on it.
+    device : {"cpu", "cuda", "auto"} or torch.device, default="cpu"
+        Where the similarities are computed.
 
     Returns
     -------

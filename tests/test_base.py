@@ -184,13 +184,18 @@ def test_apply_in_batches_bounds_the_rows_per_call():
 
 
 def test_default_batch_size_follows_working_memory():
+    # a transform batch: 1024 input + 1024 output float32 per row, buffers counted twice
     with config_context(working_memory=1):
-        small = default_batch_size(1024, 1024)
+        small = default_batch_size(2 * (1024 + 1024))
     with config_context(working_memory=1024):
-        large = default_batch_size(1024, 1024)
+        large = default_batch_size(2 * (1024 + 1024))
     assert small == 64 and large == 1024 * 64
     # 10^6 × 1024 float32 rows at the default 1 GiB budget: batches of 65,536 rows (~512 MiB).
-    assert default_batch_size(1024, 1024) * 2 * 2048 * 4 <= 2**30
+    assert default_batch_size(2 * (1024 + 1024)) * 2 * 2048 * 4 <= 2**30
+    # an explicit budget (MiB) and float64 items; several per-row counts are summed
+    assert default_batch_size(1024, 1024, working_memory=128) == (128 << 20) // (4 * 2048)
+    assert default_batch_size(1024, itemsize=8, working_memory=1) == 128
+    assert default_batch_size(10**12) == 1
 
 
 def test_read_only_memmap_input_is_copied(tmp_path, pairs):

@@ -64,14 +64,16 @@ def test_linear_recovers_a_general_linear_map(device):
     X, Y, gt = make_paired_spaces(300, 10, n_features_target=7, relation="linear", shift=3.0,
                                   random_state=2, return_ground_truth=True)
     est = LinearAligner(alpha=0.0, device=device).fit(X, Y)
-    np.testing.assert_allclose(est.coef_, gt.map, atol=1e-10)
+    assert est.coef_.shape == (Y.shape[1], X.shape[1])  # scikit-learn's (n_targets, n_features)
+    np.testing.assert_allclose(est.coef_.T, gt.map, atol=1e-10)
+    np.testing.assert_allclose(X @ est.coef_.T + est.intercept_, est.transform(X), atol=1e-4)
     np.testing.assert_allclose(est.intercept_, 3.0, atol=1e-10)
 
 
 def test_linear_minimum_norm_on_rank_deficient_anchors(rng):
     X, Y = rng.standard_normal((10, 30)), rng.standard_normal((10, 4))  # fewer pairs than dims
     est = LinearAligner(alpha=0.0, center=False).fit(X, Y)
-    np.testing.assert_allclose(est.coef_, np.linalg.lstsq(X, Y, rcond=None)[0], atol=1e-10)
+    np.testing.assert_allclose(est.coef_.T, np.linalg.lstsq(X, Y, rcond=None)[0], atol=1e-10)
 
 
 def test_ridge_shrinks_the_map():
@@ -119,7 +121,7 @@ def test_auto_alpha_matches_ridgecv(n, d, center):
     est = LinearAligner(alphas=alphas, center=center).fit(X, Y)
     assert est.alpha == "auto" and est.alpha_ == ref.alpha_
     assert 1e-3 < est.alpha_ < 1e4  # an interior choice: the test can tell candidates apart
-    np.testing.assert_allclose(est.coef_, ref.coef_.T, atol=1e-10)
+    np.testing.assert_allclose(est.coef_, ref.coef_, atol=1e-10)  # same layout as RidgeCV
     np.testing.assert_allclose(est.intercept_, np.broadcast_to(ref.intercept_, (5,)), atol=1e-10)
     np.testing.assert_allclose(est.loo_errors_.min(), -ref.best_score_, rtol=1e-10)
     # the criterion itself, against brute-force leave-one-out refits for two candidates
@@ -155,7 +157,7 @@ def test_float64_input_is_computed_in_float64(make):
                               shift=5.0, random_state=0)
     X, Y = X.astype(np.float64) * 1e3, Y.astype(np.float64)  # large offset: float32 loses digits
     est = make().fit(X, Y)
-    W = est.coef_ if hasattr(est, "coef_") else est.components_ * est.scale_
+    W = est.coef_.T if hasattr(est, "coef_") else est.components_ * est.scale_
     b = est.intercept_ if hasattr(est, "coef_") else est.target_mean_ - est.source_mean_ @ W
     reference = X @ W + b  # float64 numpy
     out = est.transform(X)

@@ -17,7 +17,7 @@ from skalign import (
     UnpairedPool,
 )
 from skalign.datasets import load_docstring_embeddings, make_paired_spaces
-from skalign.exceptions import AnchorConsistencyWarning
+from skalign.exceptions import AnchorConsistencyWarning, NumericalError
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -127,7 +127,7 @@ def test_bounded_memory_plans_agree_with_dense(correspondence, plan):
     Xs, Ys, pool, perm = _pools(n=300, extra=50)
     kw = dict(n_anchors=80, correspondence=correspondence, random_state=0)
     dense = AnchorBootstrapper(LinearAligner(), plan="dense", **kw).fit(Xs, Ys, unpaired=pool)
-    other = AnchorBootstrapper(LinearAligner(), plan=plan, chunk_size=64, n_neighbors=16, **kw)
+    other = AnchorBootstrapper(LinearAligner(), plan=plan, batch_size=64, n_neighbors=16, **kw)
     other.fit(Xs, Ys, unpaired=pool)
     assert other.plan_ == plan
     if correspondence == "sinkhorn":
@@ -182,6 +182,50 @@ def test_fitted_attributes_delegation_and_repeatability():
     given.fit(Xs, Ys, unpaired=pool)
     np.testing.assert_array_equal(given.anchor_pairs_[:, 0], [3, 5, 7])
     np.testing.assert_array_equal(perm[given.anchor_pairs_[:, 1]], [3, 5, 7])
+
+
+def test_device_and_batch_size_reach_the_inner_estimator(monkeypatch):
+    """device is set on estimator_; batch_size where the inner one leaves it to the caller; the
+    discovery blocks honour batch_size (same pairs as one block)."""
+    Xs, Ys, pool, _ = _pools(n=120)
+    calls = []
+    import skalign._bootstrap as bootstrap_module
+
+    real_csls = bootstrap_module.csls_match
+
+    def spy(U, V, **kw):
+        calls.append(kw["batch_size"])
+        return real_csls(U, V, **kw)
+
+    monkeypatch.setattr(bootstrap_module, "csls_match", spy)
+    kw = dict(n_anchors=40, plan="chunked", random_state=0, max_rounds=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        boot = AnchorBootstrapper(LinearAligner(), batch_size=7, device="cpu", **kw)
+        boot.fit(Xs, Ys, unpaired=pool)
+        one = AnchorBootstrapper(LinearAligner(), **kw).fit(Xs, Ys, unpaired=pool)
+    assert calls[:2] == [7, 7]
+    np.testing.assert_array_equal(boot.anchor_pairs_, one.anchor_pairs_)
+    assert boot.estimator_.batch_size == 7 and boot.estimator_.device == "cpu"
+    assert boot.estimator.batch_size is None  # the clone is changed, not the given estimator
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        kept = AnchorBootstrapper(LinearAligner(batch_size=3), batch_size=7, **kw)
+        assert kept.fit(Xs, Ys, unpaired=pool).estimator_.batch_size == 3
+    assert "batch_size" in AnchorBootstrapper._parameter_constraints
+    assert AnchorBootstrapper._parameter_constraints["device"] is \
+        LinearAligner._parameter_constraints["device"]
+
+
+def test_sinkhorn_failures_name_the_estimator_parameters():
+    """The solver speaks of reg/max_iter; the estimator rewords with sinkhorn_* parameters."""
+    Xs, Ys, pool, _ = _pools(n=100)
+    boot = AnchorBootstrapper(correspondence="sinkhorn", sinkhorn_max_iter=1, sinkhorn_tol=1e-12,
+                              sinkhorn_reg=1e-3, random_state=0)
+    with pytest.raises(NumericalError, match=r"AnchorBootstrapper: Sinkhorn did not converge.*"
+                       r"sinkhorn_max_iter \(now 1\) or sinkhorn_reg") as info:
+        boot.fit(Xs, Ys, unpaired=pool)
+    assert " max_iter or reg" not in str(info.value)
 
 
 def test_without_pool_and_input_errors():

@@ -46,7 +46,7 @@ def unit(A):
 def test_knn_graph_matches_brute_force():
     rng = np.random.default_rng(0)
     U = unit(rng.standard_normal((300, 12))).astype(np.float32)
-    idx, sq = knn_graph(torch.from_numpy(U), 7, block_rows=37)
+    idx, sq = knn_graph(torch.from_numpy(U), 7, batch_size=37)
     S = U @ U.T
     np.fill_diagonal(S, -np.inf)
     expected = np.argsort(-S, axis=1)[:, :7]

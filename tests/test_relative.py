@@ -74,7 +74,7 @@ def test_anchor_subsets_average_the_subset_decoders():
     expected = raw / np.linalg.norm(raw, axis=1, keepdims=True) * full.scale_ + anchors.mean(0)
     np.testing.assert_allclose(proj.inverse_transform(proj.transform(X)), expected, atol=1e-5)
     # Statistics always come from every anchor given to fit.
-    np.testing.assert_allclose(proj.mean_, anchors.mean(0))
+    np.testing.assert_allclose(proj.source_mean_, anchors.mean(0))
     assert len(proj.condition_numbers_) == 2
 
 
@@ -106,7 +106,7 @@ def test_pickle_roundtrip():
     anchors = np.random.default_rng(0).standard_normal((20, 4))
     proj = RelativeProjector().fit(anchors)
     loaded = pickle.loads(pickle.dumps(proj))
-    for name in ("mean_", "anchors_", "decoder_"):
+    for name in ("source_mean_", "anchors_", "decoder_"):
         assert isinstance(getattr(loaded, name), np.ndarray)
     np.testing.assert_array_equal(loaded.transform(anchors), proj.transform(anchors))
 
@@ -120,12 +120,12 @@ def test_float64_input_is_computed_in_float64(rescale):
     rng = np.random.default_rng(0)
     anchors, X = rng.standard_normal((40, 6)) * 3 + 5, rng.standard_normal((30, 6)) * 3 + 5
     proj = RelativeProjector(rescale=rescale).fit(anchors)
-    C = X - proj.mean_
+    C = X - proj.source_mean_
     rel = (C / np.linalg.norm(C, axis=1, keepdims=True)) @ proj.anchors_.T
     dec = rel @ proj.decoder_
     if rescale == "normalize":
         dec = dec / np.linalg.norm(dec, axis=1, keepdims=True)
-    dec = dec * proj.scale_ + proj.mean_
+    dec = dec * proj.scale_ + proj.source_mean_
     out, back = proj.transform(X), proj.inverse_transform(rel)
     assert out.dtype == back.dtype == np.float64
     assert _rel_err(out, rel) < 1e-10 and _rel_err(back, dec) < 1e-10
