@@ -76,3 +76,22 @@ def test_rows_are_aligned_across_languages_and_encoders(xling):
     proc = ProcrustesAligner().fit(arrays["en_minilm_l6"][fit], arrays["en_mpnet_base"][fit])
     assert top_k_accuracy(arrays["en_mpnet_base"][held],
                           proc.transform(arrays["en_minilm_l6"][held])) > 0.6
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, gera_min", [("e5 en -> e5 de", 0.8), ("MiniLM en -> e5 de", 0.5)])
+def test_gera_defaults_beat_tuned_baselines_at_200_crosslingual_pairs(
+        xling, load_benchmark_module, name, gera_min):
+    """Issue 15's bar: GeRA's defaults within 0.02 of the tuned baselines; here they lead.
+
+    Split 0 of ``benchmarks/crosslingual_baselines.py``: GeRA led the best of Procrustes, ridge
+    with LOO alpha and ridge with the held-out-best alpha by 0.028 (e5) and 0.037 (MiniLM) top-1
+    among 1,000 held-out candidates; a GeRA that stops at its Procrustes start fails.
+    """
+    bench = load_benchmark_module("crosslingual_baselines")
+    src, tgt = bench.MAPS[name]
+    arrays, _ = xling
+    cell = bench.run_cell(arrays[src], arrays[tgt], 200, 0, 1000, same_model=False)
+    best = max(cell[m]["top1"] for m in ("Procrustes", "ridge LOO", "ridge best (oracle)"))
+    assert cell["GeRA defaults"]["top1"] > gera_min
+    assert cell["GeRA defaults"]["top1"] >= best + 0.01
