@@ -63,7 +63,6 @@ import json
 import os
 import platform
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -281,7 +280,6 @@ def main(argv=None) -> None:
     tmp.cleanup()
     for f in (f"{NAME}.npz", f"{NAME}.json.gz"):
         print(f"wrote {out / f} ({(out / f).stat().st_size} bytes)")
-    shutil.rmtree(cache, ignore_errors=True) if args.cache is None else None
 
 
 if __name__ == "__main__":
