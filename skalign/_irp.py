@@ -261,8 +261,8 @@ class InverseRelativeProjector(BaseAligner):
 
     See Also
     --------
-    RelativeProjector : the relative encode and decode of one space, usable separately.
-    ProcrustesAligner : direct orthogonal map fitted on the same anchors.
+    RelativeProjector : The relative encode and decode of one space, usable separately.
+    ProcrustesAligner : Direct orthogonal map fitted on the same anchors.
 
     Notes
     -----
@@ -349,6 +349,7 @@ class InverseRelativeProjector(BaseAligner):
         Returns
         -------
         self : InverseRelativeProjector
+            The fitted estimator.
         """
         X, y = self._validate_pair(X, y)
         dev = torch.device(self.device_)
@@ -477,6 +478,7 @@ class InverseRelativeProjector(BaseAligner):
         Returns
         -------
         X_hat : ndarray of shape (n_samples, n_features_in)
+            The embeddings translated into the source space.
         """
         return super().inverse_transform(X)
 

@@ -116,7 +116,7 @@ class RelativeProjector(BaseAligner):
 
     See Also
     --------
-    InverseRelativeProjector : translate between two spaces through their relative spaces.
+    InverseRelativeProjector : Translate between two spaces through their relative spaces.
 
     References
     ----------
@@ -169,6 +169,7 @@ class RelativeProjector(BaseAligner):
         Returns
         -------
         self : RelativeProjector
+            The fitted estimator.
         """
         X = validate_data(self, as_numpy(X), dtype=FLOAT_DTYPES, ensure_min_samples=2)
         self.device_ = str(resolve_device(self.device))
@@ -243,9 +244,11 @@ class RelativeProjector(BaseAligner):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features_in)
+            Embeddings of the fitted space.
         y : None
             Ignored.
         sample_weight : array-like of shape (n_samples,), default=None
+            Weights of the weighted mean.
 
         Returns
         -------

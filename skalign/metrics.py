@@ -78,11 +78,14 @@ def mean_cosine_similarity(y_true, y_pred, *, sample_weight=None):
     Parameters
     ----------
     y_true, y_pred : array-like of shape (n_samples, n_features)
+        Target embeddings and their predictions, paired row for row.
     sample_weight : array-like of shape (n_samples,), default=None
+        Weights of the weighted mean.
 
     Returns
     -------
-    float in [-1, 1]
+    score : float in [-1, 1]
+        The (weighted) mean cosine similarity.
     """
     y_true, y_pred = _check_pair(y_true, y_pred)
     num = np.einsum("ij,ij->i", y_true, y_pred, dtype=np.float64)
@@ -96,9 +99,21 @@ def retrieval_ranks(y_true, y_pred, *, batch_size=None, device="cpu"):
 
     ``rank_i = 1 + #{j : cos(ŷ_i, y_j) > cos(ŷ_i, y_i)}`` (ties counted in the query's favour).
 
+    Parameters
+    ----------
+    y_true : array-like of shape (n_samples, n_features)
+        True target embeddings; the retrieval gallery.
+    y_pred : array-like of shape (n_samples, n_features)
+        Translated source embeddings; the queries.
+    batch_size : int, default=None
+        Query rows per block of similarities; ``None`` sizes blocks to about 256 MiB.
+    device : str or torch.device, default="cpu"
+        Where the similarities are computed.
+
     Returns
     -------
-    ranks : ndarray of shape (n_samples,), int64, 1 = retrieved first
+    ranks : ndarray of shape (n_samples,), int64
+        Rank of each query's true counterpart; 1 means retrieved first.
     """
     y_true, y_pred = _check_pair(y_true, y_pred)
     dev = resolve_device(device)
@@ -122,17 +137,42 @@ def top_k_accuracy(y_true, y_pred, *, k=1, batch_size=None, device="cpu"):
     y_pred : array-like of shape (n_samples, n_features)
         Translated source embeddings; the queries.
     k : int, default=1
+        Number of nearest targets that count as a hit.
+    batch_size : int, default=None
+        Query rows per block of similarities; ``None`` sizes blocks to about 256 MiB.
+    device : str or torch.device, default="cpu"
+        Where the similarities are computed.
 
     Returns
     -------
-    float in [0, 1]
+    score : float in [0, 1]
+        Fraction of queries whose counterpart ranks within the first ``k``.
     """
     ranks = retrieval_ranks(y_true, y_pred, batch_size=batch_size, device=device)
     return float(np.mean(ranks <= k))
 
 
 def mean_reciprocal_rank(y_true, y_pred, *, k=None, batch_size=None, device="cpu"):
-    """Mean of ``1 / rank`` of the true counterpart (0 beyond ``k`` when ``k`` is given)."""
+    """Mean of ``1 / rank`` of the true counterpart (0 beyond ``k`` when ``k`` is given).
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n_samples, n_features)
+        True target embeddings; the retrieval gallery.
+    y_pred : array-like of shape (n_samples, n_features)
+        Translated source embeddings; the queries.
+    k : int, default=None
+        Ranks beyond ``k`` count 0; ``None`` counts every rank.
+    batch_size : int, default=None
+        Query rows per block of similarities; ``None`` sizes blocks to about 256 MiB.
+    device : str or torch.device, default="cpu"
+        Where the similarities are computed.
+
+    Returns
+    -------
+    score : float in [0, 1]
+        The mean reciprocal rank.
+    """
     ranks = retrieval_ranks(y_true, y_pred, batch_size=batch_size, device=device)
     rr = 1.0 / ranks
     if k is not None:
@@ -160,9 +200,23 @@ def neighborhood_jaccard(X, Y, *, k=10, batch_size=None, device="cpu"):
 
     .. math:: J@k = \\frac{1}{n}\\sum_i \\frac{|N^X_k(i) \\cap N^Y_k(i)|}{|N^X_k(i) \\cup N^Y_k(i)|}
 
+    Parameters
+    ----------
+    X : array-like of shape (n_samples, n_features_x)
+        The items in one space.
+    Y : array-like of shape (n_samples, n_features_y)
+        The same items in the other space, row for row.
+    k : int, default=10
+        Number of neighbours, in ``[1, n_samples - 1]``.
+    batch_size : int, default=None
+        Rows per block of similarities; ``None`` sizes blocks to about 256 MiB.
+    device : str or torch.device, default="cpu"
+        Where the similarities are computed.
+
     Returns
     -------
-    float in [0, 1]
+    score : float in [0, 1]
+        The mean Jaccard index.
     """
     X = check_array(as_numpy(X), input_name="X")
     Y = check_array(as_numpy(Y), input_name="Y")
@@ -193,11 +247,18 @@ def recall_at_1(embeddings, labels, *, batch_size=None, device="cpu"):
     Parameters
     ----------
     embeddings : array-like of shape (n_samples, n_features)
+        The items, e.g. translated embeddings.
     labels : array-like of shape (n_samples,)
+        Their class labels.
+    batch_size : int, default=None
+        Rows per block of similarities; ``None`` sizes blocks to about 256 MiB.
+    device : str or torch.device, default="cpu"
+        Where the similarities are computed.
 
     Returns
     -------
-    float in [0, 1]
+    score : float in [0, 1]
+        Fraction of items whose nearest neighbour shares their label.
     """
     E, codes = _check_labelled(embeddings, labels)
     dev = resolve_device(device)
@@ -217,9 +278,21 @@ def map_at_r(embeddings, labels, *, batch_size=None, device="cpu"):
 
     Queries with no other item of their class are excluded. No cap on ``R``.
 
+    Parameters
+    ----------
+    embeddings : array-like of shape (n_samples, n_features)
+        The items, e.g. translated embeddings.
+    labels : array-like of shape (n_samples,)
+        Their class labels.
+    batch_size : int, default=None
+        Rows per block of similarities; ``None`` sizes blocks to about 256 MiB.
+    device : str or torch.device, default="cpu"
+        Where the similarities are computed.
+
     Returns
     -------
-    float in [0, 1]
+    score : float in [0, 1]
+        MAP@R over the queries that have at least one other item of their class.
     """
     E, codes = _check_labelled(embeddings, labels)
     dev = resolve_device(device)
@@ -254,9 +327,22 @@ def _label_scorer(metric):
         return metric(estimator.transform(X), y)
 
     scorer.__name__ = f"{metric.__name__}_scorer"
-    scorer.__doc__ = (
-        f"Scorer ``(estimator, X, labels) -> {metric.__name__}(estimator.transform(X), labels)``."
-    )
+    scorer.__doc__ = f"""Score the translations ``estimator.transform(X)`` against labels ``y``.
+
+    Parameters
+    ----------
+    estimator : fitted estimator
+        The aligner, or a pipeline ending in one.
+    X : array-like of shape (n_samples, n_features_in)
+        Source embeddings.
+    y : array-like of shape (n_samples,)
+        Class labels of the rows of ``X``.
+
+    Returns
+    -------
+    score : float in [0, 1]
+        ``{metric.__name__}(estimator.transform(X), y)``.
+    """
     return scorer
 
 

@@ -10,10 +10,15 @@ __all__ = ["all_estimators"]
 
 
 def all_estimators():
-    """Every public, concrete skalign estimator, as ``(name, class)`` sorted by name.
+    """List every public, concrete skalign estimator.
 
     Discovered from ``skalign.__all__`` so that a new estimator is picked up by the common tests
     as soon as it is exported.
+
+    Returns
+    -------
+    estimators : list of (str, type) tuples
+        ``(name, class)`` pairs, sorted by name.
     """
     import skalign
 

@@ -129,7 +129,7 @@ def estimators_to_check():
         yield set_checking_parameters(cls())
 
 
-def check_data(estimator, dtype=np.float32):
+def check_data(estimator, dtype="float32"):
     """The data the checks fit and transform: paired spaces, or stacked views for an ensemble.
 
     ``X`` has 80 rows of 6 features; ``y`` 80 rows of 5 features related to ``X`` by a noisy
@@ -140,7 +140,7 @@ def check_data(estimator, dtype=np.float32):
     ----------
     estimator : estimator instance
         The estimator the data is for.
-    dtype : {np.float32, np.float64}, default=np.float32
+    dtype : {"float32", "float64"}, default="float32"
         Floating type of both arrays.
 
     Returns
@@ -374,7 +374,7 @@ def check_transform_is_invariant_to_batch_size(name, estimator):
 
 
 def check_dtypes_follow_tags(name, estimator):
-    """float32 in gives float32 out; float64 in gives what the ``preserves_dtype`` tag says.
+    """Float32 in gives float32 out; float64 in gives what the ``preserves_dtype`` tag says.
 
     float64 output is required where ``"float64"`` is in
     ``get_tags(estimator).transformer_tags.preserves_dtype``, float32 otherwise. The two fits see
