@@ -99,6 +99,8 @@ class AnchorBootstrapper(BaseAligner):
     :math:`O(\text{chunk} \cdot m + (n + m)\,d)` memory; the source candidates are a random
     subset of ``max_candidates`` pool rows when the pool is larger.
 
+    Read more in the :ref:`User Guide <bootstrap>`.
+
     Parameters
     ----------
     estimator : estimator object, default=None

@@ -83,6 +83,8 @@ class OrthogonalEnsembleAligner(BaseTransformer):
     left out of the fit's sums and of the means, and kept as zero by ``transform_views``. A
     sample whose embeddings are all zero is mapped to the zero vector.
 
+    Read more in the :ref:`User Guide <ensemble>`.
+
     Parameters
     ----------
     n_views : int, default=1

@@ -168,6 +168,8 @@ class InverseRelativeProjector(BaseAligner):
     anchors' scale and de-centred: :math:`y = s_Y\, \hat y / \|\hat y\| + \mu_Y` with :math:`s_Y`
     the mean norm of the centred target anchors (``rescale="normalize"``).
 
+    Read more in the :ref:`User Guide <irp>`.
+
     Parameters
     ----------
     pruning_threshold : float in [0, 1], default=0.3

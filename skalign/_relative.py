@@ -67,6 +67,8 @@ class RelativeProjector(BaseAligner):
     (``inverse_transform``) together translate source embeddings into the target space: this is
     exactly :class:`InverseRelativeProjector` split in two halves.
 
+    Read more in the :ref:`User Guide <irp>`.
+
     Parameters
     ----------
     anchor_subsets : list of array-like of int, default=None

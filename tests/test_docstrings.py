@@ -13,6 +13,7 @@ import ast
 import importlib
 import inspect
 import re
+from pathlib import Path
 
 import pytest
 
@@ -160,3 +161,25 @@ def test_the_default_check_catches_a_mismatch():
     assert not _same_default(documented["a"], signature.parameters["a"].default)
     assert _same_default(documented["b"], signature.parameters["b"].default)
     assert _same_default(documented["c"], signature.parameters["c"].default)
+
+
+_USER_GUIDE = Path(__file__).resolve().parents[1] / "doc" / "user_guide"
+_READ_MORE = re.compile(r"Read more in the :ref:`User Guide <([\w-]+)>`\.")
+
+
+def test_every_estimator_links_to_its_user_guide_section():
+    """Each public estimator says where to read more, with a label the user guide defines."""
+    from skalign.utils import all_estimators
+
+    labels = set()
+    for page in _USER_GUIDE.glob("*.rst"):
+        labels |= set(re.findall(r"^\.\. _([\w-]+):\s*$", page.read_text(), re.M))
+    missing, unknown = [], []
+    for name, cls in all_estimators():
+        match = _READ_MORE.search(cls.__doc__ or "")
+        if match is None:
+            missing.append(name)
+        elif match.group(1) not in labels:
+            unknown.append(f"{name}: {match.group(1)}")
+    assert not missing, f"no 'Read more in the :ref:`User Guide <...>`.' line: {missing}"
+    assert not unknown, f"labels not defined in doc/user_guide/*.rst: {unknown}"
