@@ -16,7 +16,7 @@ discovers 285 pairs. Reported:
   nearest held-out target by cosine is its own) through the fitted ``estimator_``, against
   :class:`~skalign.ProcrustesAligner` fitted on the 300 GT anchor pairs.
 
-    python benchmarks/bootstrap_real.py /work/shared/data/docstrings_en.npz
+    python benchmarks/bootstrap_real.py ../shared/data/docstrings_en.npz
     python benchmarks/bootstrap_real.py PATH.npz --target me5_small_q4 --draws 0 1 2
     python benchmarks/bootstrap_real.py PATH.npz --param correspondence=sinkhorn \
         --param n_working_anchors=285

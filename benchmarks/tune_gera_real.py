@@ -8,7 +8,7 @@ own pair. Methods that translate into the target space (ridge, Procrustes) are c
 centring both sides on the target pool's mean (the same information GeRA gets); chance is
 ``1 / test``.
 
-    python benchmarks/tune_gera_real.py /work/shared/data/docstrings_en.npz
+    python benchmarks/tune_gera_real.py ../shared/data/docstrings_en.npz
     python benchmarks/tune_gera_real.py PATH.npz --pairs 50 --splits 3 --no-grid   # quick
 
 Rows: GeRA at its defaults (``alpha=0``: contrastive only); GeRA with the geometric term
