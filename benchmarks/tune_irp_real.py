@@ -110,7 +110,16 @@ def summary(rows, deltas, splits):
                      for _, _, res, best in rows)
     loss_08 = [1 - np.mean(res[("gcv", 0.8)]) / best for _, _, res, best in rows] \
         if 0.8 in deltas else [float("nan")]
+    cells = {}
+    for pair, k, res, _ in rows:
+        src, tgt = (NAMES.get(e, e) for e in pair.split(":"))
+        cells[f"{src}_{tgt}_{k}_procrustes"] = np.mean(res["procrustes"])
+        cells[f"{src}_{tgt}_{k}_defaults"] = np.mean(res["default"])
+        for alpha, name in (("gcv", "gcv"), (0.0, "pinv")):
+            for d in deltas:
+                cells[f"{src}_{tgt}_{k}_{name}_d{d:g}".replace(".", "")] = np.mean(res[(alpha, d)])
     return {
+        **cells,
         "splits": splits,
         "rows": len(rows),
         "procrustes_wins": sum(np.mean(r["procrustes"]) > np.mean(r["default"])
