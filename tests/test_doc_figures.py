@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 GUIDE = ROOT / "doc" / "user_guide"
 
 #: Pages whose measured figures come from benchmarks/results/ and which must quote some.
-TIED_PAGES = ["gera.rst", "irp.rst", "migrate.rst"]
+TIED_PAGES = ["bootstrap.rst", "gera.rst", "irp.rst", "migrate.rst"]
 
 
 def _figures():
@@ -90,3 +90,13 @@ def test_irp_script_writes_the_table_and_figures(load_benchmark, tmp_path):
     values = figures.load("irp_figures", results=tmp_path)
     assert values["rows"] == 1 and 0 <= values["MiniLM_MPNet_40_gcv_d03"] <= 1
 
+
+
+def test_bootstrap_table_is_the_tabulated_draws(load_benchmark, tmp_path):
+    """The committed guide table and figures are exactly what --table-from makes of the draws."""
+    results = ROOT / "benchmarks" / "results"
+    load_benchmark("bootstrap_real").main([
+        "--table-from", str(results / "bootstrap_real_draws.csv"),
+        "--csv", str(tmp_path / "bootstrap_real.csv")])
+    for made in sorted(tmp_path.iterdir()):
+        assert made.read_text() == (results / made.name).read_text(), made.name
