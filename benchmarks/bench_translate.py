@@ -1,6 +1,6 @@
 """Translate a large .npy store with ``skalign translate``: throughput, peak memory, dask shards.
 
-``python benchmarks/bench_translate.py [--rows 10000000] [--workdir DIR] [--quick]``
+``python benchmarks/bench_translate.py [--rows 10000000] [--workdir DIR] [--quick] [--csv PATH]``
 
 1. Writes ``rows × 384`` float16 random embeddings to ``DIR/in.npy`` and fits a 384 → 768
    Procrustes map on random pairs (what is translated does not change the cost).
@@ -15,9 +15,14 @@
 Targets (issue 12): CLI throughput ≥ 0.7 × the floor, CLI peak RSS < 1.5 GB. All files are
 deleted at the end. The full size needs 7.7 GB (input) + 30.7 GB (output) + the floor's output
 (30.7 GB, deleted before the CLI runs) of free disk.
+
+``--csv PATH`` writes every figure (the JSON printed at the end, plus the machine's CPU count and
+its 1-minute load average at the start) as ``key,value`` lines: ``doc/user_guide/migrate.rst``
+quotes ``benchmarks/results/bench_translate.csv``.
 """
 
 import argparse
+import csv
 import json
 import os
 import shutil
@@ -83,6 +88,7 @@ def main(argv=None):
     parser.add_argument("--batch-size", type=int, default=None)
     parser.add_argument("--workdir", default=None, help="where the files go (default: a temp dir)")
     parser.add_argument("--quick", action="store_true", help="a small smoke run")
+    parser.add_argument("--csv", default=None, help="also write every figure to this CSV file")
     args = parser.parse_args(argv)
     if args.quick:
         args.rows, args.parquet_rows = 20_000, 4_000
@@ -96,7 +102,8 @@ def main(argv=None):
     batch_size = args.batch_size or default_batch_size(d_in, d_out)
     base = Path(args.workdir) if args.workdir else None
     work = Path(tempfile.mkdtemp(prefix="bench_translate-", dir=base))
-    results = {"rows": args.rows, "dim_in": d_in, "dim_out": d_out, "batch_size": batch_size}
+    results = {"rows": args.rows, "dim_in": d_in, "dim_out": d_out, "batch_size": batch_size,
+               "cpu_count": os.cpu_count(), "load_avg_1min_start": os.getloadavg()[0]}
     try:
         src = work / "in.npy"
         t0 = time.perf_counter()
@@ -151,6 +158,11 @@ def main(argv=None):
         results.update(parquet(work, src, min(args.parquet_rows, args.rows), batch_size))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    if args.csv:
+        with open(args.csv, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["key", "value"])
+            w.writerows((k, repr(float(v))) for k, v in results.items())
     return results
 
 

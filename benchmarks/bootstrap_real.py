@@ -16,14 +16,21 @@ discovers 285 pairs. Reported:
   nearest held-out target by cosine is its own) through the fitted ``estimator_``, against
   :class:`~skalign.ProcrustesAligner` fitted on the 300 GT anchor pairs.
 
-    python benchmarks/bootstrap_real.py /work/shared/data/docstrings_en.npz
+    python benchmarks/bootstrap_real.py ../shared/data/docstrings_en.npz
     python benchmarks/bootstrap_real.py PATH.npz --target me5_small_q4 --draws 0 1 2
     python benchmarks/bootstrap_real.py PATH.npz --param correspondence=sinkhorn \
         --param n_working_anchors=285
+
+``--csv PATH`` writes the table ``doc/user_guide/bootstrap.rst`` shows (one row per target: the
+min–max of each figure over the draws) and, next to it, ``PATH`` with ``_draws`` before the
+suffix: every draw's row, and with ``_figures``: the figures the guide's prose quotes, as
+``key,value`` lines. ``--table-from DRAWS.csv --csv PATH`` rewrites them from saved draws.
 """
 
 import argparse
 import ast
+import csv
+import os
 import time
 
 import numpy as np
@@ -96,16 +103,76 @@ def parse_param(text):
     return key, value
 
 
+NAMES = {"mpnet_base": "MiniLM → MPNet", "me5_small_q4": "MiniLM → mE5-small"}
+
+
+def _span(values, fmt):
+    lo, hi = fmt.format(min(values)), fmt.format(max(values))
+    return lo if lo == hi else f"{lo}–{hi}"
+
+
+def write_csv(rows, path):
+    """The guide's table (ranges over the draws per target) and every draw's row beside it."""
+    head = ["target", "MRR GT", "MRR seed", "MRR disc.", "exact pairs", "top-1 (inner)",
+            "Procrustes on GT"]
+    table = [head]
+    for target in dict.fromkeys(r["target"] for r in rows):
+        rs = [r for r in rows if r["target"] == target]
+        exact = _span([100 * r["exact"] for r in rs], "{:.1f}")
+        table.append([NAMES.get(target, target)]
+                     + [_span([r[k] for r in rs], "{:.3f}") for k in ("mrr_gt", "mrr_seed",
+                                                                       "mrr_disc")]
+                     + [f"{exact} %".replace("100.0", "100")]
+                     + [_span([r[k] for r in rs], "{:.3f}")
+                        for k in ("top1_inner", "top1_procrustes_gt")])
+    with open(path, "w", newline="") as f:
+        csv.writer(f).writerows(table)
+    root, ext = os.path.splitext(path)
+    with open(f"{root}_draws{ext}", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    figures = {}
+    for target in dict.fromkeys(r["target"] for r in rows):
+        rs = [r for r in rows if r["target"] == target]
+        mrr = [r["mrr_disc"] / r["mrr_gt"] for r in rs]
+        top1 = [r["top1_inner"] / r["top1_procrustes_gt"] for r in rs]
+        figures.update({f"{target}_mrr_disc_over_gt_min": min(mrr),
+                        f"{target}_mrr_disc_over_gt_max": max(mrr),
+                        f"{target}_top1_shortfall_max_pct": 100 * (1 - min(top1))})
+    with open(f"{root}_figures{ext}", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["key", "value"])
+        w.writerows((k, repr(float(v))) for k, v in figures.items())
+
+
+def read_draws(path):
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        for k, v in r.items():
+            if k != "target":
+                r[k] = int(v) if k in ("draw", "n_disc", "rounds") else float(v)
+    return rows
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("path", help="docstrings_en.npz of the development set")
+    parser.add_argument("path", nargs="?", help="docstrings_en.npz of the development set")
     parser.add_argument("--source", default="minilm_l6")
     parser.add_argument("--target", nargs="+", default=["mpnet_base", "me5_small_q4"])
     parser.add_argument("--draws", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--inner", choices=sorted(INNER), default="procrustes")
     parser.add_argument("--param", action="append", default=[], type=parse_param,
                         help="AnchorBootstrapper parameter as key=value (repeatable)")
+    parser.add_argument("--csv", default=None, help="write the guide's table here (see above)")
+    parser.add_argument("--table-from", default=None, metavar="DRAWS.csv",
+                        help="with --csv: rewrite the table from saved draws instead of running")
     args = parser.parse_args(argv)
+    if args.table_from:
+        rows = read_draws(args.table_from)
+        write_csv(rows, args.csv)
+        return rows
     torch.set_num_threads(1)
     data = load_docstring_embeddings(args.path)
     X = data.embeddings[args.source]
@@ -128,6 +195,8 @@ def main(argv=None):
                   f"{r['top1_inner']:11.3f} {r['top1_procrustes_gt']:9.3f} "
                   f"{r['top1_inner'] / r['top1_procrustes_gt']:6.3f} {r['rounds']:6d} "
                   f"{r['seconds']:6.1f}", flush=True)
+    if args.csv:
+        write_csv(rows, args.csv)
     return rows
 
 

@@ -3,7 +3,7 @@
 Same splits and metric as ``tune_gera_real.py`` (held-out top-1 among ``--test`` rows, mean ±
 standard deviation over the splits; the pairs are the anchors):
 
-    python benchmarks/tune_asif_real.py /work/shared/data/docstrings_en.npz
+    python benchmarks/tune_asif_real.py ../shared/data/docstrings_en.npz
 """
 
 import argparse

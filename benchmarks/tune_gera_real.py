@@ -8,7 +8,7 @@ own pair. Methods that translate into the target space (ridge, Procrustes) are c
 centring both sides on the target pool's mean (the same information GeRA gets); chance is
 ``1 / test``.
 
-    python benchmarks/tune_gera_real.py /work/shared/data/docstrings_en.npz
+    python benchmarks/tune_gera_real.py ../shared/data/docstrings_en.npz
     python benchmarks/tune_gera_real.py PATH.npz --pairs 50 --splits 3 --no-grid   # quick
 
 Rows: GeRA at its defaults (``alpha=0``: contrastive only); GeRA with the geometric term
@@ -18,6 +18,11 @@ set* (an oracle, an upper bound for what tuning could give); GeRA's Procrustes i
 (``max_iter=1`` at a negligible learning rate: the starting point of training); ridge with the
 leave-one-out penalty (``LinearAligner()``) and with the held-out-best penalty (oracle);
 Procrustes; ASIF with and without centring. Prints mean ± standard deviation over the splits.
+
+``--csv CELLS.csv`` writes every cell of every split. ``--table-from CELLS.csv --doc-csv PREFIX``
+tabulates such a file without rerunning: ``PREFIX_<target>.csv`` per target encoder (the tables of
+``doc/user_guide/gera.rst``) and ``PREFIX_figures.csv``, the figures its prose quotes as
+``key,value`` lines (see ``doc_figures``).
 """
 
 from __future__ import annotations
@@ -88,9 +93,96 @@ METHODS = ["GeRA defaults", "GeRA alpha=1", "GeRA best (oracle)", "GeRA best alp
            "ASIF center=True", "ASIF center=False"]
 
 
+DOC_ROWS = [("GeRA defaults", "GeRA defaults"), ("GeRA ``alpha=1``", "GeRA alpha=1"),
+            ("GeRA best (oracle)", "GeRA best (oracle)"),
+            ("GeRA's start (Procrustes init)", "GeRA init (Procrustes)"),
+            ("ridge (LOO)", "ridge LOO"), ("ridge (oracle α)", "ridge best (oracle)"),
+            ("Procrustes", "Procrustes"), ("ASIF defaults", "ASIF center=True")]
+
+
+def read_cells(path):
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        for k, v in r.items():
+            try:
+                r[k] = float(v) if k not in ("target", "GeRA best setting") else v
+            except ValueError:
+                pass
+        r["pairs"] = int(r["pairs"])
+    return rows
+
+
+def _values(rows, target, n, method):
+    return np.array([r[method] for r in rows if r["target"] == target and r["pairs"] == n
+                     and r.get(method) not in (None, "")], dtype=float)
+
+
+def doc_tables(rows):
+    """``{target: table rows}``: methods down, pair counts across, ``mean ± std``."""
+    out = {}
+    for target in dict.fromkeys(r["target"] for r in rows):
+        pairs = sorted({r["pairs"] for r in rows if r["target"] == target})
+        table = [["pairs"] + [f"{n:,}" for n in pairs]]
+        for label, method in DOC_ROWS:
+            cells = [_values(rows, target, n, method) for n in pairs]
+            if all(len(c) for c in cells):
+                table.append([label] + [f"{c.mean():.3f} ± {c.std():.3f}".replace(" 0.", " .")
+                                        for c in cells])
+        out[target] = table
+    return out
+
+
+def doc_figures(rows):
+    """The figures the guide's prose quotes: margins in points of top-1 (100 × difference)."""
+    def mean(target, n, method):
+        return _values(rows, target, n, method).mean()
+
+    targets = list(dict.fromkeys(r["target"] for r in rows))
+    pairs = sorted({r["pairs"] for r in rows})
+    few = [n for n in pairs if n <= 100]
+    many = [n for n in pairs if n >= 300]
+    fig = {"splits": max(r["split"] for r in rows) + 1}
+    margin = [100 * (mean(t, n, "GeRA defaults")
+                     - max(mean(t, n, "ridge best (oracle)"), mean(t, n, "Procrustes")))
+              for t in targets for n in few]
+    fig.update(few_pairs_margin_min=min(margin), few_pairs_margin_max=max(margin),
+               few_pairs_wins=sum(m > 0 for m in margin), few_pairs_cells=len(margin))
+    for t in targets:
+        vs_procrustes = [100 * (mean(t, n, "GeRA defaults") - mean(t, n, "Procrustes"))
+                         for n in many]
+        vs_start = [100 * (mean(t, n, "GeRA defaults") - mean(t, n, "GeRA init (Procrustes)"))
+                    for n in many]
+        if many:
+            fig[f"{t}_many_vs_procrustes_min"] = min(vs_procrustes)
+            fig[f"{t}_many_vs_procrustes_max"] = max(vs_procrustes)
+            fig[f"{t}_many_vs_start_min"] = min(vs_start)
+            fig[f"{t}_many_vs_start_max"] = max(vs_start)
+    geo = [100 * (mean(t, n, "GeRA alpha=1") - mean(t, n, "GeRA defaults"))
+           for t in targets for n in pairs if n > min(pairs)]
+    geo_few = [100 * (mean(t, min(pairs), "GeRA alpha=1") - mean(t, min(pairs), "GeRA defaults"))
+               for t in targets]
+    fig.update(geometric_min=min(geo), geometric_max=max(geo), geometric_fewest_min=min(geo_few),
+               geometric_fewest_max=max(geo_few))
+    loo = [100 * (mean(t, n, "ridge best (oracle)") - mean(t, n, "ridge LOO"))
+           for t in targets for n in pairs if n <= 300]
+    fig.update(ridge_loo_short_min=min(loo), ridge_loo_short_max=max(loo))
+    return fig
+
+
+def write_doc_csv(rows, prefix):
+    for target, table in doc_tables(rows).items():
+        with open(f"{prefix}_{target}.csv", "w", newline="") as f:
+            csv.writer(f).writerows(table)
+    with open(f"{prefix}_figures.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["key", "value"])
+        w.writerows((k, repr(float(v))) for k, v in doc_figures(rows).items())
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("path", help="docstrings_en.npz (the development set)")
+    parser.add_argument("path", nargs="?", help="docstrings_en.npz (the development set)")
     parser.add_argument("--source", default="minilm_l6")
     parser.add_argument("--targets", nargs="+", default=["mpnet_base", "me5_small_q4"])
     parser.add_argument("--pairs", nargs="+", type=int, default=[25, 50, 100, 300, 1000])
@@ -99,7 +191,22 @@ def main(argv=None):
     parser.add_argument("--no-grid", action="store_true", help="skip the GeRA grid (faster)")
     parser.add_argument("--csv", default=None, help="also write every cell to this CSV file")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--table-from", default=None, metavar="CELLS.csv",
+                        help="tabulate a file written by --csv instead of running")
+    parser.add_argument("--doc-csv", default=None, metavar="PREFIX",
+                        help="with --table-from: write the guide's tables and figures")
     args = parser.parse_args(argv)
+    if args.table_from:
+        rows = read_cells(args.table_from)
+        if args.doc_csv:
+            write_doc_csv(rows, args.doc_csv)
+        for target, table in doc_tables(rows).items():
+            print(f"\n{args.source} -> {target}")
+            for line in table:
+                print("  " + " | ".join(f"{c:>14}" for c in line))
+        return rows
+    if args.path is None:
+        parser.error("the path of docstrings_en.npz is required unless --table-from is given")
     torch.set_num_threads(args.threads)
     emb = load_docstring_embeddings(args.path).embeddings
     A = emb[args.source]

@@ -12,9 +12,14 @@ the anchors' target mean, is its own pair (chance 1/2,000). Cells are mean (min�
 
     python benchmarks/tune_irp_real.py ../shared/data/docstrings_en.npz
     python benchmarks/tune_irp_real.py PATH.npz --anchors 1000 --pairs minilm_l6:mpnet_base
+
+``--csv PATH`` also writes the table of means that ``doc/user_guide/irp.rst`` shows (one row per
+pair and anchor count, 3 decimals) and, next to it, ``PATH`` with ``_figures`` before the suffix:
+the figures the guide's prose quotes, one ``key,value`` per line (see ``summary``).
 """
 
 import argparse
+import csv
 import os
 import time
 import warnings
@@ -71,6 +76,76 @@ def cell(values):
     return f"{values.mean():.3f} ({values.min():.3f}–{values.max():.3f})"
 
 
+NAMES = {"minilm_l6": "MiniLM", "mpnet_base": "MPNet", "me5_small_q4": "e5"}
+
+
+def table_rows(rows, deltas):
+    """The guide's table: pair, anchors, Procrustes, defaults, GCV δ columns, pinv δ columns."""
+    head = ["pair", "anchors", "Procrustes", "defaults"]
+    head += [f"δ={d:g}" for d in deltas] + [f"α=0, δ={d:g}" for d in deltas]
+    out = [head]
+    for pair, k, res, _ in rows:
+        src, tgt = pair.split(":")
+        cells = [res["procrustes"], res["default"]] + [res[("gcv", d)] for d in deltas]
+        cells += [res[(0.0, d)] for d in deltas]
+        out.append([f"{NAMES.get(src, src)} → {NAMES.get(tgt, tgt)}", k]
+                   + [f"{np.mean(c):.3f}" for c in cells])
+    return out
+
+
+def summary(rows, deltas, splits):
+    """The figures the guide's prose quotes, computed from the same runs as the table."""
+    def gap(pairs):
+        g = [np.mean(res["procrustes"]) - np.mean(res["default"])
+             for pair, _, res, _ in rows if pair in pairs]
+        return (min(g), max(g)) if g else (float("nan"), float("nan"))
+
+    english = {"minilm_l6:mpnet_base", "mpnet_base:minilm_l6"}
+    e5 = {pair for pair, *_ in rows if "me5" in pair.split(":")[1]}
+    spread = max(max(np.max(v) - np.mean(v), np.mean(v) - np.min(v))
+                 for _, _, res, _ in rows for v in res.values())
+    below_best = max(1 - np.mean(res["default"]) / best for _, _, res, best in rows)
+    low = [d for d in deltas if d <= 0.5]
+    spread_low = max(1 - min(np.mean(res[("gcv", d)]) for d in low) / best
+                     for _, _, res, best in rows)
+    loss_08 = [1 - np.mean(res[("gcv", 0.8)]) / best for _, _, res, best in rows] \
+        if 0.8 in deltas else [float("nan")]
+    cells = {}
+    for pair, k, res, _ in rows:
+        src, tgt = (NAMES.get(e, e) for e in pair.split(":"))
+        cells[f"{src}_{tgt}_{k}_procrustes"] = np.mean(res["procrustes"])
+        cells[f"{src}_{tgt}_{k}_defaults"] = np.mean(res["default"])
+        for alpha, name in (("gcv", "gcv"), (0.0, "pinv")):
+            for d in deltas:
+                cells[f"{src}_{tgt}_{k}_{name}_d{d:g}".replace(".", "")] = np.mean(res[(alpha, d)])
+    return {
+        **cells,
+        "splits": splits,
+        "rows": len(rows),
+        "procrustes_wins": sum(np.mean(r["procrustes"]) > np.mean(r["default"])
+                               for _, _, r, _ in rows),
+        "max_spread": spread,
+        "defaults_below_best_delta_pct": 100 * below_best,
+        "delta_0_to_05_within_pct": 100 * spread_low,
+        "delta_08_loss_min_pct": 100 * min(loss_08),
+        "delta_08_loss_max_pct": 100 * max(loss_08),
+        "gap_english_min": gap(english)[0],
+        "gap_english_max": gap(english)[1],
+        "gap_e5_min": gap(e5)[0],
+        "gap_e5_max": gap(e5)[1],
+    }
+
+
+def write_csv(path, rows, deltas, splits):
+    with open(path, "w", newline="") as f:
+        csv.writer(f).writerows(table_rows(rows, deltas))
+    root, ext = os.path.splitext(path)
+    with open(f"{root}_figures{ext}", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["key", "value"])
+        w.writerows((k, repr(float(v))) for k, v in summary(rows, deltas, splits).items())
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("path", nargs="?", default=None,
@@ -81,6 +156,8 @@ def main(argv=None):
     parser.add_argument("--deltas", type=float, nargs="+", default=[0.0, 0.3, 0.5, 0.8, 0.9])
     parser.add_argument("--heldout", type=int, default=2000)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--csv", default=None,
+                        help="write the guide's table here and its prose figures beside it")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     E = load_docstring_embeddings(args.path).embeddings
@@ -107,6 +184,8 @@ def main(argv=None):
                     mean = np.mean(res[(alpha, d)])
                     print(f"  {name + f', δ={d}':<22}{cell(res[(alpha, d)])}   "
                           f"{mean / best:.3f} × best δ", flush=True)
+    if args.csv:
+        write_csv(args.csv, rows, args.deltas, args.splits)
     return rows
 
 

@@ -93,3 +93,8 @@ def _skip_sklearn_plumbing(app, what, name, obj, skip, options):
 
 def setup(app):
     app.connect("autodoc-skip-member", _skip_sklearn_plumbing)
+    # :fig:`137 <bench_translate:cli_s>`: a figure checked against benchmarks/results (figures.py)
+    sys.path.insert(0, os.path.dirname(__file__))
+    from figures import fig_role
+
+    app.add_role("fig", fig_role)

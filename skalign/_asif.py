@@ -64,6 +64,8 @@ class ASIFAligner(SharedSpaceMixin, BaseAligner):
     Negative similarities are clipped at 0 before the power (a fractional power of a negative
     number is undefined).
 
+    Read more in the :ref:`User Guide <asif>`.
+
     Parameters
     ----------
     n_nonzero : int, default=800

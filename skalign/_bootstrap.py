@@ -100,6 +100,8 @@ class AnchorBootstrapper(BaseAligner):
     :math:`O(\text{batch\_size} \cdot m + (n + m)\,d)` memory; the source candidates are a random
     subset of ``max_candidates`` pool rows when the pool is larger.
 
+    Read more in the :ref:`User Guide <bootstrap>`.
+
     Parameters
     ----------
     estimator : estimator object, default=None
@@ -217,8 +219,8 @@ class AnchorBootstrapper(BaseAligner):
 
     See Also
     --------
-    ProcrustesAligner : the default inner estimator.
-    InverseRelativeProjector : translation through relative representations.
+    ProcrustesAligner : The default inner estimator.
+    InverseRelativeProjector : Translation through relative representations.
 
     Notes
     -----
@@ -313,6 +315,16 @@ class AnchorBootstrapper(BaseAligner):
 
         Nested keys first replace ``estimator=None`` by the default inner estimator, so
         ``GridSearchCV(AnchorBootstrapper(), {"estimator__<name>": [...]})`` works.
+
+        Parameters
+        ----------
+        **params : dict
+            Estimator parameters, ``estimator__<name>`` for the inner estimator's.
+
+        Returns
+        -------
+        self : AnchorBootstrapper
+            This estimator.
         """
         if self.estimator is None and params.get("estimator", None) is None and any(
             k.startswith("estimator__") for k in params
@@ -339,6 +351,7 @@ class AnchorBootstrapper(BaseAligner):
         Returns
         -------
         self : AnchorBootstrapper
+            The fitted estimator.
         """
         X, y = self._validate_pair(X, y, min_pairs=1)
         check_min_pairs(len(X), 2, what="seed pairs", why="relative representations need them")
@@ -650,16 +663,29 @@ class AnchorBootstrapper(BaseAligner):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features_in)
+            Source embeddings.
 
         Returns
         -------
         Y_hat : ndarray of shape (n_samples, n_features_out)
+            Their translations into the target space.
         """
         check_is_fitted(self)
         return self.estimator_.transform(X)
 
     def predict(self, X):
-        """Same as :meth:`transform`."""
+        """Translate source embeddings with ``estimator_``, as :meth:`transform`.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features_in)
+            Source embeddings.
+
+        Returns
+        -------
+        Y_hat : ndarray of shape (n_samples, n_features_out)
+            Their translations into the target space.
+        """
         return self.transform(X)
 
     @available_if(_estimator_has("inverse_transform"))
@@ -669,10 +695,12 @@ class AnchorBootstrapper(BaseAligner):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features_out)
+            Target-space embeddings.
 
         Returns
         -------
         X_hat : ndarray of shape (n_samples, n_features_in)
+            The embeddings mapped back into the source space.
         """
         check_is_fitted(self)
         return self.estimator_.inverse_transform(X)
@@ -683,12 +711,16 @@ class AnchorBootstrapper(BaseAligner):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features_in)
+            Source embeddings.
         y : array-like of shape (n_samples, n_features_out)
+            Their true target embeddings.
         sample_weight : array-like of shape (n_samples,), default=None
+            Weights passed on to ``estimator_.score``.
 
         Returns
         -------
         score : float
+            The inner estimator's score.
         """
         check_is_fitted(self)
         if sample_weight is None:

@@ -83,6 +83,8 @@ class OrthogonalEnsembleAligner(BaseTransformer):
     left out of the fit's sums and of the means, and kept as zero by ``transform_views``. A
     sample whose embeddings are all zero is mapped to the zero vector.
 
+    Read more in the :ref:`User Guide <ensemble>`.
+
     Parameters
     ----------
     n_views : int, default=1
@@ -95,7 +97,7 @@ class OrthogonalEnsembleAligner(BaseTransformer):
     aggregation : {"karcher", "extrinsic"} or None, default="karcher"
         What ``transform`` returns (see above).
     orthogonality_penalty : float, default=1.0
-        λ, the weight of :math:`\|R^\top R - I\|_F^2` in the ``"geodesic"`` objective.
+        Weight λ of :math:`\|R^\top R - I\|_F^2` in the ``"geodesic"`` objective.
     learning_rate : float, default=1e-3
         Adam's step size for ``"geodesic"``.
     max_iter : int, default=200
@@ -135,7 +137,7 @@ class OrthogonalEnsembleAligner(BaseTransformer):
 
     See Also
     --------
-    skalign.ProcrustesAligner : supervised orthogonal map between two spaces.
+    skalign.ProcrustesAligner : Supervised orthogonal map between two spaces.
 
     Notes
     -----
@@ -218,6 +220,7 @@ class OrthogonalEnsembleAligner(BaseTransformer):
         Returns
         -------
         self : OrthogonalEnsembleAligner
+            The fitted estimator.
         """
         X = validate_data(self, check_stacked_views(as_numpy(X), self.n_views), dtype=FLOAT_DTYPES,
                           ensure_min_samples=2)
@@ -360,10 +363,12 @@ class OrthogonalEnsembleAligner(BaseTransformer):
         Parameters
         ----------
         X : array-like or torch.Tensor of shape (n_samples, n_views * d)
+            Stacked views (:func:`~skalign.stack_views`).
 
         Returns
         -------
         views : ndarray of shape (n_samples, n_views, d)
+            The aligned views, one unit vector per sample and view.
         """
         check_is_fitted(self)
         X = self._validate_X(check_stacked_views(X, self.n_views))
@@ -380,6 +385,7 @@ class OrthogonalEnsembleAligner(BaseTransformer):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_views * d)
+            Stacked views (:func:`~skalign.stack_views`).
         y : None
             Ignored.
         sample_weight : array-like of shape (n_samples,), default=None
@@ -388,6 +394,7 @@ class OrthogonalEnsembleAligner(BaseTransformer):
         Returns
         -------
         score : float in [-1, 1]
+            Mean cosine between the aligned views and their consensus.
         """
         A = torch.from_numpy(np.asarray(self.transform_views(X), dtype=np.float64))
         w = check_sample_weight(sample_weight, len(A))

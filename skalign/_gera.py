@@ -253,6 +253,8 @@ class GeRAAligner(SharedSpaceMixin, BaseAligner):
     cross-validation where the encoders' neighbourhoods are known to carry the structure to
     transfer, or with ``init="pca"``/``"random"``.
 
+    Read more in the :ref:`User Guide <gera>`.
+
     Parameters
     ----------
     n_components : int, default=None

@@ -168,6 +168,8 @@ class InverseRelativeProjector(BaseAligner):
     anchors' scale and de-centred: :math:`y = s_Y\, \hat y / \|\hat y\| + \mu_Y` with :math:`s_Y`
     the mean norm of the centred target anchors (``rescale="normalize"``).
 
+    Read more in the :ref:`User Guide <irp>`.
+
     Parameters
     ----------
     pruning_threshold : float in [0, 1], default=0.3
@@ -264,8 +266,8 @@ class InverseRelativeProjector(BaseAligner):
 
     See Also
     --------
-    RelativeProjector : the relative encode and decode of one space, usable separately.
-    ProcrustesAligner : direct orthogonal map fitted on the same anchors.
+    RelativeProjector : The relative encode and decode of one space, usable separately.
+    ProcrustesAligner : Direct orthogonal map fitted on the same anchors.
 
     Notes
     -----
@@ -352,6 +354,7 @@ class InverseRelativeProjector(BaseAligner):
         Returns
         -------
         self : InverseRelativeProjector
+            The fitted estimator.
         """
         X, y = self._validate_pair(X, y)
         dev = torch.device(self.device_)
@@ -480,6 +483,7 @@ class InverseRelativeProjector(BaseAligner):
         Returns
         -------
         X_hat : ndarray of shape (n_samples, n_features_in)
+            The embeddings translated into the source space.
         """
         return super().inverse_transform(X)
 

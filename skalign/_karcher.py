@@ -75,10 +75,12 @@ def hemisphere_certified(X):
     Parameters
     ----------
     X : Tensor of shape (n, m, d)
+        ``n`` samples of ``m`` points each (rows of zeros are absent points).
 
     Returns
     -------
     ok : bool Tensor of shape (n,)
+        ``True`` where the sample's points are certified to lie in an open hemisphere.
 
     Examples
     --------
@@ -135,7 +137,7 @@ def karcher_mean(X, *, tol=1e-6, max_iter=100, step_size=1.0, check_hemisphere=T
         Iteration cap; a :class:`~sklearn.exceptions.ConvergenceWarning` is emitted when samples
         are still moving after it.
     step_size : float, default=1.0
-        η. 1 is the classical Karcher iteration.
+        Step size η of the iteration; 1 is the classical Karcher iteration.
     check_hemisphere : bool, default=True
         Warn when some sample's points are not certified to lie in an open hemisphere.
     return_n_iter : bool, default=False

@@ -101,6 +101,8 @@ class LinearAligner(BaseAligner):
     embeddings, and its best penalty depends on the pair count and the spaces' scales, so a fixed
     ``alpha`` is rarely close to the best one; the leave-one-out choice costs a few milliseconds.
 
+    Read more in the :ref:`User Guide <linear>`.
+
     Parameters
     ----------
     alpha : "auto" or float, default="auto"

@@ -33,6 +33,8 @@ class ProcrustesAligner(BaseAligner):
     solving the square problem. With ``scale=True`` the global factor
     :math:`s = \operatorname{tr}\Sigma / \|\bar X\|_F^2` is fitted as well.
 
+    Read more in the :ref:`User Guide <procrustes>`.
+
     Parameters
     ----------
     center : bool, default=True

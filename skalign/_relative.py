@@ -67,6 +67,8 @@ class RelativeProjector(BaseAligner):
     (``inverse_transform``) together translate source embeddings into the target space: this is
     exactly :class:`InverseRelativeProjector` split in two halves.
 
+    Read more in the :ref:`User Guide <irp>`.
+
     Parameters
     ----------
     anchor_subsets : list of array-like of int, default=None
@@ -117,7 +119,7 @@ class RelativeProjector(BaseAligner):
 
     See Also
     --------
-    InverseRelativeProjector : translate between two spaces through their relative spaces.
+    InverseRelativeProjector : Translate between two spaces through their relative spaces.
 
     References
     ----------
@@ -170,6 +172,7 @@ class RelativeProjector(BaseAligner):
         Returns
         -------
         self : RelativeProjector
+            The fitted estimator.
         """
         X = validate_data(self, as_numpy(X), dtype=FLOAT_DTYPES, ensure_min_samples=2)
         self.device_ = str(resolve_device(self.device))
@@ -244,9 +247,11 @@ class RelativeProjector(BaseAligner):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features_in)
+            Embeddings of the fitted space.
         y : None
             Ignored.
         sample_weight : array-like of shape (n_samples,), default=None
+            Weights of the weighted mean.
 
         Returns
         -------

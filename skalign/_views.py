@@ -29,6 +29,7 @@ def stack_views(*views):
     Returns
     -------
     X : ndarray of shape (n_samples, n_views * d)
+        The views side by side, in the order given.
 
     Examples
     --------
@@ -66,7 +67,9 @@ def split_views(X, n_views):
     Parameters
     ----------
     X : array-like or torch.Tensor of shape (n_samples, n_views * d)
+        Stacked views, as made by :func:`stack_views`.
     n_views : int
+        Number of views side by side in ``X``; must divide its width.
 
     Returns
     -------

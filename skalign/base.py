@@ -47,6 +47,15 @@ def check_nonzero_rows(A, *, name="X", tol=0.0):
 
     Estimators that L2-normalise embeddings call this: the direction of a zero vector is undefined
     and dividing by its norm would silently produce NaN.
+
+    Parameters
+    ----------
+    A : ndarray or torch.Tensor of shape (n_samples, n_features)
+        The rows to check.
+    name : str, default="X"
+        Name of ``A`` in the error message.
+    tol : float, default=0.0
+        Rows whose norm is at most ``tol`` are rejected.
     """
     if isinstance(A, torch.Tensor):
         norms = torch.linalg.vector_norm(A, dim=1)
@@ -65,6 +74,17 @@ def check_min_pairs(n_pairs, minimum, *, what="anchor pairs", why=""):
     """Raise a :class:`ValueError` when fewer than ``minimum`` pairs are given.
 
     The message contains ``"n_samples = <n>"`` so scikit-learn's common checks recognise it.
+
+    Parameters
+    ----------
+    n_pairs : int
+        Number of pairs given.
+    minimum : int
+        Number of pairs needed.
+    what : str, default="anchor pairs"
+        What the pairs are, in the message.
+    why : str, default=""
+        Why that many are needed, appended to the message in parentheses.
     """
     if n_pairs < minimum:
         raise ValueError(
@@ -74,8 +94,20 @@ def check_min_pairs(n_pairs, minimum, *, what="anchor pairs", why=""):
 
 
 def check_sample_weight(sample_weight, n_samples):
-    """Validate ``score``'s ``sample_weight``: ``None``, or ``n_samples`` finite, non-negative
-    weights with a positive sum, returned as a float64 array."""
+    """Validate ``score``'s ``sample_weight``.
+
+    Parameters
+    ----------
+    sample_weight : array-like of shape (n_samples,) or None
+        ``None``, or ``n_samples`` finite, non-negative weights with a positive sum.
+    n_samples : int
+        Number of samples scored.
+
+    Returns
+    -------
+    sample_weight : ndarray of shape (n_samples,) or None
+        The weights as float64, or ``None`` when none were given.
+    """
     if sample_weight is None:
         return None
     w = np.asarray(as_numpy(sample_weight), dtype=np.float64)
@@ -89,12 +121,19 @@ def check_sample_weight(sample_weight, n_samples):
 
 
 def warn_if_labels(y, estimator):
-    """Warn (:class:`~skalign.exceptions.LabelsAsTargetWarning`) when ``y`` looks like class
-    labels rather than target embeddings.
+    """Warn when ``y`` looks like class labels rather than target embeddings.
 
-    A 1-D integer or boolean ``y`` is a label vector: embeddings are floats. It is a warning, not
-    an error, because scikit-learn's own estimator checks fit transformers with such a ``y``; a
-    1-D float ``y`` (a one-dimensional target space) is accepted silently.
+    The warning is a :class:`~skalign.exceptions.LabelsAsTargetWarning`. A 1-D integer or boolean
+    ``y`` is a label vector: embeddings are floats. It is a warning, not an error, because
+    scikit-learn's own estimator checks fit transformers with such a ``y``; a 1-D float ``y`` (a
+    one-dimensional target space) is accepted silently.
+
+    Parameters
+    ----------
+    y : array-like or torch.Tensor
+        The ``y`` given to ``fit``.
+    estimator : estimator instance
+        The estimator being fitted, named in the message.
     """
     if isinstance(y, torch.Tensor):
         labels = y.ndim == 1 and not y.dtype.is_floating_point
@@ -170,7 +209,20 @@ class UnpairedPool:
         return 0 if self.y is None else self.y.shape[0]
 
     def check_dimensions(self, n_features_source, n_features_target):
-        """Raise a :class:`ValueError` if the pool's widths differ from the paired data's."""
+        """Raise a :class:`ValueError` if the pool's widths differ from the paired data's.
+
+        Parameters
+        ----------
+        n_features_source : int
+            Width of the paired ``X``.
+        n_features_target : int
+            Width of the paired ``y``.
+
+        Returns
+        -------
+        self : UnpairedPool
+            The pool, unchanged.
+        """
         sides = (("X", self.X, n_features_source), ("y", self.y, n_features_target))
         for side, arr, expected in sides:
             if arr is not None and arr.shape[1] != expected:
@@ -325,13 +377,10 @@ class BaseAligner(BaseTransformer):
     ``transform``/``predict``, ``score`` (mean cosine similarity), ``get_feature_names_out``,
     ``set_output`` and the scikit-learn tags of a two-view transformer.
 
-    Parameters shared by all aligners
-    ---------------------------------
-    device : {"cpu", "cuda", "auto"}, str or torch.device, default="cpu"
-        Where the computation runs. Resolved at fit time into ``device_``.
-    batch_size : int or None, default=None
-        Rows per batch in ``transform``; ``None`` sizes batches from scikit-learn's
-        ``working_memory`` setting.
+    Every aligner takes two parameters besides its own, and documents them: ``device``
+    (``"cpu"``, ``"cuda"``, ``"auto"``, a device string or a :class:`torch.device`; where the
+    computation runs, resolved at fit time into ``device_``) and ``batch_size`` (rows per batch
+    in ``transform``; ``None`` sizes batches from scikit-learn's ``working_memory`` setting).
     """
 
     # ------------------------------------------------------------------------- validation
@@ -408,7 +457,20 @@ class BaseAligner(BaseTransformer):
         return self._apply(self._transform_fn, X, self.n_features_out_)
 
     def predict(self, X):
-        """Same as :meth:`transform`; lets scikit-learn's scorers evaluate translations."""
+        """Map source embeddings into the target space, as :meth:`transform`.
+
+        Lets scikit-learn's scorers evaluate translations.
+
+        Parameters
+        ----------
+        X : array-like or torch.Tensor of shape (n_samples, n_features_in)
+            Source embeddings.
+
+        Returns
+        -------
+        Y_hat : ndarray of shape (n_samples, n_features_out)
+            Translated embeddings; float64 for float64 input, float32 otherwise.
+        """
         return self.transform(X)
 
     def _has_inverse(self):
@@ -426,6 +488,7 @@ class BaseAligner(BaseTransformer):
         Returns
         -------
         X_hat : ndarray of shape (n_samples, n_features_in)
+            The embeddings mapped back into the source space.
         """
         check_is_fitted(self)
         X = self._validate_X(
@@ -440,13 +503,16 @@ class BaseAligner(BaseTransformer):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features_in)
+            Source embeddings.
         y : array-like of shape (n_samples, n_features_out)
+            Their true target embeddings.
         sample_weight : array-like of shape (n_samples,), default=None
             Weights of the weighted mean.
 
         Returns
         -------
         score : float in [-1, 1]
+            Mean cosine similarity of the translations with their targets.
         """
         from .metrics import mean_cosine_similarity
 
@@ -483,6 +549,7 @@ class SharedSpaceMixin:
         Parameters
         ----------
         X : array-like or torch.Tensor of shape (n_samples, n_features_in)
+            Source embeddings.
 
         Returns
         -------
@@ -498,10 +565,12 @@ class SharedSpaceMixin:
         Parameters
         ----------
         y : array-like or torch.Tensor of shape (n_samples, n_features_out)
+            Target embeddings.
 
         Returns
         -------
         Z : ndarray of shape (n_samples, n_components)
+            Float64 for float64 input, float32 otherwise.
         """
         check_is_fitted(self)
         y = self._validate_X(_as_2d(y), n_features=self.n_features_out_, name="y")
@@ -516,13 +585,16 @@ class SharedSpaceMixin:
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features_in)
+            Source embeddings (the queries).
         y : array-like of shape (n_samples, n_features_out)
+            Their true target embeddings (the candidates).
         sample_weight : array-like of shape (n_samples,), default=None
             Weight of each query's hit in the mean.
 
         Returns
         -------
         score : float in [0, 1]
+            Fraction of queries whose counterpart ranks first.
         """
         from .metrics import retrieval_ranks
 

@@ -69,7 +69,7 @@ def method_names():
 
 
 def resolve_method(name):
-    """The estimator class for a short name or a class name (case-insensitive).
+    """Return the estimator class for a short name or a class name (case-insensitive).
 
     Parameters
     ----------
@@ -79,6 +79,7 @@ def resolve_method(name):
     Returns
     -------
     cls : type
+        The public estimator class.
     """
     from ._discovery import public_estimators
 
@@ -216,10 +217,17 @@ def parse_param(cls, item):
     Constraints are tried in the order ``None``, booleans, numeric intervals, string options,
     then free strings, so ``none`` means ``None`` and ``1`` an int wherever those are allowed.
 
+    Parameters
+    ----------
+    item : str
+        ``NAME=VALUE`` as given to ``--param``; dashes in ``NAME`` become underscores.
+
     Returns
     -------
     name : str
+        The parameter name.
     value : object
+        The value, typed by the first of the parameter's constraints that accepts it.
     """
     if "=" not in item:
         raise CommandError(f"--param expects NAME=VALUE, got {item!r}.")

@@ -40,31 +40,32 @@ class NumericalError(ValueError):
 
 
 class LabelsAsTargetWarning(UserWarning):
-    """An aligner's ``fit`` got class labels (a 1-D integer ``y``) where it expects target
-    embeddings.
+    """An aligner's ``fit`` got class labels where it expects target embeddings.
 
-    ``fit(X, y)`` pairs row ``i`` of ``X`` with the target embedding ``y[i]``; to use labels, fit
-    the aligner on embedding pairs and chain a classifier after it. Turn the warning into an
-    error with ``warnings.simplefilter("error", LabelsAsTargetWarning)``.
+    A 1-D integer or boolean ``y`` looks like labels. ``fit(X, y)`` pairs row ``i`` of ``X`` with
+    the target embedding ``y[i]``; to use labels, fit the aligner on embedding pairs and chain a
+    classifier after it. Turn the warning into an error with ``warnings.simplefilter("error",
+    LabelsAsTargetWarning)``.
     """
 
 
 class IllConditionedDecodeWarning(LinAlgWarning, UserWarning):
-    """An :class:`~skalign.InverseRelativeProjector` decode amplifies noise far beyond the ridge
-    that generalised cross-validation would choose.
+    """An :class:`~skalign.InverseRelativeProjector` decode amplifies noise.
 
-    Raised with ``alpha=0`` (the paper's plain pseudo-inverse) or a tiny ``alpha`` when many
-    anchors are nearly collinear; the translation is then dominated by noise. The message names
-    the parameters to change (``alpha='gcv'``, ``rtol``, ``pruning_threshold``).
+    The decode's conditioning is far worse than with the ridge that generalised cross-validation
+    would choose. Raised with ``alpha=0`` (the paper's plain pseudo-inverse) or a tiny ``alpha``
+    when many anchors are nearly collinear; the translation is then dominated by noise. The
+    message names the parameters to change (``alpha='gcv'``, ``rtol``, ``pruning_threshold``).
     """
 
 
 class AnchorConsistencyWarning(UserWarning):
-    """:class:`~skalign.AnchorBootstrapper`: the accepted anchor pairs stopped being mutually
-    consistent from one round to the next, or disagree with the seed pairs.
+    """:class:`~skalign.AnchorBootstrapper` found anchor pairs that are not consistent.
 
-    Usually a sign of wrong seed pairs or of two encoders too different for the self-learning
-    loop; check ``rounds_`` (``still_mutual``, ``seed_agreement``).
+    The accepted anchor pairs stopped being mutually consistent from one round to the next, or
+    disagree with the seed pairs. Usually a sign of wrong seed pairs or of two encoders too
+    different for the self-learning loop; check ``rounds_`` (``still_mutual``,
+    ``seed_agreement``).
     """
 
 

@@ -74,6 +74,7 @@ def save(estimator, path):
     Returns
     -------
     path : pathlib.Path
+        The file written.
 
     Examples
     --------
@@ -141,11 +142,12 @@ def _read_payload(path):
 
 
 def model_info(path):
-    """Provenance recorded in a model file, without the estimator.
+    """Read the provenance recorded in a model file, without loading the estimator.
 
     Parameters
     ----------
     path : str or path-like
+        A file written by :func:`save`.
 
     Returns
     -------
@@ -163,10 +165,12 @@ def load(path):
     Parameters
     ----------
     path : str or path-like
+        A file written by :func:`save`.
 
     Returns
     -------
     estimator : fitted skalign estimator
+        The estimator as it was saved.
 
     Raises
     ------

@@ -86,11 +86,14 @@ def mean_cosine_similarity(y_true, y_pred, *, sample_weight=None):
     Parameters
     ----------
     y_true, y_pred : array-like of shape (n_samples, n_features)
+        Target embeddings and their predictions, paired row for row.
     sample_weight : array-like of shape (n_samples,), default=None
+        Weights of the weighted mean.
 
     Returns
     -------
-    float in [-1, 1]
+    score : float in [-1, 1]
+        The (weighted) mean cosine similarity.
     """
     y_true, y_pred = _check_pair(y_true, y_pred)
     num = np.einsum("ij,ij->i", y_true, y_pred, dtype=np.float64)
@@ -118,7 +121,8 @@ def retrieval_ranks(y_true, y_pred, *, batch_size=None, device="cpu"):
 
     Returns
     -------
-    ranks : ndarray of shape (n_samples,), int64, 1 = retrieved first
+    ranks : ndarray of shape (n_samples,), int64
+        Rank of each query's true counterpart; 1 means retrieved first.
     """
     y_true, y_pred = _check_pair(y_true, y_pred)
     dev = resolve_device(device)
@@ -151,7 +155,8 @@ def top_k_accuracy(y_true, y_pred, *, k=1, batch_size=None, device="cpu"):
 
     Returns
     -------
-    float in [0, 1]
+    score : float in [0, 1]
+        Fraction of queries whose counterpart ranks within the first ``k``.
     """
     ranks = retrieval_ranks(y_true, y_pred, batch_size=batch_size, device=device)
     return float(np.mean(ranks <= k))
@@ -220,7 +225,8 @@ def neighborhood_jaccard(X, Y, *, k=10, batch_size=None, device="cpu"):
 
     Returns
     -------
-    float in [0, 1]
+    score : float in [0, 1]
+        The mean Jaccard index.
     """
     X = check_array(as_numpy(X), input_name="X")
     Y = check_array(as_numpy(Y), input_name="Y")
@@ -262,7 +268,8 @@ def recall_at_1(embeddings, labels, *, batch_size=None, device="cpu"):
 
     Returns
     -------
-    float in [0, 1]
+    score : float in [0, 1]
+        Fraction of items whose nearest neighbour shares their label.
     """
     E, codes = _check_labelled(embeddings, labels)
     dev = resolve_device(device)
@@ -296,7 +303,8 @@ def map_at_r(embeddings, labels, *, batch_size=None, device="cpu"):
 
     Returns
     -------
-    float in [0, 1]
+    score : float in [0, 1]
+        MAP@R over the queries that have at least one other item of their class.
     """
     E, codes = _check_labelled(embeddings, labels)
     dev = resolve_device(device)
@@ -331,9 +339,22 @@ def _label_scorer(metric):
         return metric(estimator.transform(X), y)
 
     scorer.__name__ = f"{metric.__name__}_scorer"
-    scorer.__doc__ = (
-        f"Scorer ``(estimator, X, labels) -> {metric.__name__}(estimator.transform(X), labels)``."
-    )
+    scorer.__doc__ = f"""Score the translations ``estimator.transform(X)`` against labels ``y``.
+
+    Parameters
+    ----------
+    estimator : fitted estimator
+        The aligner, or a pipeline ending in one.
+    X : array-like of shape (n_samples, n_features_in)
+        Source embeddings.
+    y : array-like of shape (n_samples,)
+        Class labels of the rows of ``X``.
+
+    Returns
+    -------
+    score : float in [0, 1]
+        ``{metric.__name__}(estimator.transform(X), y)``.
+    """
     return scorer
 
 

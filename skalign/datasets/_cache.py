@@ -13,9 +13,17 @@ __all__ = ["cached", "get_data_home"]
 
 
 def get_data_home(data_home=None) -> Path:
-    """Folder of skalign's cached data.
+    """Return the folder of skalign's cached data, creating it if missing.
 
-    ``data_home`` if given, else ``$SKALIGN_DATA``, else ``~/skalign_data``; created if missing.
+    Parameters
+    ----------
+    data_home : str or path-like, default=None
+        The folder to use; ``None`` means ``$SKALIGN_DATA``, else ``~/skalign_data``.
+
+    Returns
+    -------
+    path : pathlib.Path
+        The folder, with ``~`` expanded.
     """
     path = data_home or os.environ.get("SKALIGN_DATA") or Path.home() / "skalign_data"
     path = Path(path).expanduser()

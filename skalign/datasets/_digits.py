@@ -98,7 +98,7 @@ def _train(spec, X, labels, n_classes, epochs, batch_size, lr):
 
 def load_digits_embeddings(encoders=None, *, test_size=0.4, split_seed=0, data_home=None,
                            use_cache=True):
-    """Embeddings of the 1,797 scikit-learn digits by several small trained encoders.
+    """Load embeddings of the 1,797 scikit-learn digits by several small trained encoders.
 
     Each encoder (see :data:`DIGITS_ENCODERS`) is trained as a classifier on the training split
     only; its penultimate layer is the embedding. Held-out rows are therefore genuinely unseen by

@@ -145,7 +145,7 @@ def _train(images, seed, dim, hidden, epochs, batch_size, temperature, lr):
 
 def load_digits_ensemble(n_encoders=5, *, dim=16, random_state=0, epochs=60, test_size=0.5,
                          split_seed=0, data_home=None, use_cache=True):
-    """Embeddings of digits by several InfoNCE encoders, in and out of distribution.
+    """Load embeddings of digits by several InfoNCE encoders, in and out of distribution.
 
     ``n_encoders`` MLP encoders of identical architecture are trained with the self-supervised
     InfoNCE objective (augmentations: ±1-pixel translation, intensity scaling, pixel dropout,
@@ -164,6 +164,7 @@ def load_digits_ensemble(n_encoders=5, *, dim=16, random_state=0, epochs=60, tes
     Parameters
     ----------
     n_encoders : int, default=5
+        Number of encoders, i.e. of views in each stacked matrix.
     dim : int, default=16
         Embedding width of every encoder.
     random_state : int, RandomState instance or None, default=0

@@ -42,6 +42,7 @@ def make_paired_spaces(
     Parameters
     ----------
     n_samples : int, default=1000
+        Number of pairs.
     n_features : int, default=32
         Source dimension ``d_x``.
     n_features_target : int, default=None
@@ -50,17 +51,23 @@ def make_paired_spaces(
     noise : float, default=0.0
         Relative noise level (0.1 = noise with 10 % of the signal's RMS).
     spectrum_decay : float, default=0.0
+        Exponent of the source spectrum :math:`\lambda_j = (j+1)^{-\text{spectrum\_decay}}`.
     scale : float, default=1.0
+        Factor applied to the targets.
     shift : float or array-like of shape (d_y,), default=0.0
+        Offset added to the targets.
     return_ground_truth : bool, default=False
         Also return a :class:`~sklearn.utils.Bunch` with the true ``map`` (``d_x × d_y``),
         ``scale``, ``shift`` and, for ``"nonlinear"``, the matrix ``B``.
     random_state : int, RandomState instance or None, default=None
+        Seeds the source rows, the map and the noise.
 
     Returns
     -------
     X : ndarray of shape (n_samples, d_x)
+        Source rows.
     Y : ndarray of shape (n_samples, d_y)
+        Target rows, paired with ``X`` row for row.
     ground_truth : Bunch
         Only when ``return_ground_truth=True``.
 
