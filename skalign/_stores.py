@@ -513,10 +513,12 @@ def output_dim(estimator):
     Parameters
     ----------
     estimator : fitted skalign estimator
+        Any fitted aligner or transformer of skalign.
 
     Returns
     -------
     int
+        The number of columns ``estimator.transform`` returns.
     """
     try:
         return len(estimator.get_feature_names_out())
