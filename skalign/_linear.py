@@ -6,10 +6,10 @@ from __future__ import annotations
 from numbers import Real
 
 import numpy as np
-import torch
 
-from ._backend import SOLVE_DTYPE, affine_fn, check_finite, ridge_svd, to_numpy
+from ._backend import affine_fn, affine_numpy_fn, check_finite, ridge_svd, to_numpy
 from ._compat import Interval, StrOptions, _fit_context
+from ._norms import NORMALIZE_CONSTRAINT, NormalizeMixin
 from .base import BaseAligner
 
 __all__ = ["LinearAligner"]
@@ -47,7 +47,9 @@ def ridge_loo_errors(Xc, Yc, alphas, *, center=True):
         Leave-one-out squared error averaged over pairs and target features (``inf`` where a
         pair has leverage 1).
     """
-    X64, Y64 = Xc.to(SOLVE_DTYPE), Yc.to(SOLVE_DTYPE)
+    import torch
+
+    X64, Y64 = Xc.to(torch.float64), Yc.to(torch.float64)
     n = X64.shape[0]
     U, s, _ = torch.linalg.svd(X64, full_matrices=False)
     UtY = U.mT @ Y64
@@ -65,7 +67,7 @@ def ridge_loo_errors(Xc, Yc, alphas, *, center=True):
     return errors
 
 
-class LinearAligner(BaseAligner):
+class LinearAligner(NormalizeMixin, BaseAligner):
     r"""Affine map from source to target embeddings fitted by (ridge) least squares.
 
     The least-squares linear map plus offset that best predicts each target embedding from its
@@ -166,14 +168,16 @@ class LinearAligner(BaseAligner):
         "alphas": ["array-like", None],
         "center": ["boolean"],
         "rtol": [Interval(Real, 0, 1, closed="left"), None],
+        "normalize": NORMALIZE_CONSTRAINT,
     }
 
-    def __init__(self, *, alpha="auto", alphas=None, center=True, rtol=None, device="cpu",
-                 batch_size=None):
+    def __init__(self, *, alpha="auto", alphas=None, center=True, rtol=None, normalize="auto",
+                 device="cpu", batch_size=None):
         self.alpha = alpha
         self.alphas = alphas
         self.center = center
         self.rtol = rtol
+        self.normalize = normalize
         self.device = device
         self.batch_size = batch_size
 
@@ -204,6 +208,7 @@ class LinearAligner(BaseAligner):
             The fitted aligner.
         """
         X, y = self._validate_pair(X, y)
+        X, y = self._fit_normalization(X, y)
         Xc, Yc, mx, my = self._centered_pair_tensors(X, y, center=self.center)
         if isinstance(self.alpha, str):
             alphas = self._candidate_alphas()
@@ -219,6 +224,15 @@ class LinearAligner(BaseAligner):
         self.intercept_ = to_numpy(my - mx @ W)
         return self
 
+    def _affine(self):
+        normalize_in, scale_out = self._affine_io()
+        args = (self.coef_, np.zeros(self.n_features_in_), self.intercept_)
+        return args, {"normalize_in": normalize_in, "scale_out": scale_out}
+
     def _transform_fn(self, device, dtype=None):
-        return affine_fn(self.coef_, np.zeros(self.n_features_in_), self.intercept_, device,
-                         dtype=dtype)
+        args, kw = self._affine()
+        return affine_fn(*args, device, dtype=dtype, **kw)
+
+    def _transform_numpy_fn(self, dtype=np.float32):
+        args, kw = self._affine()
+        return affine_numpy_fn(*args, dtype=dtype, **kw)

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import numpy as np
-import torch
 
-from ._backend import affine_fn, polar, to_numpy
+from ._backend import affine_fn, affine_numpy_fn, polar, to_numpy
 from ._compat import _fit_context
+from ._norms import NORMALIZE_CONSTRAINT, NormalizeMixin
 from .base import BaseAligner
 
 __all__ = ["ProcrustesAligner"]
 
 
-class ProcrustesAligner(BaseAligner):
+class ProcrustesAligner(NormalizeMixin, BaseAligner):
     r"""Orthogonal (optionally scaled) Procrustes map from source to target embeddings.
 
     The rotation (with one global scale if ``scale=True``) that best carries the centred source
@@ -82,11 +82,14 @@ class ProcrustesAligner(BaseAligner):
         **BaseAligner._parameter_constraints,
         "center": ["boolean"],
         "scale": ["boolean"],
+        "normalize": NORMALIZE_CONSTRAINT,
     }
 
-    def __init__(self, *, center=True, scale=False, device="cpu", batch_size=None):
+    def __init__(self, *, center=True, scale=False, normalize="auto", device="cpu",
+                 batch_size=None):
         self.center = center
         self.scale = scale
+        self.normalize = normalize
         self.device = device
         self.batch_size = batch_size
 
@@ -106,7 +109,10 @@ class ProcrustesAligner(BaseAligner):
         self : ProcrustesAligner
             The fitted aligner.
         """
+        import torch
+
         X, y = self._validate_pair(X, y)
+        X, y = self._fit_normalization(X, y)
         Xc, Yc, mx, my = self._centered_pair_tensors(X, y, center=self.center)
         M = Xc.T @ Yc
         W = polar(M)
@@ -120,13 +126,30 @@ class ProcrustesAligner(BaseAligner):
         self.target_mean_ = to_numpy(my)
         return self
 
+    def _affine(self, inverse=False):
+        normalize_in, scale_out = self._affine_io(inverse)
+        if inverse:
+            W = self.components_.T / (self.scale_ if self.scale_ else 1.0)
+            means = self.target_mean_, self.source_mean_
+        else:
+            W, means = self.components_ * self.scale_, (self.source_mean_, self.target_mean_)
+        return (W, *means), {"normalize_in": normalize_in, "scale_out": scale_out}
+
     def _transform_fn(self, device, dtype=None):
-        return affine_fn(self.components_ * self.scale_, self.source_mean_, self.target_mean_,
-                         device, dtype=dtype)
+        args, kw = self._affine()
+        return affine_fn(*args, device, dtype=dtype, **kw)
+
+    def _transform_numpy_fn(self, dtype=np.float32):
+        args, kw = self._affine()
+        return affine_numpy_fn(*args, dtype=dtype, **kw)
 
     def _inverse_transform_fn(self, device, dtype=None):
-        inverse = self.components_.T / (self.scale_ if self.scale_ else 1.0)
-        return affine_fn(inverse, self.target_mean_, self.source_mean_, device, dtype=dtype)
+        args, kw = self._affine(inverse=True)
+        return affine_fn(*args, device, dtype=dtype, **kw)
+
+    def _inverse_transform_numpy_fn(self, dtype=np.float32):
+        args, kw = self._affine(inverse=True)
+        return affine_numpy_fn(*args, dtype=dtype, **kw)
 
     def orthogonality_error(self):
         r"""Distance of the fitted map from orthogonality, in float64.
