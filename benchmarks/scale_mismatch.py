@@ -9,9 +9,10 @@ MPNet with its rows L2-normalised (what all-mpnet-base-v2 returns with its Norma
 
 For each encoder pair and random split, ``--n-test`` rows are held out and ``--n-pairs`` of the
 others are the anchor pairs. :class:`ProcrustesAligner` and :class:`LinearAligner` are fitted
-three ways: ``normalize=False`` (skalign before the parameter existed), ``normalize=False`` on
-L2-normalised source rows (the user's manual fix, the reference of the target "≥ 0.95x"), and
-with defaults (``normalize="auto"``; the ``normalize_`` column is what it chose). The held-out
+four ways: ``normalize=False`` (skalign before the parameter existed), ``normalize=False`` on
+L2-normalised source rows (the user's manual fix, the reference of the target "≥ 0.95x"),
+with defaults (``normalize="auto"``; the ``normalize_`` column is what it chose), and with
+``normalize=True`` (both sides normalised, the target's scale restored). The held-out
 source rows are translated into a store that is compared with the re-embedded store (the true
 target vectors of the same held-out texts):
 
@@ -64,6 +65,7 @@ SETTINGS = {
     "normalize=False": (False, {"normalize": False}),
     "L2-normalised source": (True, {"normalize": False}),
     "defaults (auto)": (False, {}),
+    "normalize=True": (False, {"normalize": True}),
 }
 
 
