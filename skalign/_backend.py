@@ -235,12 +235,13 @@ def apply_in_batches_numpy(fn, X, *, batch_size=None, n_outputs=None, out_dtype=
     return out
 
 
-def affine_fn(W, mean_in, mean_out, device, dtype=None, *, normalize_in=False, scale_out=None):
+def affine_fn(W, mean_in, mean_out, device, dtype=None, *, normalize_in=None, scale_out=None):
     """A batch function ``B ↦ s · ((n(B) − mean_in) W + mean_out)``, operands moved once.
 
     ``W``, ``mean_in`` and ``mean_out`` are the fitted numpy arrays; used by every aligner whose
-    ``transform`` is an affine map. ``n`` L2-normalises each row when ``normalize_in`` (zero rows
-    stay zero, as in :func:`row_normalize`), and ``s`` is ``scale_out`` (1 when ``None``).
+    ``transform`` is an affine map. ``n`` L2-normalises each row and multiplies it by
+    ``normalize_in`` when that is a number (zero rows stay zero, as in :func:`row_normalize`);
+    ``s`` is ``scale_out`` (1 when ``None``).
     ``dtype`` (default float32) is the dtype of the batches it will be given.
     :func:`affine_numpy_fn` is the same map in numpy.
     """
@@ -250,8 +251,8 @@ def affine_fn(W, mean_in, mean_out, device, dtype=None, *, normalize_in=False, s
     W, mi, mo = (to_tensor(A, device, dtype) for A in (W, mean_in, mean_out))
 
     def fn(B):
-        if normalize_in:
-            B = row_normalize(B)
+        if normalize_in is not None:
+            B = row_normalize(B) if normalize_in == 1 else row_normalize(B) * normalize_in
         out = torch.addmm(mo, B - mi, W)
         return out if scale_out is None else out * scale_out
 
@@ -264,15 +265,17 @@ def row_normalize_numpy(A):
     return A / np.maximum(norms, np.finfo(A.dtype).tiny)
 
 
-def affine_numpy_fn(W, mean_in, mean_out, dtype=np.float32, *, normalize_in=False,
+def affine_numpy_fn(W, mean_in, mean_out, dtype=np.float32, *, normalize_in=None,
                     scale_out=None):
     """:func:`affine_fn` in numpy, computing in ``dtype``: the CPU path of a fitted affine map
     applied to numpy rows, which therefore never imports torch."""
     W, mi, mo = (np.asarray(A, dtype=dtype) for A in (W, mean_in, mean_out))
 
     def fn(B):
-        if normalize_in:
+        if normalize_in is not None:
             B = row_normalize_numpy(B)
+            if normalize_in != 1:
+                B *= B.dtype.type(normalize_in)
         out = (B - mi) @ W
         out += mo
         return out if scale_out is None else out * out.dtype.type(scale_out)

@@ -128,7 +128,11 @@ class LinearAligner(NormalizeMixin, BaseAligner):
         ``False`` fits the plain map (the behaviour before this parameter), ``True`` means
         ``"both"``. An explicit choice that keeps raw a side ``"auto"`` would normalise warns with
         :class:`~skalign.exceptions.ScaleMismatchWarning`. The choice and its reason are stored in
-        ``normalize_`` and ``normalize_reason_`` (``skalign fit`` prints them).
+        ``normalize_`` and ``normalize_reason_`` (``skalign fit`` prints them). Normalised rows
+        are put at their side's mean anchor norm rather than on the unit sphere, so ``alpha``
+        means the same with and without normalisation (a global rescale moves the leave-one-out
+        choice along the ``alphas`` grid: on MPNet → e5 with 300 pairs, unit rows gave held-out
+        top-1 0.463, rows at their mean norm 0.510, raw rows 0.509).
 
         Development set, 2,000 pairs, 2,000 held-out texts, mean of 2 splits
         (``benchmarks/scale_mismatch.py``), as top-1 / neighbourhood retention R@10 of the
@@ -193,6 +197,10 @@ class LinearAligner(NormalizeMixin, BaseAligner):
     >>> bool(est.alpha_ <= 1e-3)  # noise-free pairs: the smallest penalty wins
     True
     """
+
+    # normalised rows keep their side's mean norm, so a given alpha means what it did without
+    # normalisation (a global rescale moves the leave-one-out choice across the alpha grid)
+    _norm_radius = "mean"
 
     _parameter_constraints = {
         **BaseAligner._parameter_constraints,

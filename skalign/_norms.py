@@ -106,6 +106,16 @@ class NormalizeMixin:
     of ``transform`` and ``inverse_transform``.
     """
 
+    #: radius of the sphere a normalised side is put on while fitting: ``"unit"``, or ``"mean"``
+    #: (the side's mean anchor norm, which keeps the data's overall scale and so the meaning of a
+    #: scale-dependent parameter such as a ridge penalty)
+    _norm_radius = "unit"
+
+    def _radii(self):
+        if self._norm_radius == "mean":
+            return self.source_norm_, self.target_norm_
+        return 1.0, 1.0
+
     def _fit_normalization(self, X, y):
         _, self.source_norm_, _ = norm_profile(X)
         _, self.target_norm_, _ = norm_profile(y)
@@ -127,23 +137,28 @@ class NormalizeMixin:
                 )
                 reason += f", kept although {why}"
         self.normalize_, self.normalize_reason_ = sides, reason
+        rx, ry = self._radii()
         if "source" in _split(sides):
-            X = row_normalize_numpy(X)
+            X = row_normalize_numpy(X) * rx
         if "target" in _split(sides):
-            y = row_normalize_numpy(y)
+            y = row_normalize_numpy(y) * ry
         return X, y
 
     def _affine_io(self, inverse=False):
         """``(normalize_in, scale_out)`` of the map in one direction (see ``affine_fn``).
 
-        A normalised side is seen on the unit sphere: its rows are normalised on the way in, and
-        rows produced in it are scaled back to its mean anchor norm on the way out.
+        A normalised side is seen on a sphere (see ``_norm_radius``): its rows are put on it on
+        the way in (``normalize_in`` is the radius, ``None`` for no normalisation), and rows
+        produced in it are scaled to its mean anchor norm on the way out (``scale_out``).
         """
         sides = _split(getattr(self, "normalize_", "none"))  # models saved before the parameter
         src, tgt = "source" in sides, "target" in sides
+        if not (src or tgt):
+            return None, None
+        rx, ry = self._radii()
         if inverse:
-            return tgt, (self.source_norm_ if src else None)
-        return src, (self.target_norm_ if tgt else None)
+            return (ry if tgt else None), (self.source_norm_ / rx if src else None)
+        return (rx if src else None), (self.target_norm_ / ry if tgt else None)
 
 
 def _split(sides):
