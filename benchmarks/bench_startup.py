@@ -69,10 +69,10 @@ def time_command(code, runs):
     return times, torch_loaded
 
 
-def run(runs, with_translate=True, log=print):
+def run(runs, with_translate=True, with_torch=True, log=print):
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        commands = dict(COMMANDS)
+        commands = {k: v for k, v in COMMANDS.items() if with_torch or k != "import torch"}
         if with_translate:
             _make_model(Path(tmp))
             commands["skalign translate (Procrustes, 10,000 x 384 .npy)"] = \
@@ -106,8 +106,10 @@ def main(argv=None):
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--no-translate", action="store_true",
                    help="skip the translate row (it fits and saves a model first)")
+    p.add_argument("--no-torch", action="store_true", help="skip the `import torch` row")
     args = p.parse_args(argv)
-    rows = run(args.runs, with_translate=not args.no_translate, log=lambda s: None)
+    rows = run(args.runs, with_translate=not args.no_translate, with_torch=not args.no_torch,
+               log=lambda s: None)
     print(format_table(rows, args.runs))
     return rows
 
