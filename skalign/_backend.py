@@ -49,12 +49,6 @@ def is_tensor(X) -> bool:
     return torch is not None and isinstance(X, torch.Tensor)
 
 
-def is_torch_device(device) -> bool:
-    """Whether ``device`` is a :class:`torch.device`, without importing torch."""
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(device, torch.device)
-
-
 # --------------------------------------------------------------------------------------- devices
 def resolve_device(device) -> torch.device:
     """Turn a ``device`` parameter into a :class:`torch.device`.
