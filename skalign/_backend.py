@@ -2,26 +2,51 @@
 
 Everything that touches torch devices, dtypes, random generators, row batching and the float64
 linear algebra lives here, so the estimators stay thin sklearn facades over the same mechanics.
-No function in this module calls into CUDA at import time.
+No function in this module calls into CUDA at import time, and importing it does not import torch:
+each function imports torch when it runs, so a numpy-only model (a fitted affine map applied to
+numpy rows) is loaded and applied without torch ever being imported. :func:`is_tensor` answers
+"is this a torch tensor?" without importing torch.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 import warnings
 import weakref
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 from sklearn import get_config
 from sklearn.utils import check_random_state
 
 from .exceptions import DeviceWarning, NumericalError
 
-#: dtype of every hot-path computation (transforms, optimisation).
-COMPUTE_DTYPE = torch.float32
-#: dtype of solves (SVD, pseudo-inverses, least squares).
-SOLVE_DTYPE = torch.float64
+if TYPE_CHECKING:
+    import torch
+
+#: the torch dtypes behind the module attributes ``COMPUTE_DTYPE`` (every hot-path computation:
+#: transforms, optimisation) and ``SOLVE_DTYPE`` (SVDs, pseudo-inverses, least squares), resolved
+#: on first access (PEP 562) so that importing this module does not import torch
+_DTYPES = {"COMPUTE_DTYPE": "float32", "SOLVE_DTYPE": "float64"}
+
+
+def __getattr__(name):
+    if name in _DTYPES:
+        import torch
+
+        return getattr(torch, _DTYPES[name])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def is_tensor(X) -> bool:
+    """Whether ``X`` is a torch tensor, without importing torch.
+
+    If torch was never imported, nothing can be a tensor; this keeps numpy-only code paths free
+    of torch's import time.
+    """
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(X, torch.Tensor)
 
 
 # --------------------------------------------------------------------------------------- devices
@@ -31,6 +56,8 @@ def resolve_device(device) -> torch.device:
     ``"auto"`` picks CUDA when available and the CPU otherwise; ``"cuda"`` (or ``"cuda:N"``)
     without a visible CUDA device raises a :class:`ValueError` instead of torch's ``RuntimeError``.
     """
+    import torch
+
     if isinstance(device, torch.device):
         dev = device
     elif device == "auto":
@@ -63,6 +90,8 @@ def transform_device(fitted_device: str | None, X, owner=None) -> torch.device:
     unpickled on a machine without one; that fallback warns (:class:`DeviceWarning`) once per
     ``owner`` (the model).
     """
+    import torch
+
     if isinstance(X, torch.Tensor):
         return X.device
     if fitted_device is not None:
@@ -89,17 +118,20 @@ def as_numpy(X):
 
     Torch tensors (on any device) become numpy arrays; everything else is returned unchanged.
     """
-    if isinstance(X, torch.Tensor):
+    if is_tensor(X):
         return X.detach().to("cpu").numpy()
     return X
 
 
-def to_tensor(X, device, dtype=COMPUTE_DTYPE) -> torch.Tensor:
+def to_tensor(X, device, dtype=None) -> torch.Tensor:
     """Copy a numpy array (or move a tensor) to ``device`` with ``dtype``.
 
     Read-only arrays (memmaps) are copied first: ``torch.from_numpy`` on them warns and would
     alias memory torch assumes it may write.
     """
+    import torch
+
+    dtype = torch.float32 if dtype is None else dtype
     if isinstance(X, torch.Tensor):
         return X.detach().to(device=device, dtype=dtype)
     X = np.asarray(X)
@@ -122,6 +154,8 @@ def make_generator(random_state, device) -> torch.Generator:
     global torch RNG is never touched. Call this at the start of every ``fit`` so that refitting
     with the same seed gives the same result.
     """
+    import torch
+
     rng = check_random_state(random_state)
     seed = int(rng.randint(np.iinfo(np.int32).max))
     gen = torch.Generator(device=torch.device(device))
@@ -172,13 +206,16 @@ def iter_batches(n_rows: int, batch_size: int):
 
 
 def apply_in_batches(fn, X, *, device, batch_size=None, n_outputs=None, out_dtype=np.float32,
-                     dtype=COMPUTE_DTYPE):
+                     dtype=None):
     """Apply the row-independent ``fn`` (tensor → tensor) to ``X`` batch by batch.
 
     ``X`` may be a numpy array or a tensor. Each batch is moved to ``device`` in ``dtype``
     (float32 unless told otherwise), processed and copied back into a preallocated numpy output of
     ``out_dtype``, so peak memory is bounded by the batch size whatever the number of rows.
     """
+    import torch
+
+    dtype = torch.float32 if dtype is None else dtype
     n_rows, n_features = X.shape
     if batch_size is None:
         # input and output of a batch, intermediate buffers counted twice
@@ -196,16 +233,74 @@ def apply_in_batches(fn, X, *, device, batch_size=None, n_outputs=None, out_dtyp
     return out
 
 
-def affine_fn(W, mean_in, mean_out, device, dtype=None):
-    """A batch function ``B ↦ (B − mean_in) W + mean_out``, operands moved to ``device`` once.
+def apply_in_batches_numpy(fn, X, *, batch_size=None, n_outputs=None, out_dtype=np.float32):
+    """:func:`apply_in_batches` for a numpy ``fn`` (array → array): no torch involved.
+
+    Each batch of ``X`` is cast to ``out_dtype`` (float64 stays float64, anything else becomes
+    float32), passed to ``fn`` and written into a preallocated output, so peak memory is bounded
+    by the batch size as on the torch path.
+    """
+    n_rows, n_features = X.shape
+    if batch_size is None:
+        batch_size = default_batch_size(n_features, n_outputs or n_features,
+                                        np.dtype(out_dtype).itemsize)
+    out = None
+    for rows in iter_batches(n_rows, batch_size):
+        res = fn(np.asarray(X[rows], dtype=out_dtype))
+        if out is None:
+            out = np.empty((n_rows,) + res.shape[1:], dtype=out_dtype)
+        out[rows] = res
+    if out is None:  # zero rows
+        out = np.empty((0, n_outputs or 0), dtype=out_dtype)
+    return out
+
+
+def affine_fn(W, mean_in, mean_out, device, dtype=None, *, normalize_in=None, scale_out=None):
+    """A batch function ``B ↦ s · ((n(B) − mean_in) W + mean_out)``, operands moved once.
 
     ``W``, ``mean_in`` and ``mean_out`` are the fitted numpy arrays; used by every aligner whose
-    ``transform`` is an affine map. ``dtype`` (default :data:`COMPUTE_DTYPE`) is the dtype of the
-    batches it will be given.
+    ``transform`` is an affine map. ``n`` L2-normalises each row and multiplies it by
+    ``normalize_in`` when that is a number (zero rows stay zero, as in :func:`row_normalize`);
+    ``s`` is ``scale_out`` (1 when ``None``).
+    ``dtype`` (default float32) is the dtype of the batches it will be given.
+    :func:`affine_numpy_fn` is the same map in numpy.
     """
-    dtype = COMPUTE_DTYPE if dtype is None else dtype
+    import torch
+
+    dtype = torch.float32 if dtype is None else dtype
     W, mi, mo = (to_tensor(A, device, dtype) for A in (W, mean_in, mean_out))
-    return lambda B: torch.addmm(mo, B - mi, W)
+
+    def fn(B):
+        if normalize_in is not None:
+            B = row_normalize(B) if normalize_in == 1 else row_normalize(B) * normalize_in
+        out = torch.addmm(mo, B - mi, W)
+        return out if scale_out is None else out * scale_out
+
+    return fn
+
+
+def row_normalize_numpy(A):
+    """:func:`row_normalize` for a numpy array, in its dtype."""
+    norms = np.linalg.norm(A, axis=-1, keepdims=True)
+    return A / np.maximum(norms, np.finfo(A.dtype).tiny)
+
+
+def affine_numpy_fn(W, mean_in, mean_out, dtype=np.float32, *, normalize_in=None,
+                    scale_out=None):
+    """:func:`affine_fn` in numpy, computing in ``dtype``: the CPU path of a fitted affine map
+    applied to numpy rows, which therefore never imports torch."""
+    W, mi, mo = (np.asarray(A, dtype=dtype) for A in (W, mean_in, mean_out))
+
+    def fn(B):
+        if normalize_in is not None:
+            B = row_normalize_numpy(B)
+            if normalize_in != 1:
+                B *= B.dtype.type(normalize_in)
+        out = (B - mi) @ W
+        out += mo
+        return out if scale_out is None else out * out.dtype.type(scale_out)
+
+    return fn
 
 
 # ---------------------------------------------------------------------------------- numerics
@@ -216,6 +311,8 @@ def row_normalize(T: torch.Tensor) -> torch.Tensor:
     edge case: the norm is clamped at the dtype's smallest normal number, never at a fixed
     epsilon that would leave small but valid rows short of unit norm.
     """
+    import torch
+
     norms = torch.linalg.vector_norm(T, dim=-1, keepdim=True)
     return T / norms.clamp_min(torch.finfo(T.dtype).tiny)
 
@@ -231,8 +328,8 @@ def check_finite(value, *, what: str, hint: str):
     hint : str
         The parameter change that usually helps, named explicitly.
     """
-    if isinstance(value, torch.Tensor):
-        ok = bool(torch.isfinite(value).all())
+    if is_tensor(value):
+        ok = bool(value.isfinite().all())
     else:
         ok = math.isfinite(value)
     if not ok:
@@ -252,10 +349,12 @@ def pinv_svd(A: torch.Tensor, rtol: float | None = None):
     singular_values : tensor, float64
     rank : int
     """
-    A64 = A.to(SOLVE_DTYPE)
+    import torch
+
+    A64 = A.to(torch.float64)
     U, s, Vh = torch.linalg.svd(A64, full_matrices=False)
     if rtol is None:
-        rtol = max(A.shape[-2:]) * torch.finfo(SOLVE_DTYPE).eps
+        rtol = max(A.shape[-2:]) * torch.finfo(torch.float64).eps
     cutoff = rtol * s.max() if s.numel() else 0.0
     keep = s > cutoff
     s_inv = torch.where(keep, 1.0 / torch.where(keep, s, torch.ones_like(s)), torch.zeros_like(s))
@@ -271,13 +370,15 @@ def ridge_svd(X: torch.Tensor, Y: torch.Tensor, alpha: float, rtol: float | None
     singular values below ``rtol * s_max`` are dropped, which gives the minimum-norm solution on
     rank-deficient ``X``.
     """
-    X64, Y64 = X.to(SOLVE_DTYPE), Y.to(SOLVE_DTYPE)
+    import torch
+
+    X64, Y64 = X.to(torch.float64), Y.to(torch.float64)
     U, s, Vh = torch.linalg.svd(X64, full_matrices=False)
     if alpha > 0:
         d = s / (s * s + alpha)
     else:
         if rtol is None:
-            rtol = max(X.shape) * torch.finfo(SOLVE_DTYPE).eps
+            rtol = max(X.shape) * torch.finfo(torch.float64).eps
         keep = s > rtol * (s.max() if s.numel() else 0.0)
         d = torch.where(keep, 1.0 / torch.where(keep, s, torch.ones_like(s)), torch.zeros_like(s))
     W = Vh.mT @ (d.unsqueeze(-1) * (U.mT @ Y64))
@@ -290,6 +391,8 @@ def polar(M: torch.Tensor) -> torch.Tensor:
 
     Computed in float64. For square ``M`` the result is orthogonal (reflections allowed).
     """
-    U, _, Vh = torch.linalg.svd(M.to(SOLVE_DTYPE), full_matrices=False)
+    import torch
+
+    U, _, Vh = torch.linalg.svd(M.to(torch.float64), full_matrices=False)
     return U @ Vh
 

@@ -30,6 +30,13 @@ PUBLIC = {
     "stack_views": "skalign._views",
 }
 
+#: the names of :data:`PUBLIC` that are estimator classes: what a model file may hold, known
+#: without importing the estimator modules (``tests/test_imports.py`` checks it against them)
+ESTIMATOR_NAMES = frozenset({
+    "ASIFAligner", "AnchorBootstrapper", "GeRAAligner", "InverseRelativeProjector",
+    "LinearAligner", "OrthogonalEnsembleAligner", "ProcrustesAligner", "RelativeProjector",
+})
+
 #: public submodules reachable as attributes of the package (``skalign.metrics``, ...)
 SUBMODULES = ("datasets", "exceptions", "io", "manifold", "metrics", "parallel", "utils")
 

@@ -16,22 +16,21 @@ import warnings
 from numbers import Integral
 
 import numpy as np
-import torch
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils import check_array
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import FLOAT_DTYPES, check_is_fitted
 
 from ._backend import (
-    COMPUTE_DTYPE,
-    SOLVE_DTYPE,
     apply_in_batches,
+    apply_in_batches_numpy,
     as_numpy,
+    is_tensor,
     resolve_device,
     to_tensor,
     transform_device,
 )
-from ._compat import Interval, validate_data
+from ._compat import Interval, TorchDevice, validate_data
 from ._registry import register, registered
 from .exceptions import LabelsAsTargetWarning
 
@@ -57,8 +56,8 @@ def check_nonzero_rows(A, *, name="X", tol=0.0):
     tol : float, default=0.0
         Rows whose norm is at most ``tol`` are rejected.
     """
-    if isinstance(A, torch.Tensor):
-        norms = torch.linalg.vector_norm(A, dim=1)
+    if is_tensor(A):
+        norms = A.norm(dim=1)
     else:
         norms = np.linalg.norm(A, axis=1)
     bad = np.flatnonzero(as_numpy(norms <= tol))
@@ -135,7 +134,7 @@ def warn_if_labels(y, estimator):
     estimator : estimator instance
         The estimator being fitted, named in the message.
     """
-    if isinstance(y, torch.Tensor):
+    if is_tensor(y):
         labels = y.ndim == 1 and not y.dtype.is_floating_point
         dtype = y.dtype
     else:
@@ -254,14 +253,16 @@ def check_unpaired(unpaired, n_features_source, n_features_target):
 # ------------------------------------------------------------------------------ the base class
 def _output_dtype(X):
     """float64 output for float64 input (array or tensor), float32 otherwise."""
-    if isinstance(X, torch.Tensor):
+    if is_tensor(X):
+        import torch  # already imported: X is a tensor
+
         return np.float64 if X.dtype == torch.float64 else np.float32
     return np.float64 if X.dtype == np.float64 else np.float32
 
 
 def _as_2d(y):
     """A 1-D target becomes one column; tensors are left to validation."""
-    if isinstance(y, torch.Tensor):
+    if is_tensor(y):
         return y
     y = np.asarray(y)
     return y.reshape(-1, 1) if y.ndim == 1 else y
@@ -304,7 +305,7 @@ class BaseTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEst
     """
 
     _parameter_constraints: dict = {
-        "device": [str, torch.device],
+        "device": [str, TorchDevice()],
         "batch_size": [Interval(Integral, 1, None, closed="left"), None],
     }
 
@@ -318,10 +319,10 @@ class BaseTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEst
     def _validate_X(self, X, *, n_features=None, name="X", nonzero=False):
         """Validate inputs of fitted methods. Torch tensors stay tensors (on their device)."""
         expected = self.n_features_in_ if n_features is None else n_features
-        if isinstance(X, torch.Tensor):
+        if is_tensor(X):
             if X.ndim != 2:
                 raise ValueError(f"Expected a 2D tensor for {name}, got {X.ndim}D.")
-            if not torch.isfinite(X).all():
+            if not X.isfinite().all():
                 raise ValueError(f"Input {name} contains NaN or infinity.")
         elif n_features is None:
             X = validate_data(self, X, reset=False, dtype=FLOAT_DTYPES)
@@ -344,16 +345,27 @@ class BaseTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEst
         """
         raise NotImplementedError
 
-    def _apply(self, fn_factory, X, n_outputs):
+    def _apply(self, fn_factory, X, n_outputs, numpy_factory=None):
         # float64 in, float64 computed: a factory that takes ``dtype`` builds its operands in the
         # input's dtype (float64 for float64 input, float32 otherwise); others compute in float32
-        device = transform_device(getattr(self, "device_", None), X, owner=self)
         out_dtype = _output_dtype(X)
+        fitted = str(getattr(self, "device_", "cpu"))
+        # numpy rows computed on the CPU (a CPU model, or a GPU model where there is no GPU): the
+        # numpy twin of the map, which a CPU model applies without importing torch at all
+        if numpy_factory is not None and not is_tensor(X) and (
+                fitted.startswith("cpu") or transform_device(fitted, X, owner=self).type == "cpu"):
+            return apply_in_batches_numpy(
+                numpy_factory(dtype=out_dtype), X, batch_size=self.batch_size,
+                n_outputs=n_outputs, out_dtype=out_dtype,
+            )
+        import torch
+
+        device = transform_device(getattr(self, "device_", None), X, owner=self)
         if "dtype" in inspect.signature(fn_factory).parameters:
-            dtype = torch.float64 if out_dtype == np.float64 else COMPUTE_DTYPE
+            dtype = torch.float64 if out_dtype == np.float64 else torch.float32
             fn = fn_factory(device, dtype=dtype)
         else:
-            dtype, fn = COMPUTE_DTYPE, fn_factory(device)
+            dtype, fn = torch.float32, fn_factory(device)
         return apply_in_batches(
             fn, X, device=device, batch_size=self.batch_size, n_outputs=n_outputs,
             out_dtype=out_dtype, dtype=dtype,
@@ -416,12 +428,15 @@ class BaseAligner(BaseTransformer):
             self._check_target_width(y)
         return X, y
 
-    def _centered_pair_tensors(self, X, y, *, center=True, dtype=SOLVE_DTYPE):
+    def _centered_pair_tensors(self, X, y, *, center=True, dtype=None):
         """Move a validated pair to ``device_`` and optionally centre both sides.
 
-        Returns ``(X - μ_X, y - μ_Y, μ_X, μ_Y)`` as tensors; the means are zero vectors when
-        ``center`` is false.
+        Returns ``(X - μ_X, y - μ_Y, μ_X, μ_Y)`` as tensors (float64 unless ``dtype`` says
+        otherwise); the means are zero vectors when ``center`` is false.
         """
+        import torch
+
+        dtype = torch.float64 if dtype is None else dtype
         dev = torch.device(self.device_)
         Xt, Yt = to_tensor(X, dev, dtype), to_tensor(y, dev, dtype)
         if center:
@@ -454,7 +469,8 @@ class BaseAligner(BaseTransformer):
         """
         check_is_fitted(self)
         X = self._validate_X(X, nonzero=self._needs_nonzero_rows())
-        return self._apply(self._transform_fn, X, self.n_features_out_)
+        return self._apply(self._transform_fn, X, self.n_features_out_,
+                           getattr(self, "_transform_numpy_fn", None))
 
     def predict(self, X):
         """Map source embeddings into the target space, as :meth:`transform`.
@@ -495,7 +511,8 @@ class BaseAligner(BaseTransformer):
             X, n_features=self.n_features_out_, name="X (target space)",
             nonzero=self._needs_nonzero_rows(),
         )
-        return self._apply(self._inverse_transform_fn, X, self.n_features_in_)
+        return self._apply(self._inverse_transform_fn, X, self.n_features_in_,
+                           getattr(self, "_inverse_transform_numpy_fn", None))
 
     def score(self, X, y, sample_weight=None):
         """Mean cosine similarity between ``transform(X)`` and ``y`` (greater is better).

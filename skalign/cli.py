@@ -396,6 +396,8 @@ def cmd_fit(args, out):
     out(f"fitted {cls.__name__}({_fmt_params(est)}) on {len(A)} pairs"
         + (f" + unpaired pool {kwargs['unpaired']!r}" if kwargs else "")
         + f": {est.n_features_in_}-d -> {d_out}-d in {fit_s:.2f} s")
+    if hasattr(est, "normalize_"):  # what normalize="auto" (or the user) chose, and why
+        out(f"normalize: {est.normalize_} ({est.normalize_reason_})")
     if B is not None:
         cos = mean_cosine_similarity(_target_space(est, B), est.transform(A))
         out(f"training cosine {cos:.4f}")

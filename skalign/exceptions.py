@@ -3,7 +3,7 @@
 Catch these instead of matching messages::
 
     from skalign.exceptions import ConvergenceWarning, IllConditionedDecodeWarning, NumericalError
-    from skalign.exceptions import DeviceWarning, ModelFileError, StoreError
+    from skalign.exceptions import DeviceWarning, ModelFileError, ScaleMismatchWarning, StoreError
 
 ``ConvergenceWarning`` is scikit-learn's own class (warned when ``max_iter`` is hit), re-exported
 so that one import covers every exception and warning skalign raises.
@@ -20,6 +20,7 @@ __all__ = [
     "LabelsAsTargetWarning",
     "ModelFileError",
     "NumericalError",
+    "ScaleMismatchWarning",
     "StoreError",
 ]
 
@@ -107,4 +108,18 @@ class DeviceWarning(UserWarning):
     result is the same map computed on the CPU. Silence it by refitting with ``device="cpu"`` or
     by setting ``estimator.device_ = "cpu"``; turn it into an error with
     ``warnings.simplefilter("error", DeviceWarning)``.
+    """
+
+
+class ScaleMismatchWarning(UserWarning):
+    """An aligner was told to keep row norms that do not match between the two spaces.
+
+    Warned by :class:`~skalign.ProcrustesAligner` and :class:`~skalign.LinearAligner` when an
+    explicit ``normalize`` leaves a side un-normalised that ``normalize="auto"`` would normalise,
+    e.g. ``normalize=False`` for raw all-MiniLM-L6-v2 vectors (norms 2.2-8.1) mapped to unit-norm
+    multilingual-e5 vectors. The translated vectors then carry the source norms, which the target
+    encoder never produces: on the development set the neighbourhoods of the translated store
+    agree with the re-embedded store's far less than after normalisation (the estimators'
+    docstrings give the figures). Silence it with ``normalize="auto"``, or with
+    ``warnings.simplefilter("ignore", ScaleMismatchWarning)`` if the norms are wanted.
     """

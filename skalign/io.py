@@ -19,6 +19,8 @@ vectors of any of these into memory (memory-mapped for ``.npy``).
 
 from __future__ import annotations
 
+import importlib.abc
+import sys
 import warnings
 from pathlib import Path
 
@@ -40,22 +42,63 @@ __all__ = [
 _FORMAT = "skalign-model"
 _FORMAT_VERSION = 1
 
+#: array-API adapters of other frameworks under ``sklearn.externals.array_api_compat``, and the
+#: framework each imports
+_ARRAY_API_BACKENDS = {"torch": "torch", "dask": "dask", "cupy": "cupy"}
+
+
+class _SkipModules(importlib.abc.MetaPathFinder):
+    """Import hook that makes the named modules fail to import (nothing else is affected)."""
+
+    def __init__(self, names):
+        self.names = frozenset(names)
+
+    def find_spec(self, name, path=None, target=None):
+        if name in self.names:
+            raise ModuleNotFoundError(f"{name} is not imported while skops.io loads", name=name)
+        return None
+
+
+def _import_skops():
+    """``skops.io``, imported without importing torch, dask or cupy.
+
+    At import, ``skops.io`` lists scikit-learn's estimators with
+    :func:`sklearn.utils.all_estimators`, whose package walk imports every subpackage of
+    scikit-learn, including the array-API adapters for torch, dask and cupy, which import those
+    frameworks (torch alone takes seconds). The adapters hold no estimators, so they are skipped
+    during that walk (the walk ignores packages that fail to import) unless their framework is
+    already loaded; a later genuine import of an adapter works as usual. This keeps loading and
+    applying a numpy-only model (:class:`~skalign.ProcrustesAligner`,
+    :class:`~skalign.LinearAligner`) free of torch.
+    """
+    if "skops.io" not in sys.modules:
+        skip = _SkipModules(f"sklearn.externals.array_api_compat.{adapter}"
+                            for adapter, framework in _ARRAY_API_BACKENDS.items()
+                            if framework not in sys.modules)
+        sys.meta_path.insert(0, skip)
+        try:
+            import skops.io  # noqa: F401
+        finally:
+            sys.meta_path.remove(skip)
+    return sys.modules["skops.io"]
+
 
 def trusted_types():
     """The fully qualified type names :func:`load` accepts beyond skops' defaults.
 
-    Computed from skalign's public estimators (the registry of :mod:`skalign._registry`, with the
+    Computed from skalign's public estimators (the tables of :mod:`skalign._registry`, with the
     module each class is defined in, as skops reports it) plus :class:`numpy.dtype`. skops already
-    trusts numpy arrays and scalars, built-in containers and scikit-learn's estimators.
+    trusts numpy arrays and scalars, built-in containers and scikit-learn's estimators. No
+    estimator module is imported, so loading a numpy-only model never imports torch.
 
     Returns
     -------
     names : list of str
         Sorted, e.g. ``"skalign._procrustes.ProcrustesAligner"``.
     """
-    from ._discovery import public_estimators
+    from ._registry import ESTIMATOR_NAMES, PUBLIC
 
-    names = {f"{cls.__module__}.{cls.__qualname__}" for _, cls in public_estimators()}
+    names = {f"{PUBLIC[name]}.{name}" for name in ESTIMATOR_NAMES}
     names.add("numpy.dtype")
     return sorted(names)
 
@@ -90,12 +133,12 @@ def save(estimator, path):
     >>> np.allclose(load(path).transform(X), ProcrustesAligner().fit(X, Y).transform(X))
     True
     """
-    import skops.io as sio
     from sklearn.utils.validation import check_is_fitted
 
     from ._stores import atomic_file
     from ._version import __version__
 
+    sio = _import_skops()
     check_is_fitted(estimator)
     payload = {
         "format": _FORMAT,
@@ -113,7 +156,7 @@ def save(estimator, path):
 
 
 def _read_payload(path):
-    import skops.io as sio
+    sio = _import_skops()
 
     path = Path(path)
     if not path.is_file():

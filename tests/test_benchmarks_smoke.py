@@ -28,3 +28,29 @@ def test_bench_bootstrap_runs(load_benchmark):
     rows = load_benchmark("bench_bootstrap").main(["--quick"])
     assert len(rows) == 4 and rows[0][4] > 0.9  # exact-pair rate of the default
     assert "paper loop" in rows[3][0] and rows[3][2] > 0
+
+
+def test_bench_startup_runs(load_benchmark):
+    """One run per command: the table has every command and none of them loads torch (no
+    timing is asserted)."""
+    rows = load_benchmark("bench_startup").main(["--runs", "1", "--no-translate", "--no-torch"])
+    torch_loaded = {r["command"]: r["torch"] for r in rows}
+    assert torch_loaded == {"python -c pass": False, 'python -c "import numpy"': False,
+                            "skalign --help": False, "import skalign": False}
+    assert all(r["median"] > 0 for r in rows)
+
+
+def test_scale_mismatch_benchmark_runs(load_benchmark):
+    """Vendored subset, small: auto normalises raw MiniLM against unit MPNet and reproduces the
+    fit on L2-normalised sources; both raw: unchanged."""
+    rows = load_benchmark("scale_mismatch").main(["--n-pairs", "200", "--n-test", "150",
+                                                  "--seeds", "1"])
+    by = {(r["pair"], r["estimator"], r["setting"]): r for r in rows}
+    for est in ("Procrustes", "Linear"):
+        auto = by[("minilm_l6->mpnet_base_unit", est, "defaults (auto)")]
+        ref = by[("minilm_l6->mpnet_base_unit", est, "L2-normalised source")]
+        assert auto["normalize_"] == "source"
+        assert auto["top1"] >= 0.95 * ref["top1"] and auto["r10_l2"] >= 0.95 * ref["r10_l2"]
+        raw = by[("minilm_l6->mpnet_base", est, "defaults (auto)")]
+        old = by[("minilm_l6->mpnet_base", est, "normalize=False")]
+        assert raw["normalize_"] == "none" and raw["top1"] == old["top1"]

@@ -238,3 +238,16 @@ def test_bench_translate_quick(load_benchmark, tmp_path, capsys):
     assert results["rows"] > 0 and results["cli_rows_per_s"] > 0 and results["floor_rows_per_s"] > 0
     assert results["max_abs_diff"] < 1e-5
     assert os.listdir(tmp_path) == []  # the benchmark removes its files
+
+
+def test_fit_reports_the_normalize_decision(files, tmp_path, capsys):
+    """Raw MiniLM against unit-norm targets: ``skalign fit`` says which side was normalised."""
+    B = np.load(files / "b.npy")
+    np.save(tmp_path / "b_unit.npy", B / np.linalg.norm(B, axis=1, keepdims=True))
+    status, out, _ = run(capsys, "fit", "procrustes", "--source", files / "a.npy", "--target",
+                         tmp_path / "b_unit.npy", "-o", tmp_path / "m.skops")
+    assert status == 0
+    assert "normalize: source (the source norms vary but the other side's are constant" in out
+    status, out, _ = run(capsys, "fit", "procrustes", "--source", files / "a.npy", "--target",
+                         files / "b.npy", "-o", tmp_path / "m2.skops")
+    assert status == 0 and "normalize: none (both sides' norms vary" in out

@@ -135,3 +135,52 @@ def test_exceptions_exports():
         assert name in exceptions.__all__
     assert issubclass(exceptions.StoreError, ValueError)
     assert issubclass(exceptions.DeviceWarning, UserWarning)
+
+
+def test_estimator_names_table_matches_the_estimator_classes():
+    from skalign._discovery import public_estimators
+    from skalign._registry import ESTIMATOR_NAMES
+
+    assert ESTIMATOR_NAMES == {name for name, _ in public_estimators()}
+
+
+_TRANSLATE_WITHOUT_TORCH = r"""
+import sys
+from skalign.cli import main
+from skalign.io import load, translate
+
+folder = sys.argv[1]
+translate(load(folder + "/procrustes.skops"), folder + "/in.npy", folder + "/procrustes.npy")
+main(["translate", "--quiet", folder + "/linear.skops", folder + "/in.npy", folder + "/linear.npy"])
+print(sorted(m for m in ("torch", "dask") if m in sys.modules))
+"""
+
+
+def test_translating_with_a_numpy_model_never_imports_torch(tmp_path):
+    """``skalign translate`` (and skalign.io) with an affine model: numpy from load to write."""
+    import numpy as np
+    import torch
+
+    from skalign import LinearAligner, ProcrustesAligner
+    from skalign.io import save
+
+    rng = np.random.default_rng(0)
+    X = (rng.standard_normal((300, 12)) * rng.uniform(2, 8, (300, 1))).astype(np.float32)
+    Y = rng.standard_normal((300, 6)).astype(np.float32)
+    Y /= np.linalg.norm(Y, axis=1, keepdims=True)  # raw -> unit: the normalising path runs too
+    models = {"procrustes": ProcrustesAligner().fit(X, Y), "linear": LinearAligner().fit(X, Y)}
+    assert {m.normalize_ for m in models.values()} == {"source"}
+    for name, model in models.items():
+        save(model, tmp_path / f"{name}.skops")
+    new = (rng.standard_normal((1000, 12)) * 3).astype(np.float32)
+    np.save(tmp_path / "in.npy", new)
+    proc = subprocess.run([sys.executable, "-c", _TRANSLATE_WITHOUT_TORCH, str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stdout
+    for name, model in models.items():
+        out = np.load(tmp_path / f"{name}.npy")
+        assert out.dtype == np.float32 and out.shape == (1000, 6)
+        # the torch path (a tensor input) computes the same map
+        np.testing.assert_allclose(out, model.transform(torch.from_numpy(new)), rtol=1e-5,
+                                   atol=1e-6)

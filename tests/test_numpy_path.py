@@ -1,0 +1,74 @@
+"""Affine aligners on numpy rows: a numpy twin of the torch map, equal within float tolerance.
+
+A CPU model applied to a numpy array computes ``(x − μ_in) W + μ_out`` (with the fitted row
+normalisation and output scale) in numpy, in the input's float dtype; a torch tensor input, or a
+model whose device is a GPU that is present, goes through torch as before.
+"""
+
+import numpy as np
+import pytest
+import torch
+
+from skalign import LinearAligner, ProcrustesAligner
+from skalign.exceptions import DeviceWarning
+
+
+def _pair(rng, d_x=12, d_y=8, n=200):
+    X = rng.standard_normal((n, d_x)) * rng.uniform(2, 8, (n, 1))
+    Y = rng.standard_normal((n, d_x)) @ rng.standard_normal((d_x, d_y)) + 0.5
+    return X, Y
+
+
+CASES = [
+    (ProcrustesAligner, {"normalize": False}),
+    (ProcrustesAligner, {"normalize": "both", "scale": True}),
+    (ProcrustesAligner, {"normalize": "target", "center": False}),
+    (LinearAligner, {"normalize": False, "alpha": 0.1}),
+    (LinearAligner, {"normalize": "source"}),
+    (LinearAligner, {"normalize": "both"}),
+]
+
+
+@pytest.mark.filterwarnings("ignore::skalign.exceptions.ScaleMismatchWarning")
+@pytest.mark.parametrize("make, params", CASES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_numpy_and_torch_paths_agree(make, params, dtype, rng):
+    X, Y = _pair(rng)
+    est = make(**params).fit(X.astype(dtype), Y.astype(dtype))
+    new = (rng.standard_normal((57, X.shape[1])) * 4).astype(dtype)
+    out = est.transform(new)
+    assert out.dtype == dtype
+    via_torch = est.transform(torch.from_numpy(new))
+    assert via_torch.dtype == dtype
+    tol = {"rtol": 1e-5, "atol": 1e-6} if dtype == np.float32 else {"rtol": 1e-12, "atol": 1e-12}
+    np.testing.assert_allclose(out, via_torch, **tol)
+    if hasattr(est, "inverse_transform"):
+        back = est.inverse_transform(out)
+        np.testing.assert_allclose(back, est.inverse_transform(torch.from_numpy(out)), **tol)
+    # batch-invariant
+    np.testing.assert_allclose(est.set_params(batch_size=5).transform(new), out, **tol)
+
+
+def test_gpu_model_without_a_gpu_warns_and_uses_the_cpu(rng):
+    X, Y = _pair(rng)
+    est = ProcrustesAligner().fit(X, Y)
+    expected = est.transform(X)
+    est.device_ = "cuda"
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the model runs there")
+    with pytest.warns(DeviceWarning):
+        np.testing.assert_array_equal(est.transform(X), expected)
+
+
+@pytest.mark.cuda
+def test_gpu_model_runs_on_torch(rng, monkeypatch):
+    import skalign.base
+
+    def no_numpy(*args, **kwargs):
+        raise AssertionError("a GPU model must not take the numpy path")
+
+    X, Y = _pair(rng)
+    est = ProcrustesAligner(device="cuda").fit(X, Y)
+    cpu = ProcrustesAligner().fit(X, Y)
+    monkeypatch.setattr(skalign.base, "apply_in_batches_numpy", no_numpy)
+    np.testing.assert_allclose(est.transform(X), cpu.transform(X), rtol=1e-4, atol=1e-5)
