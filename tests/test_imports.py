@@ -184,3 +184,20 @@ def test_translating_with_a_numpy_model_never_imports_torch(tmp_path):
         # the torch path (a tensor input) computes the same map
         np.testing.assert_allclose(out, model.transform(torch.from_numpy(new)), rtol=1e-5,
                                    atol=1e-6)
+
+
+def test_pot_is_not_a_runtime_dependency():
+    """POT is the tests' reference for Sinkhorn, not something the package imports."""
+    import tomllib
+
+    graph_imports = set()
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                graph_imports.update(a.name.split(".")[0] for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                graph_imports.add(node.module.split(".")[0])
+    assert "ot" not in graph_imports
+    project = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["project"]
+    assert not any(d.startswith("pot") for d in project["dependencies"])
+    assert any(d.startswith("pot") for d in project["optional-dependencies"]["tests"])
