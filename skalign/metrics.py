@@ -316,11 +316,29 @@ def recall_at_k_retention(index, translated_index=None, queries=None, translated
                           *, k=10, batch_size=None, device="cpu"):
     """Mean share of each query's re-embedded top-``k`` that the migrated index returns.
 
-    See :func:`retrieval_retention` for the arguments and the formula.
+    See :func:`retrieval_retention` for the formula.
+
+    Parameters
+    ----------
+    index : array-like of shape (n_documents, n_features)
+        The re-embedded index.
+    translated_index : array-like of shape (n_documents, n_features_index), default=None
+        The index the service searches (``None``: ``index``).
+    queries : array-like of shape (n_queries, n_features), default=None
+        The new encoder's queries (``None``: leave-one-out over ``index``).
+    translated_queries : array-like of shape (n_queries, n_features_index), default=None
+        The queries as sent to ``translated_index`` (``None``: ``queries``).
+    k : int, default=10
+        Size of the neighbourhood compared.
+    batch_size : int, default=None
+        Query rows per block.
+    device : {"cpu", "cuda", "auto"} or torch.device, default="cpu"
+        Where the similarities are computed.
 
     Returns
     -------
-    float in [0, 1]
+    recall : float in [0, 1]
+        Mean recall@k of the re-embedded top-``k``.
     """
     return retrieval_retention(index, translated_index, queries, translated_queries, k=k,
                                batch_size=batch_size, device=device)["recall"]
@@ -328,13 +346,31 @@ def recall_at_k_retention(index, translated_index=None, queries=None, translated
 
 def ndcg_at_k_retention(index, translated_index=None, queries=None, translated_queries=None,
                         *, k=10, batch_size=None, device="cpu"):
-    """nDCG@k of the migrated index's ranking, the re-embedded top-``k`` being relevant.
+    """Mean normalised DCG@k of the migrated ranking, the re-embedded top-``k`` being relevant.
 
-    See :func:`retrieval_retention` for the arguments and the formula.
+    See :func:`retrieval_retention` for the formula.
+
+    Parameters
+    ----------
+    index : array-like of shape (n_documents, n_features)
+        The re-embedded index.
+    translated_index : array-like of shape (n_documents, n_features_index), default=None
+        The index the service searches (``None``: ``index``).
+    queries : array-like of shape (n_queries, n_features), default=None
+        The new encoder's queries (``None``: leave-one-out over ``index``).
+    translated_queries : array-like of shape (n_queries, n_features_index), default=None
+        The queries as sent to ``translated_index`` (``None``: ``queries``).
+    k : int, default=10
+        Size of the neighbourhood compared.
+    batch_size : int, default=None
+        Query rows per block.
+    device : {"cpu", "cuda", "auto"} or torch.device, default="cpu"
+        Where the similarities are computed.
 
     Returns
     -------
-    float in [0, 1]
+    ndcg : float in [0, 1]
+        Mean nDCG@k with binary relevance.
     """
     return retrieval_retention(index, translated_index, queries, translated_queries, k=k,
                                batch_size=batch_size, device=device)["ndcg"]
@@ -346,10 +382,25 @@ def _retention_scorer(key):
         return retrieval_retention(target, estimator.transform(X), k=10)[key]
 
     scorer.__name__ = f"{key}_retention_scorer"
-    scorer.__doc__ = (
-        f"Scorer ``(estimator, X, y)``: {key}@10 retention of the index ``estimator.transform(X)``"
-        " against ``y``, every row of ``y`` a leave-one-out query."
-    )
+    what = "Recall" if key == "recall" else "Normalised DCG"
+    scorer.__doc__ = f"""{what}@10 retention of the index ``estimator.transform(X)`` against ``y``.
+
+    Every row of ``y`` is a leave-one-out query (see :func:`retrieval_retention`).
+
+    Parameters
+    ----------
+    estimator : fitted aligner
+        Maps source embeddings into the target space.
+    X : array-like of shape (n_samples, n_features_in)
+        Held-out source embeddings (the old index).
+    y : array-like of shape (n_samples, n_features_out)
+        Their target embeddings (the re-embedded index).
+
+    Returns
+    -------
+    score : float in [0, 1]
+        Greater is better.
+    """
     return scorer
 
 
