@@ -1,6 +1,7 @@
 """Wall time of ``skalign plan`` on 2,000 pairs and a 100,000-row sample of each store.
 
-``python benchmarks/bench_plan.py [NPZ] [--pairs 2000] [--store-rows 100000] [--workdir DIR]``
+``python benchmarks/bench_plan.py [NPZ] [--pairs 2000] [--store-rows 100000] [--workdir DIR]
+[--quick]``
 
 The development set has only 4,000 texts, so the 100,000-row store samples are **synthesised**:
 the old encoder's (MiniLM) and the new encoder's (MPNet) rows of the 2,000 texts outside the
@@ -33,7 +34,10 @@ def main(argv=None):
     p.add_argument("--pairs", type=int, default=2000)
     p.add_argument("--store-rows", type=int, default=100000)
     p.add_argument("--workdir", default=None)
+    p.add_argument("--quick", action="store_true", help="500 pairs, 10,000-row samples")
     args = p.parse_args(argv)
+    if args.quick:
+        args.pairs, args.store_rows = 500, 10000
     Z = np.load(args.npz)
     A, B = Z["minilm_l6"].astype(np.float32), Z["mpnet_base"].astype(np.float32)
     rng = np.random.default_rng(0)
