@@ -95,6 +95,7 @@ def make_candidate(name, n_pairs=0, random_state=None):
     Returns
     -------
     estimator : skalign estimator
+        Unfitted.
     """
     from . import (
         AnchorBootstrapper,
@@ -138,7 +139,7 @@ class Estimate:
 class MigrationPlan:
     """What :func:`plan_migration` found; ``to_dict()`` is the ``--json`` output.
 
-    Attributes
+    Parameters
     ----------
     n_pairs : int
         Paired items used.
@@ -150,11 +151,19 @@ class MigrationPlan:
         Whether the rows were L2-normalised before fitting.
     row_norms : dict
         Mean row norm of the source and target pairs as given.
+    store_size : int
+        Store size the estimates are for.
+    confidence : float
+        Coverage of the intervals.
+    min_recall : float
+        Threshold below which the plan recommends re-embedding.
     estimates : list of Estimate
         One per method and side, cross-fitted (see the module docstring).
     learning_curve : dict
         ``method → {"n_pairs": [...], "recall": [...], "recall_std": [...], "ndcg": [...]}``
-        (document side), on a held-out fifth of the pairs of size ``curve_store_size``.
+        (document side), on a held-out fifth of the pairs.
+    curve_store_size : int
+        Size of that held-out store.
     ceiling : dict
         ``{"recall", "ndcg", "method", "how"}`` of the oracle fit.
     recommendation : dict
@@ -191,6 +200,7 @@ class MigrationPlan:
         Returns
         -------
         estimate : Estimate or None
+            ``None`` when no estimate is on that side.
         """
         pool = [e for e in self.estimates if side is None or e.side == side]
         return max(pool, key=lambda e: e.recall, default=None)
@@ -201,6 +211,7 @@ class MigrationPlan:
         Returns
         -------
         plan : dict
+            Every field; the estimates as dicts.
         """
         out = asdict(self)
         out["estimates"] = [asdict(e) for e in self.estimates]
@@ -212,6 +223,7 @@ class MigrationPlan:
         Returns
         -------
         lines : list of str
+            The estimates table, ceiling, learning curve and recommendation.
         """
         k = self.k
         norms = self.row_norms
@@ -538,6 +550,7 @@ def plan_migration(X, Y, *, unpaired=None, methods=None, sides=("document", "que
     Returns
     -------
     plan : MigrationPlan
+        The estimates, learning curve, ceiling and recommendation.
 
     Examples
     --------
@@ -634,6 +647,7 @@ def write_report(plan, path):
     Parameters
     ----------
     plan : MigrationPlan
+        What :func:`plan_migration` returned.
     path : str or path-like
         ``.png`` or ``.html``.
 
