@@ -263,6 +263,7 @@ class MigrationPlan:
                   + (f" with {r['method']} ({r['side']} side)" if r["action"] != "re-embed"
                      else f" (best map: {r['method']}, {r['side']} side)")]
         lines += [f"  - {reason}" for reason in r["reasons"]]
+        lines += ["  to carry it out:"] + [f"    {c}" for c in r["commands"]]
         return lines
 
 
@@ -496,8 +497,35 @@ def _recommend(plan, curve):
             "more pairs would add little"
         reasons.append(f"learning curve of {choice.method}: {per_doubling:+.3f} recall@{k} per "
                        f"doubling of pairs between {n0} and {n1}: {more}")
+    ratio = max(plan.row_norms["source"], plan.row_norms["target"]) / max(
+        min(plan.row_norms["source"], plan.row_norms["target"]), 1e-12)
+    if not plan.normalized and ratio > 1.5:
+        reasons.append(f"the two spaces' mean row norms differ {ratio:.1f}-fold; maps without a "
+                       "scale suffer from it (bridging most): compare with --normalize")
     return {"action": action, "method": choice.method, "side": choice.side,
-            "reasons": reasons}
+            "reasons": reasons, "commands": _commands(choice, plan)}
+
+
+def _commands(choice, plan):
+    """The command lines that carry out the recommended fit (A, B, P, Q as given to plan)."""
+    fit = f"skalign fit {choice.method}"
+    if choice.method == "bootstrap":
+        fit += " --param n_anchors=1000"
+    reverse = choice.side == "query" and "swapped" in choice.how
+    fit += " --source B --target A" if reverse else " --source A --target B"
+    if choice.method == "bootstrap":
+        fit += (" --unpaired-source Q --unpaired-target P" if reverse
+                else " --unpaired-source P --unpaired-target Q")
+    fit += " -o model.skops"
+    if choice.side == "document":
+        run = "skalign translate model.skops STORE_A.npy STORE_IN_B.npy"
+    elif reverse:
+        run = "skalign translate model.skops QUERIES_B.npy QUERIES_IN_A.npy"
+    else:
+        run = "skalign translate model.skops QUERIES_B.npy QUERIES_IN_A.npy --direction inverse"
+    note = ["(fit on L2-normalised rows: normalise A, B, P, Q and the store first)"] \
+        if plan.normalized else []
+    return [fit, run] + note
 
 
 def plan_migration(X, Y, *, unpaired=None, methods=None, sides=("document", "query"), k=10,
