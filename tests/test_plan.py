@@ -67,6 +67,8 @@ def test_plan_contents_on_real_pairs(real_plan):
     assert rec["action"] in ("translate", "bridge queries", "re-embed")
     assert (rec["method"], rec["side"]) == (plan.best().method, plan.best().side) or \
         rec["side"] == "document"
+    assert rec["commands"][0].startswith(f"skalign fit {rec['method']} ")
+    assert any("row norms differ" in r for r in rec["reasons"])  # raw MiniLM 5.2 vs MPNet 3.0
     text = "\n".join(plan.summary())
     assert "not normalised" in text and "recommendation:" in text and "ceiling" in text
 
