@@ -11,8 +11,9 @@ permutation splits the texts into a *plan half* (2,000 texts) and a *held-out st
 * the known pairs are the first ``N`` texts of the plan half; the unpaired samples of the two
   stores are the plan half's 2,000 texts by the old encoder and, shuffled, by the new one (only
   skalign's bootstrap uses them: neither peer has an unpaired mode);
-* ``skalign plan`` (:func:`skalign.plan.plan_migration`, default candidates, ``store_size``
-  2,000, no learning curve) predicts each method's retention and recommends one;
+* ``skalign plan`` (:func:`skalign.plan.plan_migration`, default candidates, rows
+  L2-normalised (its default), ``store_size`` 2,000, no learning curve) predicts each method's
+  retention and recommends one;
 * every method is then fitted on the ``N`` pairs and **measured** on the held-out store:
   recall@10 and nDCG@10 of the translated index against the re-embedded one, each of the 2,000
   store texts a leave-one-out query (:func:`skalign.metrics.retrieval_retention`), translation
@@ -142,7 +143,18 @@ def measure(side, mapper, Xs, Ys):
     return r["recall"], r["ndcg"], top1, secs
 
 
+def unit(A):
+    return A / np.linalg.norm(A, axis=1, keepdims=True)
+
+
 def skalign_mapper(name, Xp, Yp, pool, side, random_state=0):
+    """The plan's candidate fitted on L2-normalised rows (the plan's default), as a function."""
+    mapper = _skalign_fit(name, unit(Xp), unit(Yp),
+                          UnpairedPool(X=unit(pool.X), y=unit(pool.y)), side, random_state)
+    return lambda A: mapper(unit(A))
+
+
+def _skalign_fit(name, Xp, Yp, pool, side, random_state):
     est = make_candidate(name, len(Xp), random_state)
     kwargs = {"unpaired": pool} if name == "bootstrap" else {}
     with warnings.catch_warnings():

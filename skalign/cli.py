@@ -472,8 +472,9 @@ def _plan_parser(sub):
     pl.add_argument("--min-recall", type=float, default=0.6, metavar="R",
                     help="recommend re-embedding when no method keeps recall@K >= R "
                     "(default: 0.6)")
-    pl.add_argument("--normalize", action="store_true",
-                    help="L2-normalise every row before fitting (default: use them as given)")
+    pl.add_argument("--no-normalize", action="store_true",
+                    help="fit on the rows as given (default: L2-normalise every row first, "
+                    "which removes scale differences between the encoders)")
     pl.add_argument("--no-curve", action="store_true", help="skip the learning curve")
     pl.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
     pl.add_argument("--json", action="store_true", help="print one JSON object instead of text")
@@ -521,7 +522,7 @@ def cmd_plan(args, out):
     sides = ("document", "query") if args.sides == "both" else (args.sides,)
     plan = plan_migration(X, Y, unpaired=pool, methods=methods, sides=sides, k=args.k,
                           store_size=args.store_size, curve=not args.no_curve,
-                          min_recall=args.min_recall, normalize=args.normalize,
+                          min_recall=args.min_recall, normalize=not args.no_normalize,
                           random_state=args.seed)
     if args.report:
         write_report(plan, args.report)

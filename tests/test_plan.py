@@ -25,7 +25,7 @@ def real_plan(docstring_pair):
     A, B, perm = docstring_pair
     pairs = perm[:400]
     plan = plan_migration(A[pairs], B[pairs], methods=["procrustes", "linear"], store_size=500,
-                          n_repeats=1, n_resamples=200)
+                          n_repeats=1, n_resamples=200, normalize=False)
     return plan
 
 
@@ -78,6 +78,7 @@ def test_unrelated_target_space_says_re_embed(docstring_pair):
     X = A[perm[:300]]
     Y = np.random.default_rng(0).standard_normal((300, 64)).astype(np.float32)
     plan = plan_migration(X, Y, methods=["procrustes", "linear"], curve=False, n_resamples=100)
+    assert plan.normalized
     assert plan.recommendation["action"] == "re-embed"
     assert plan.best().recall < 0.2
     assert plan.ceiling["recall"] < plan.min_recall
@@ -127,7 +128,7 @@ def test_cli_plan_json_schema(pair_files, tmp_path, capsys):
     plan = json.loads(out)
     assert set(plan) >= {"n_pairs", "k", "normalized", "row_norms", "estimates", "ceiling",
                          "recommendation", "learning_curve", "store_size", "seconds"}
-    assert plan["n_pairs"] == 200 and plan["k"] == 10 and plan["normalized"] is False
+    assert plan["n_pairs"] == 200 and plan["k"] == 10 and plan["normalized"] is True
     for e in plan["estimates"]:
         assert set(e) >= {"method", "side", "recall", "recall_ci", "ndcg", "ndcg_ci", "how"}
         assert 0 <= e["recall_ci"][0] <= e["recall"] <= e["recall_ci"][1] <= 1
@@ -139,7 +140,11 @@ def test_cli_plan_text(pair_files, capsys):
     status, out, _ = run(capsys, "plan", "--source", pair_files / "a.npy", "--target",
                          pair_files / "b.npy", "--methods", "procrustes", "--no-curve")
     assert status == 0
-    assert "recommendation:" in out and "procrustes" in out and "not normalised" in out
+    assert "recommendation:" in out and "procrustes" in out and "L2-normalised" in out
+    status, out, _ = run(capsys, "plan", "--source", pair_files / "a.npy", "--target",
+                         pair_files / "b.npy", "--methods", "procrustes", "--no-curve",
+                         "--no-normalize")
+    assert status == 0 and "not normalised" in out
 
 
 @pytest.mark.parametrize("extra, match", [
