@@ -1,7 +1,7 @@
 """skalign against isotrieve and rebasis on real encoders: what a migration keeps of re-embedding.
 
 ``python benchmarks/bench_migrate_peers.py [NPZ] [--pairs 25 100 500 2000] [--csv OUT]
-[--doc-csv OUT] [--quick]``
+[--doc-csv OUT] [--combos SRC:TGT ...] [--merge CSV ...] [--quick]``
 
 Data: ``../shared/data/docstrings_en.npz`` (4,000 real English sentences embedded by MiniLM,
 MPNet and multilingual-e5); every ordered pair of the three encoders. Per encoder pair one seeded
@@ -37,6 +37,14 @@ Peers, through their Python APIs on the same arrays:
   (annotations only, no behaviour changes; see ``_load_rebasis``).
 
 Run with ``OMP_NUM_THREADS=1`` on a shared machine. ``--quick``: one encoder pair, 100 pairs.
+``--combos SRC:TGT ...`` runs only some encoder pairs (split a run over processes, each with its
+own ``--csv``); ``--merge A.csv B.csv ... --csv ALL.csv --doc-csv T.csv`` joins them and writes
+the summary and the user guide's table. The committed results were made with::
+
+    OMP_NUM_THREADS=1 python benchmarks/bench_migrate_peers.py --combos minilm_l6:mpnet_base \
+        minilm_l6:me5_small_q4 --csv a.csv    # likewise mpnet_base:*, me5_small_q4:*
+    python benchmarks/bench_migrate_peers.py --merge a.csv b.csv c.csv \
+        --csv benchmarks/results/migrate_peers.csv --doc-csv doc/user_guide/migrate_peers.csv
 """
 
 import argparse
@@ -274,14 +282,23 @@ def main(argv=None):
     p.add_argument("--encoders", nargs="+", default=list(ENCODERS))
     p.add_argument("--csv", default=None, help="write every row to this CSV")
     p.add_argument("--doc-csv", default=None, help="write the user guide's table to this CSV")
+    p.add_argument("--combos", nargs="+", metavar="SRC:TGT",
+                   help="only these ordered encoder pairs (to split the run over processes)")
+    p.add_argument("--merge", nargs="+", metavar="CSV",
+                   help="no runs: merge the rows of earlier --csv files, then summarise")
     p.add_argument("--quick", action="store_true", help="one encoder pair, 100 pairs")
     args = p.parse_args(argv)
+    if args.merge:
+        rows = [r for path in args.merge for r in read_csv(path)]
+        return finish(rows, args)
     import torch
 
     torch.set_num_threads(1)
     Z = np.load(args.npz)
     E = {k: Z[k].astype(np.float32) for k in args.encoders}
     combos = list(itertools.permutations(args.encoders, 2))
+    if args.combos:
+        combos = [tuple(c.split(":")) for c in args.combos]
     counts = args.pairs
     if args.quick:
         combos, counts = combos[:1], [100]
@@ -297,9 +314,31 @@ def main(argv=None):
                 w = csv.DictWriter(f, FIELDS)
                 w.writeheader()
                 w.writerows(rows)
+    return finish(rows, args)
+
+
+def finish(rows, args):
+    if args.csv and args.merge:
+        with open(args.csv, "w", newline="") as f:
+            w = csv.DictWriter(f, FIELDS)
+            w.writeheader()
+            w.writerows(rows)
     summarise(rows)
     if args.doc_csv:
         write_doc_csv(rows, args.doc_csv)
+    return rows
+
+
+def read_csv(path):
+    """Rows written by ``--csv``, numbers back to numbers."""
+    rows = []
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            for key in ("n_pairs", "recommended"):
+                r[key] = int(r[key]) if r[key] != "" else ""
+            for key in FIELDS[7:]:
+                r[key] = float(r[key]) if r[key] != "" else ""
+            rows.append(r)
     return rows
 
 
