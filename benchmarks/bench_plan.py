@@ -60,6 +60,9 @@ def main(argv=None):
 
     lines = []
     buf = io.StringIO()
+    import resource
+
+    cpu0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.perf_counter()
     with contextlib.redirect_stdout(buf):
         status = cli(["plan", "--source", str(work / "a.npy"), "--target", str(work / "b.npy"),
@@ -67,9 +70,11 @@ def main(argv=None):
                       str(work / "q.npy"), "--store-size", str(args.store_rows), "--json",
                       "--report", str(work / "plan.html")])
     secs = time.perf_counter() - t0
+    cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
     plan = json.loads(buf.getvalue())
     lines.append(f"skalign plan: {args.pairs} pairs + {args.store_rows:,}-row store samples "
-                 f"(synthesised), exit {status}: {secs:.1f} s wall "
+                 f"(synthesised), exit {status}: {secs:.1f} s wall, {cpu:.1f} s CPU "
                  f"(OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, "
                  f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f})")
     lines.append(f"recommendation: {plan['recommendation']['action']} with "
