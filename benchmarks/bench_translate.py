@@ -1,6 +1,7 @@
 """Translate a large .npy store with ``skalign translate``: throughput, peak memory, dask shards.
 
-``python benchmarks/bench_translate.py [--rows 10000000] [--workdir DIR] [--quick] [--csv PATH]``
+``python benchmarks/bench_translate.py [--rows 10000000] [--workdir DIR] [--quick] [--csv PATH]
+[--direction forward|inverse]``
 
 1. Writes ``rows × 384`` float16 random embeddings to ``DIR/in.npy`` and fits a 384 → 768
    Procrustes map on random pairs (what is translated does not change the cost).
@@ -89,6 +90,9 @@ def main(argv=None):
     parser.add_argument("--workdir", default=None, help="where the files go (default: a temp dir)")
     parser.add_argument("--quick", action="store_true", help="a small smoke run")
     parser.add_argument("--csv", default=None, help="also write every figure to this CSV file")
+    parser.add_argument("--direction", choices=("forward", "inverse"), default="forward",
+                        help="inverse: the model is fitted 768 -> 384 and run backwards "
+                        "(translate --direction inverse), same shapes and floor; no Parquet part")
     args = parser.parse_args(argv)
     if args.quick:
         args.rows, args.parquet_rows = 20_000, 4_000
@@ -110,16 +114,22 @@ def main(argv=None):
         make_input(src, args.rows, d_in)
         results["make_input_s"] = time.perf_counter() - t0
         rng = np.random.default_rng(1)
-        model = ProcrustesAligner().fit(rng.standard_normal((2000, d_in)),
-                                        rng.standard_normal((2000, d_out)))
+        if args.direction == "forward":
+            model = ProcrustesAligner().fit(rng.standard_normal((2000, d_in)),
+                                            rng.standard_normal((2000, d_out)))
+            W = model.components_ * model.scale_
+            bias = model.target_mean_ - model.source_mean_ @ W
+        else:
+            model = ProcrustesAligner().fit(rng.standard_normal((2000, d_out)),
+                                            rng.standard_normal((2000, d_in)))
+            W = model.components_.T / model.scale_
+            bias = model.source_mean_ - model.target_mean_ @ W
         save(model, work / "m.skops")
         in_gb, out_gb = args.rows * d_in * 2 / 1e9, args.rows * d_out * 4 / 1e9
 
         with PeakRSS() as floor_mem:
             t0 = time.perf_counter()
-            W = model.components_ * model.scale_
-            floor_translate(src, work / "floor.npy", W,
-                            model.target_mean_ - model.source_mean_ @ W, batch_size)
+            floor_translate(src, work / "floor.npy", W, bias, batch_size)
             floor_s = time.perf_counter() - t0
         sample = np.random.default_rng(2).choice(args.rows, size=min(args.rows, 2000),
                                                  replace=False)
@@ -131,7 +141,7 @@ def main(argv=None):
             t0 = time.perf_counter()
             status = cli_main(["translate", str(work / "m.skops"), str(src),
                                str(work / "out.npy"), "--quiet", "--batch-size",
-                               str(batch_size)])
+                               str(batch_size), "--direction", args.direction])
             cli_s = time.perf_counter() - t0
         assert status == 0
         out = np.load(work / "out.npy", mmap_mode="r")
@@ -155,7 +165,8 @@ def main(argv=None):
               f"{cli_mem.mib:.0f} MiB (target < 1536); max |CLI - floor| on 2,000 rows "
               f"{results['max_abs_diff']:.1e}")
 
-        results.update(parquet(work, src, min(args.parquet_rows, args.rows), batch_size))
+        if args.direction == "forward":
+            results.update(parquet(work, src, min(args.parquet_rows, args.rows), batch_size))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if args.csv:

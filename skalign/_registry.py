@@ -38,7 +38,7 @@ ESTIMATOR_NAMES = frozenset({
 })
 
 #: public submodules reachable as attributes of the package (``skalign.metrics``, ...)
-SUBMODULES = ("datasets", "exceptions", "io", "manifold", "metrics", "parallel", "utils")
+SUBMODULES = ("datasets", "exceptions", "io", "manifold", "metrics", "parallel", "plan", "utils")
 
 #: class name -> class, for every estimator class defined so far (see ``register``)
 ESTIMATORS: dict[str, type] = {}

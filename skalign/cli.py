@@ -5,7 +5,9 @@
     skalign fit METHOD --source A --target B -o MODEL [--param NAME=VALUE ...]
                 [--unpaired-source P] [--unpaired-target Q]
     skalign translate MODEL INPUT OUTPUT [--column NAME] [--batch-size N]
-                [--scheduler ADDRESS] [--quiet]
+                [--scheduler ADDRESS] [--direction forward|inverse] [--quiet]
+    skalign plan --source A --target B [--id-column NAME] [--unpaired-source P]
+                [--unpaired-target Q] [--methods M,...] [--store-size N] [--json] [--report F]
     skalign evaluate MODEL --source A --target B [--json]
     skalign demo [--source ENCODER] [--target ENCODER] [--anchors N] [--seed-pairs N]
 
@@ -32,7 +34,7 @@ import numpy as np
 
 __all__ = ["main", "parse_param", "resolve_method"]
 
-COMMANDS = ("fit", "translate", "evaluate", "demo")
+COMMANDS = ("fit", "translate", "evaluate", "plan", "demo")
 
 #: hand-picked short names; every estimator is also reachable by its class name and by its class
 #: name without the "Aligner"/"Projector" suffix, in any case
@@ -299,6 +301,10 @@ def _parser():
     tr.add_argument("--scheduler", metavar="ADDRESS", help="dask distributed scheduler (e.g. "
                     "tcp://host:8786): translate Parquet shards on that cluster")
     tr.add_argument("--quiet", action="store_true", help="no progress bar and no summary")
+    tr.add_argument("--direction", choices=("forward", "inverse"), default="forward",
+                    help="forward: old -> new space (model.transform); inverse: new -> old "
+                    "(model.inverse_transform), e.g. to bridge new-encoder queries into the old "
+                    "index (default: forward)")
 
     ev = sub.add_parser("evaluate", help="cosine, top-1/top-10 and MRR on held-out pairs")
     ev.add_argument("model", metavar="MODEL", help="model file written by `skalign fit` (.skops)")
@@ -309,6 +315,7 @@ def _parser():
     ev.add_argument("--json", action="store_true", help="print one JSON object")
     _column_args(ev)
 
+    _plan_parser(sub)
     sub.add_parser("demo", help="the digits demo (also `python -m skalign`)", add_help=False)
     return parser
 
@@ -410,6 +417,10 @@ def cmd_translate(args, out):
     from .io import load, output_dim
 
     model = load(args.model)
+    if args.direction == "inverse":
+        from ._inverse import inverse_model
+
+        model = inverse_model(model)
     t0 = time.perf_counter()
     if args.scheduler:
         from .parallel import translate_parquet
@@ -485,6 +496,102 @@ def cmd_evaluate(args, out):
     return 0
 
 
+# ------------------------------------------------------------------------------------- plan
+def _plan_parser(sub):
+    pl = sub.add_parser("plan", help="estimate what each migration method keeps of "
+                        "re-embedding (recall@10/nDCG@10), and recommend one",
+                        description="From paired items (and unpaired samples of both stores), "
+                        "estimate each method's retention against re-embedding on both sides "
+                        "(translate documents, or bridge queries), a learning curve over the "
+                        "number of pairs and a ceiling; recommend translate, bridge or re-embed.")
+    pl.add_argument("--source", required=True, metavar="A",
+                    help="old-encoder embeddings of the paired items")
+    pl.add_argument("--target", required=True, metavar="B",
+                    help="new-encoder embeddings of the same items: row i of A and B (or, with "
+                    "--id-column, the rows with the same id)")
+    pl.add_argument("--id-column", metavar="NAME", help="match A and B by this id column "
+                    "(Parquet/LanceDB) instead of by row; every id of B must occur in A")
+    pl.add_argument("--unpaired-source", metavar="P", help="a sample of the old store (no pair "
+                    "needed); with --unpaired-target it adds the bootstrap candidate")
+    pl.add_argument("--unpaired-target", metavar="Q", help="a sample of new-encoder embeddings "
+                    "of store items, in any order")
+    pl.add_argument("--methods", metavar="M,...", help="comma-separated candidates among "
+                    "procrustes, linear, bootstrap, irp, gera (default: procrustes, linear and, "
+                    "with both unpaired samples, bootstrap)")
+    pl.add_argument("--sides", choices=("both", "document", "query"), default="both",
+                    help="translate the documents, bridge the queries, or both (default: both)")
+    pl.add_argument("--store-size", type=_positive_int, metavar="N", help="store size the "
+                    "retention is estimated for (default: the number of pairs); retrieval is "
+                    "harder in larger stores")
+    pl.add_argument("--k", type=_positive_int, default=10, metavar="K",
+                    help="neighbourhood size of recall@K and nDCG@K (default: 10)")
+    pl.add_argument("--min-recall", type=float, default=0.6, metavar="R",
+                    help="recommend re-embedding when no method keeps recall@K >= R "
+                    "(default: 0.6)")
+    pl.add_argument("--no-normalize", action="store_true",
+                    help="fit on the rows as given (default: L2-normalise every row first, "
+                    "which removes scale differences between the encoders)")
+    pl.add_argument("--no-curve", action="store_true", help="skip the learning curve")
+    pl.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    pl.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    pl.add_argument("--report", metavar="FILE", help="also write the curves and estimates as a "
+                    ".png or an .html page (needs matplotlib)")
+    _column_args(pl)
+
+
+def cmd_plan(args, out):
+    from pathlib import Path
+
+    from . import UnpairedPool
+    from ._pairs import read_pairs
+    from .plan import candidate_methods, plan_migration, write_report
+
+    methods = None
+    if args.methods:
+        methods = [m.strip().lower() for m in args.methods.split(",") if m.strip()]
+        unknown = [m for m in methods if m not in candidate_methods()]
+        if unknown:
+            raise CommandError(f"--methods: unknown method {unknown[0]!r}; choose from "
+                               f"{', '.join(candidate_methods())}.")
+    if args.report:
+        report = Path(args.report)
+        if report.suffix.lower() not in (".png", ".html", ".htm"):
+            raise CommandError(f"--report {report}: the file name must end in .png or .html.")
+        if not report.parent.is_dir():
+            raise CommandError(f"--report {report}: folder {report.parent} does not exist.")
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise CommandError("--report needs matplotlib, which is not installed: pip install "
+                               "matplotlib (or skalign[docs]), or drop --report.") from None
+    if not 0 <= args.min_recall <= 1:
+        raise CommandError(f"--min-recall must be in [0, 1], got {args.min_recall}.")
+    X, Y = read_pairs(args.source, args.target, id_column=args.id_column,
+                      source_column=args.source_column, target_column=args.target_column)
+    pool = None
+    if args.unpaired_source or args.unpaired_target:
+        P = _read(args.unpaired_source, args.source_column, "--unpaired-source") \
+            if args.unpaired_source else None
+        Q = _read(args.unpaired_target, args.target_column, "--unpaired-target") \
+            if args.unpaired_target else None
+        pool = UnpairedPool(X=P, y=Q)
+    sides = ("document", "query") if args.sides == "both" else (args.sides,)
+    plan = plan_migration(X, Y, unpaired=pool, methods=methods, sides=sides, k=args.k,
+                          store_size=args.store_size, curve=not args.no_curve,
+                          min_recall=args.min_recall, normalize=not args.no_normalize,
+                          random_state=args.seed)
+    if args.report:
+        write_report(plan, args.report)
+    if args.json:
+        out(json.dumps(plan.to_dict()))
+    else:
+        for line in plan.summary():
+            out(line)
+        if args.report:
+            out(f"report written to {args.report}")
+    return 0
+
+
 # -------------------------------------------------------------------------------------- main
 def main(argv=None, default_command=None):
     """Run the ``skalign`` command line; return the exit status.
@@ -513,7 +620,8 @@ def main(argv=None, default_command=None):
     args = _parser().parse_args(argv)
     from .exceptions import ModelFileError, StoreError
 
-    handler = {"fit": cmd_fit, "translate": cmd_translate, "evaluate": cmd_evaluate}
+    handler = {"fit": cmd_fit, "translate": cmd_translate, "evaluate": cmd_evaluate,
+               "plan": cmd_plan}
     try:
         return handler[args.command](args, print)
     except (CommandError, StoreError, ModelFileError, ValueError, OSError) as exc:

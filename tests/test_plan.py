@@ -1,0 +1,216 @@
+"""skalign.plan and ``skalign plan`` / ``translate --direction``: estimates against held-out
+measurements on the vendored real encoders, the recommendation, JSON, errors."""
+
+import json
+
+import numpy as np
+import pytest
+
+from skalign import LinearAligner, ProcrustesAligner
+from skalign.cli import main
+from skalign.io import save
+from skalign.metrics import retrieval_retention
+from skalign.plan import candidate_methods, make_candidate, plan_migration, write_report
+
+
+def run(capsys, *argv):
+    status = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+@pytest.fixture(scope="module")
+def real_plan(docstring_pair):
+    """Plan on 400 real pairs (MiniLM -> MPNet) for a store of 500 items."""
+    A, B, perm = docstring_pair
+    pairs = perm[:400]
+    plan = plan_migration(A[pairs], B[pairs], methods=["procrustes", "linear"], store_size=500,
+                          n_repeats=1, n_resamples=200, normalize=False)
+    return plan
+
+
+def test_predicted_retention_matches_a_separate_heldout_store(docstring_pair, real_plan):
+    A, B, perm = docstring_pair
+    pairs, store = perm[:400], perm[400:900]
+    for e in real_plan.estimates:
+        est = make_candidate(e.method, 400).fit(A[pairs], B[pairs])
+        if e.side == "document":
+            measured = retrieval_retention(B[store], est.transform(A[store]))
+        elif hasattr(est, "inverse_transform"):
+            measured = retrieval_retention(B[store], A[store], B[store],
+                                           est.inverse_transform(B[store]), exclude_self=True)
+        else:
+            rev = make_candidate(e.method, 400).fit(B[pairs], A[pairs])
+            measured = retrieval_retention(B[store], A[store], B[store],
+                                           rev.transform(B[store]), exclude_self=True)
+        # real retention here is 0.45-0.65: a wrong estimate (no store-size handling, leaking
+        # training pairs into the evaluation store) misses by 0.1-0.4
+        assert abs(e.recall - measured["recall"]) < 0.06, (e, measured)
+        assert abs(e.ndcg - measured["ndcg"]) < 0.06, (e, measured)
+        assert e.recall_ci[0] < e.recall < e.recall_ci[1]
+        assert e.recall_ci[1] - e.recall_ci[0] < 0.1
+        assert e.store_size == 500 and e.extrapolated
+
+
+def test_plan_contents_on_real_pairs(real_plan):
+    plan = real_plan
+    assert {(e.method, e.side) for e in plan.estimates} == {
+        ("procrustes", "document"), ("procrustes", "query"), ("linear", "document"),
+        ("linear", "query")}
+    assert plan.normalized is False and plan.row_norms["source"] > 3  # raw MiniLM norms
+    # the oracle is fitted on the evaluation items themselves: at least as good as any estimate
+    assert plan.ceiling["recall"] >= max(e.recall for e in plan.estimates) - 0.02
+    curve = plan.learning_curve["procrustes"]
+    assert curve["n_pairs"][0] == 25 and curve["n_pairs"][-1] == 320
+    assert curve["recall"][-1] > curve["recall"][0] + 0.2  # 25 pairs are far too few for 768-d
+    rec = plan.recommendation
+    assert rec["action"] in ("translate", "bridge queries", "re-embed")
+    assert (rec["method"], rec["side"]) == (plan.best().method, plan.best().side) or \
+        rec["side"] == "document"
+    assert rec["commands"][0].startswith(f"skalign fit {rec['method']} ")
+    assert any("row norms differ" in r for r in rec["reasons"])  # raw MiniLM 5.2 vs MPNet 3.0
+    text = "\n".join(plan.summary())
+    assert "not normalised" in text and "recommendation:" in text and "ceiling" in text
+
+
+def test_unrelated_target_space_says_re_embed(docstring_pair):
+    A, _, perm = docstring_pair
+    X = A[perm[:300]]
+    Y = np.random.default_rng(0).standard_normal((300, 64)).astype(np.float32)
+    plan = plan_migration(X, Y, methods=["procrustes", "linear"], curve=False, n_resamples=100)
+    assert plan.normalized
+    assert plan.recommendation["action"] == "re-embed"
+    assert plan.best().recall < 0.2
+    assert plan.ceiling["recall"] < plan.min_recall
+    assert any("ceiling" in r for r in plan.recommendation["reasons"])
+
+
+def test_normalize_and_errors(docstring_pair):
+    A, B, perm = docstring_pair
+    p = plan_migration(A[perm[:60]], B[perm[:60]], methods=["procrustes"], sides=("document",),
+                       curve=False, normalize=True, n_resamples=50)
+    assert p.normalized and [e.side for e in p.estimates] == ["document"]
+    with pytest.raises(ValueError, match="unknown plan method"):
+        plan_migration(A[:60], B[:60], methods=["nope"])
+    with pytest.raises(ValueError, match="unpaired samples of both stores"):
+        plan_migration(A[:60], B[:60], methods=["bootstrap"])
+    with pytest.raises(ValueError, match="at least"):
+        plan_migration(A[:15], B[:15])
+    assert "bootstrap" in candidate_methods()
+
+
+def test_report_png_and_html(real_plan, tmp_path):
+    png = write_report(real_plan, tmp_path / "r.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    page = write_report(real_plan, tmp_path / "r.html").read_text()
+    assert "data:image/png;base64," in page and "recommendation" in page
+    with pytest.raises(ValueError, match=".png or .html"):
+        write_report(real_plan, tmp_path / "r.pdf")
+
+
+# ------------------------------------------------------------------------------ command line
+@pytest.fixture(scope="module")
+def pair_files(docstring_pair, tmp_path_factory):
+    A, B, perm = docstring_pair
+    d = tmp_path_factory.mktemp("plan")
+    np.save(d / "a.npy", A[perm[:200]])
+    np.save(d / "b.npy", B[perm[:200]])
+    np.save(d / "b_short.npy", B[perm[:150]])
+    return d
+
+
+def test_cli_plan_json_schema(pair_files, tmp_path, capsys):
+    report = tmp_path / "plan.png"
+    status, out, err = run(capsys, "plan", "--source", pair_files / "a.npy", "--target",
+                           pair_files / "b.npy", "--methods", "procrustes", "--no-curve",
+                           "--json", "--report", report)
+    assert status == 0, err
+    plan = json.loads(out)
+    assert set(plan) >= {"n_pairs", "k", "normalized", "row_norms", "estimates", "ceiling",
+                         "recommendation", "learning_curve", "store_size", "seconds"}
+    assert plan["n_pairs"] == 200 and plan["k"] == 10 and plan["normalized"] is True
+    for e in plan["estimates"]:
+        assert set(e) >= {"method", "side", "recall", "recall_ci", "ndcg", "ndcg_ci", "how"}
+        assert 0 <= e["recall_ci"][0] <= e["recall"] <= e["recall_ci"][1] <= 1
+    assert plan["recommendation"]["action"] in ("translate", "bridge queries", "re-embed")
+    assert report.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_cli_plan_text(pair_files, capsys):
+    status, out, _ = run(capsys, "plan", "--source", pair_files / "a.npy", "--target",
+                         pair_files / "b.npy", "--methods", "procrustes", "--no-curve")
+    assert status == 0
+    assert "recommendation:" in out and "procrustes" in out and "L2-normalised" in out
+    status, out, _ = run(capsys, "plan", "--source", pair_files / "a.npy", "--target",
+                         pair_files / "b.npy", "--methods", "procrustes", "--no-curve",
+                         "--no-normalize")
+    assert status == 0 and "not normalised" in out
+
+
+@pytest.mark.parametrize("extra, match", [
+    (["--target", "b_short.npy"], "has 200 rows but --target"),
+    (["--methods", "procrustes,nope"], "unknown method 'nope'"),
+    (["--report", "out.pdf"], "must end in .png or .html"),
+    (["--min-recall", "2"], "--min-recall must be in"),
+    (["--methods", "bootstrap"], "unpaired samples of both stores"),
+    (["--id-column", "id"], "needs a Parquet or LanceDB"),
+])
+def test_cli_plan_errors_exit_2_one_line(pair_files, tmp_path, capsys, extra, match):
+    argv = ["plan", "--source", pair_files / "a.npy", "--target", pair_files / "b.npy",
+            "--no-curve"]
+    for i, v in enumerate(extra):
+        argv.append(pair_files / v if v.endswith(".npy") else
+                    tmp_path / v if v.endswith(".pdf") else v)
+    status, out, err = run(capsys, *argv)
+    assert status == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and match in err
+    assert not (tmp_path / "out.pdf").exists()
+
+
+def test_cli_plan_id_column_names_a_missing_id(docstring_pair, tmp_path, capsys):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    A, B, perm = docstring_pair
+
+    def table(M, ids):
+        vec = pa.FixedSizeListArray.from_arrays(pa.array(M.reshape(-1)), M.shape[1])
+        return pa.table({"doc_id": pa.array(ids), "vector": vec})
+
+    ids = [f"doc{i}" for i in range(120)]
+    # the source store holds the items in another order: pairs are matched by id, not by row
+    order = np.random.default_rng(1).permutation(120)
+    pq.write_table(table(A[perm[:120]][order], [ids[i] for i in order]), tmp_path / "a.parquet")
+    pq.write_table(table(B[perm[:120]], ids), tmp_path / "b.parquet")
+    status, out, err = run(capsys, "plan", "--source", tmp_path / "a.parquet", "--target",
+                           tmp_path / "b.parquet", "--id-column", "doc_id", "--methods",
+                           "procrustes", "--no-curve", "--json")
+    assert status == 0, err
+    by_id = json.loads(out)["estimates"][0]["recall"]
+    by_row = plan_migration(A[perm[:120]], B[perm[:120]], methods=["procrustes"], curve=False,
+                            n_resamples=1000).estimates[0].recall
+    assert by_id == pytest.approx(by_row)
+    pq.write_table(table(B[perm[:121]], ids + ["doc_new"]), tmp_path / "b2.parquet")
+    status, out, err = run(capsys, "plan", "--source", tmp_path / "a.parquet", "--target",
+                           tmp_path / "b2.parquet", "--id-column", "doc_id", "--no-curve")
+    assert status == 2 and out == ""
+    assert "id 'doc_new' of column 'doc_id' is missing from --source" in err
+
+
+def test_translate_direction_inverse(pair_files, tmp_path, capsys, docstring_pair):
+    A, B, perm = docstring_pair
+    model = ProcrustesAligner().fit(A[perm[:200]], B[perm[:200]])
+    save(model, tmp_path / "m.skops")
+    status, out, err = run(capsys, "translate", tmp_path / "m.skops", pair_files / "b.npy",
+                           tmp_path / "q.npy", "--direction", "inverse", "--quiet")
+    assert status == 0, err
+    np.testing.assert_allclose(np.load(tmp_path / "q.npy"),
+                               model.inverse_transform(B[perm[:200]]), atol=1e-5)
+    # the wrong width for the inverse direction is refused like any other
+    status, _, err = run(capsys, "translate", tmp_path / "m.skops", pair_files / "a.npy",
+                         tmp_path / "q2.npy", "--direction", "inverse", "--quiet")
+    assert status == 2 and "768-d" in err and not (tmp_path / "q2.npy").exists()
+    save(LinearAligner().fit(A[perm[:200]], B[perm[:200]]), tmp_path / "lin.skops")
+    status, out, err = run(capsys, "translate", tmp_path / "lin.skops", pair_files / "b.npy",
+                           tmp_path / "q3.npy", "--direction", "inverse")
+    assert status == 2 and len(err.strip().splitlines()) == 1
+    assert "no inverse_transform" in err and not (tmp_path / "q3.npy").exists()
