@@ -104,13 +104,11 @@ def make_candidate(name, n_pairs=0, random_state=None):
     estimator : skalign estimator
         Unfitted.
     """
-    from . import (
-        AnchorBootstrapper,
-        GeRAAligner,
-        InverseRelativeProjector,
-        LinearAligner,
-        ProcrustesAligner,
-    )
+    from ._bootstrap import AnchorBootstrapper
+    from ._gera import GeRAAligner
+    from ._irp import InverseRelativeProjector
+    from ._linear import LinearAligner
+    from ._procrustes import ProcrustesAligner
 
     if name == "procrustes":
         return ProcrustesAligner()
