@@ -11,25 +11,41 @@ import torch
 from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.metaestimators import available_if
-from sklearn.utils.validation import check_is_fitted
+from sklearn.utils.validation import check_array, check_is_fitted
 
 from ._backend import make_generator, row_normalize, to_numpy, to_tensor
+from ._certificate import CERTIFICATE_THRESHOLD, alignment_certificate
 from ._compat import Interval, StrOptions, _fit_context
 from ._matching import csls_match, relative_factors, sinkhorn_match
 from ._optim import LossHistory
-from .base import BaseAligner, check_min_pairs, check_unpaired
-from .exceptions import AnchorConsistencyWarning
+from ._self_learning import self_learn
+from ._signatures import seed_profiles, similarity_signatures
+from .base import BaseAligner, UnpairedPool, check_min_pairs, check_unpaired
+from .exceptions import AnchorConsistencyWarning, DiscoveryFailedWarning
 
 __all__ = ["AnchorBootstrapper"]
 
 _DENSE_MAX_ELEMENTS = 2**22  # plan="auto": one block / a dense plan up to about 2000 × 2000
 _CONSISTENCY_MIN = 0.8  # warn when fewer of last round's pairs are still mutual
+_ROUNDS_MIN_SEEDS = 25  # discovery="auto": fewer seeds start from signatures + self-learning
+_SIGNATURE_ROWS = 4000  # rows per side for the signature start (a random subset of a larger pool)
+_CERTIFICATE_ROWS = 5000  # source rows the certificate is computed on
+_MIN_POOL_ROWS = 50  # zero-pair mode: rows per pool at least
 
 
 def _default_estimator():
     from ._procrustes import ProcrustesAligner
 
     return ProcrustesAligner()
+
+
+def _check_pool_spread(A, name):
+    """Discovery compares rows with each other: a pool whose rows are all equal has no structure."""
+    A = np.asarray(A)
+    if len(A) > 1 and not np.any(np.ptp(A, axis=0) > 0):
+        raise ValueError(
+            f"{name}: all rows are identical (a constant pool); discovery needs distinct rows."
+        )
 
 
 def _estimator_has(attr):
@@ -252,12 +268,15 @@ class AnchorBootstrapper(BaseAligner):
 
     _parameter_constraints = {
         "estimator": "no_validation",  # checked in fit (fit and transform needed)
-        "n_anchors": [Interval(Integral, 1, None, closed="left")],
+        "n_anchors": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
         "anchor_indices": ["array-like", None],
         "n_working_anchors": [Interval(Integral, 1, None, closed="left")],
         "max_rounds": [Interval(Integral, 1, None, closed="left")],
         "tol": [Interval(Real, 0, 1, closed="both")],
         "correspondence": [StrOptions({"csls", "sinkhorn", "cosine"})],
+        "discovery": [StrOptions({"auto", "rounds", "self_learning"})],
+        "n_restarts": [Interval(Integral, 1, None, closed="left")],
+        "min_certificate": [Interval(Real, 0, 1, closed="both")],
         "csls_k": [Interval(Integral, 1, None, closed="left")],
         "center": ["boolean"],
         "refine": ["boolean"],
@@ -275,8 +294,9 @@ class AnchorBootstrapper(BaseAligner):
         "verbose": ["verbose"],
     }
 
-    def __init__(self, estimator=None, *, n_anchors=300, anchor_indices=None,
+    def __init__(self, estimator=None, *, n_anchors="auto", anchor_indices=None,
                  n_working_anchors=1000, max_rounds=10, tol=0.01, correspondence="csls",
+                 discovery="auto", n_restarts=3, min_certificate=CERTIFICATE_THRESHOLD,
                  csls_k=10, center=True, refine=False, refine_max_iter=250,
                  refine_learning_rate=0.02, sinkhorn_reg=0.05, sinkhorn_max_iter=1000,
                  sinkhorn_tol=1e-3, plan="auto", n_neighbors=64, chunk_size=None,
@@ -288,6 +308,9 @@ class AnchorBootstrapper(BaseAligner):
         self.max_rounds = max_rounds
         self.tol = tol
         self.correspondence = correspondence
+        self.discovery = discovery
+        self.n_restarts = n_restarts
+        self.min_certificate = min_certificate
         self.csls_k = csls_k
         self.center = center
         self.refine = refine
@@ -336,16 +359,23 @@ class AnchorBootstrapper(BaseAligner):
         -------
         self : AnchorBootstrapper
         """
-        X, y = self._validate_pair(X, y, min_pairs=1)
-        check_min_pairs(len(X), 2, what="seed pairs", why="relative representations need them")
+        if X is None and y is None:
+            X, y, pool = self._validate_seedless(unpaired)
+        else:
+            X, y = self._validate_pair(X, y, min_pairs=1)
+            check_min_pairs(len(X), 2, what="seed pairs",
+                            why="relative representations need them; for none, fit(None, None, "
+                                "unpaired=...)")
+            pool = check_unpaired(unpaired, X.shape[1], y.shape[1])
         est = self.estimator if self.estimator is not None else _default_estimator()
         if not (hasattr(est, "fit") and hasattr(est, "transform")):
             raise ValueError(
                 f"estimator must be an aligner with fit and transform, got {type(est).__name__}."
             )
-        pool = check_unpaired(unpaired, X.shape[1], y.shape[1])
         Xp = X if pool is None or pool.X is None else pool.X
         Yp = y if pool is None or pool.y is None else pool.y
+        _check_pool_spread(Xp, "unpaired.X")
+        _check_pool_spread(Yp, "unpaired.y")
         dev = torch.device(self.device_)
         gen = make_generator(self.random_state, dev)
         given = self._given_rows(len(Xp))
@@ -360,14 +390,22 @@ class AnchorBootstrapper(BaseAligner):
         n, m = len(XP), len(YP)
         self.plan_ = self._resolve_plan(n, m)
 
-        match, src, tgt = self._rounds(LX, LY, XP, YP, gen, given)
+        self.discovery_ = self.discovery
+        if self.discovery == "auto":
+            self.discovery_ = "rounds" if len(X) >= _ROUNDS_MIN_SEEDS else "self_learning"
+        self.restarts_ = []
+        if self.discovery_ == "rounds":
+            match, src, tgt = self._rounds(LX, LY, XP, YP, gen, given)
+        else:
+            match = self._self_learning(LX, LY, XP, YP, gen)
         if given is None:  # the most confident mutual pairs of the last round
-            budget = max(self.n_anchors - len(X), 0)
             mutual = torch.nonzero(match.mutual()).flatten()
+            auto = self.n_anchors == "auto"
+            budget = len(mutual) if auto else max(self.n_anchors - len(X), 0)
             order = torch.argsort(match.confidence[mutual], descending=True, stable=True)
             pick = mutual[order[:budget]]
             wanted = min(budget, n, m)
-            if len(pick) < wanted:
+            if not auto and len(pick) < wanted:
                 warnings.warn(
                     f"AnchorBootstrapper: only {len(pick)} mutual pairs were found, fewer than "
                     f"the {wanted} anchors requested; the inner estimator gets fewer anchors.",
@@ -394,7 +432,108 @@ class AnchorBootstrapper(BaseAligner):
             seed = int(torch.randint(2**31 - 1, (1,), generator=gen, device=gen.device))
             est.set_params(random_state=seed)
         self.estimator_ = est.fit(self.source_anchors_, self.target_anchors_)
+        self._certify(Xp, Yp, pool, gen)
         return self
+
+    def _validate_seedless(self, unpaired):
+        """Zero-pair mode: both pools are required; the seed arrays become empty."""
+        if not isinstance(unpaired, UnpairedPool) or unpaired.X is None or unpaired.y is None:
+            raise ValueError(
+                "Without seed pairs (fit(None, None, unpaired=...)), unpaired must be a "
+                "skalign.UnpairedPool with both a source pool X and a target pool y."
+            )
+        for side, A in (("X", unpaired.X), ("y", unpaired.y)):
+            if len(A) < _MIN_POOL_ROWS:
+                raise ValueError(
+                    f"unpaired.{side} has {len(A)} rows; discovery without seed pairs needs at "
+                    f"least {_MIN_POOL_ROWS} per pool (a few thousand work best)."
+                )
+        # validates dtype and finiteness of both pools and sets n_features_in_/out_ and device_
+        X, y = self._validate_pair(unpaired.X[:2], unpaired.y[:2])
+        check_array(unpaired.X, input_name="unpaired.X")
+        check_array(unpaired.y, input_name="unpaired.y")
+        return X[:0], y[:0], unpaired
+
+    def _self_learning(self, LX, LY, XP, YP, gen):
+        """Signature (+ seed profile) starts, self-learning, restarts kept by the certificate."""
+        sx = self._subset(len(XP), self.max_candidates, gen)
+        sy = self._subset(len(YP), self.max_candidates, gen)
+        XS, YS = XP[sx], YP[sy]
+        identity = len(LX) == 0 and XP.shape[1] == YP.shape[1]
+        best = None
+        for r in range(self.n_restarts):
+            t0 = time.perf_counter()
+            if identity and r == 1:  # same width and nothing to go on: the identity is a start
+                kind, a, b = "identity", *self._mutual_pairs(XS, YS)
+            else:
+                kind = "signatures" + ("+seeds" if len(LX) else "")
+                ix = self._subset(len(XS), _SIGNATURE_ROWS, gen)
+                iy = self._subset(len(YS), _SIGNATURE_ROWS, gen)
+                width = min(len(ix), len(iy))
+                U = similarity_signatures(XS[ix], width)
+                V = similarity_signatures(YS[iy], width)
+                if len(LX):
+                    U = torch.cat([U, seed_profiles(XS[ix], LX)], 1)
+                    V = torch.cat([V, seed_profiles(YS[iy], LY)], 1)
+                a, b = self._mutual_pairs(U, V)
+                a, b = ix[a], iy[b]
+                del U, V
+            W, history, objective = self_learn(XS, YS, a, b, LX, LY, csls_k=self.csls_k,
+                                               generator=gen)
+            cert = alignment_certificate(XS @ W, YS, k=self.csls_k)
+            info = {"restart": r + 1, "start": kind, "n_start_pairs": len(a),
+                    "objective": objective, "certificate": cert["score"],
+                    "n_iter": len(history), "seconds": time.perf_counter() - t0}
+            self.restarts_.append(info)
+            if self.verbose:
+                print(f"[AnchorBootstrapper] restart {r + 1}: {kind} start, {len(a)} pairs, "
+                      f"{len(history)} iterations, objective {objective:.4f}, certificate "
+                      f"{cert['score']:.3f} ({info['seconds']:.1f} s)")
+            if best is None or cert["score"] > best[0]:
+                best = (cert["score"], W, history)
+            if cert["score"] >= self.min_certificate:
+                break
+        _, W, history = best
+        self.rounds_ = [{"round": i + 1, **h} for i, h in enumerate(history)]
+        self.loss_curve_ = [1 - h["objective"] for h in history]
+        self.n_iter_ = len(history)
+        chunk = max(len(XP), 1) if self.plan_ == "dense" else self.chunk_size
+        return csls_match(XP @ W, YP, k=self.csls_k, chunk_size=chunk)
+
+    def _mutual_pairs(self, U, V):
+        """Mutual CSLS nearest neighbours of ``U`` and ``V`` (rows compared by inner product)."""
+        match = csls_match(U, V, k=self.csls_k)
+        a = torch.nonzero(match.mutual()).flatten()
+        return a, match.forward[a]
+
+    @staticmethod
+    def _subset(n, k, gen):
+        """All of ``range(n)`` or a sorted random subset of ``k`` of them."""
+        if n <= k:
+            return torch.arange(n, device=gen.device)
+        return torch.sort(torch.randperm(n, generator=gen, device=gen.device)[:k]).values
+
+    def _certify(self, Xp, Yp, pool, gen):
+        """The success certificate of the fitted translation on the pools; warn below it."""
+        if pool is None or pool.X is None or pool.y is None:
+            self.certificate_ = float("nan")  # nothing was discovered: no pools
+            self.certificate_mean_csls_ = float("nan")
+            return
+        rows = to_numpy(self._subset(len(Xp), _CERTIFICATE_ROWS, gen))
+        dev = torch.device(self.device_)
+        Y_hat = to_tensor(np.asarray(self.estimator_.transform(np.asarray(Xp)[rows])), dev)
+        cert = alignment_certificate(Y_hat, to_tensor(Yp, dev), k=self.csls_k)
+        self.certificate_ = cert["score"]
+        self.certificate_mean_csls_ = cert["mean_csls"]
+        if self.certificate_ < self.min_certificate:
+            warnings.warn(
+                f"AnchorBootstrapper: discovery probably failed: only {self.certificate_:.0%} "
+                f"of the source pool rows are mutual CSLS nearest neighbours of their "
+                f"translation (min_certificate={self.min_certificate}). The fitted map is "
+                "probably wrong. Give more seed pairs (or check them), larger pools of the same "
+                "texts, or more n_restarts; see certificate_ and restarts_.",
+                DiscoveryFailedWarning, stacklevel=3,
+            )
 
     def _given_rows(self, n_pool):
         if self.anchor_indices is None:

@@ -14,6 +14,7 @@ from sklearn.exceptions import ConvergenceWarning
 __all__ = [
     "AnchorConsistencyWarning",
     "ConvergenceWarning",
+    "DiscoveryFailedWarning",
     "IllConditionedDecodeWarning",
     "LabelsAsTargetWarning",
     "NumericalError",
@@ -61,4 +62,15 @@ class AnchorConsistencyWarning(UserWarning):
 
     Usually a sign of wrong seed pairs or of two encoders too different for the self-learning
     loop; check ``rounds_`` (``still_mutual``, ``seed_agreement``).
+    """
+
+
+class DiscoveryFailedWarning(UserWarning):
+    """:class:`~skalign.AnchorBootstrapper`: the fitted translation fails its success certificate.
+
+    The certificate (``certificate_``) is the share of source-pool rows whose translation and
+    target-pool row are mutual nearest neighbours under CSLS; below ``min_certificate`` the
+    discovered pairs, and so the map, are probably wrong (too few or wrong seed pairs, pools
+    with too little in common, or encoders too different). Turn it into an error with
+    ``warnings.simplefilter("error", DiscoveryFailedWarning)``.
     """
