@@ -13,8 +13,8 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_array, check_is_fitted
 
-from ._backend import make_generator, row_normalize, to_numpy, to_tensor
-from ._certificate import CERTIFICATE_THRESHOLD, alignment_certificate
+from ._backend import make_generator, polar, row_normalize, to_numpy, to_tensor
+from ._certificate import CERTIFICATE_THRESHOLD, alignment_certificate, split_halves
 from ._compat import Interval, StrOptions, _fit_context
 from ._matching import csls_match, relative_factors, sinkhorn_match
 from ._optim import LossHistory
@@ -392,7 +392,8 @@ class AnchorBootstrapper(BaseAligner):
 
         self.discovery_ = self.discovery
         if self.discovery == "auto":
-            self.discovery_ = "rounds" if len(X) >= _ROUNDS_MIN_SEEDS else "self_learning"
+            few = len(X) < _ROUNDS_MIN_SEEDS and pool is not None
+            self.discovery_ = "self_learning" if few else "rounds"
         self.restarts_ = []
         if self.discovery_ == "rounds":
             match, src, tgt = self._rounds(LX, LY, XP, YP, gen, given)
@@ -431,8 +432,8 @@ class AnchorBootstrapper(BaseAligner):
             # keeps the whole fit repeatable under this estimator's random_state
             seed = int(torch.randint(2**31 - 1, (1,), generator=gen, device=gen.device))
             est.set_params(random_state=seed)
-        self.estimator_ = est.fit(self.source_anchors_, self.target_anchors_)
-        self._certify(Xp, Yp, pool, gen)
+        self.estimator_ = clone(est).fit(self.source_anchors_, self.target_anchors_)
+        self._certify(Xp, Yp, pool, gen, est)
         return self
 
     def _validate_seedless(self, unpaired):
@@ -480,7 +481,7 @@ class AnchorBootstrapper(BaseAligner):
                 del U, V
             W, history, objective = self_learn(XS, YS, a, b, LX, LY, csls_k=self.csls_k,
                                                generator=gen)
-            cert = alignment_certificate(XS @ W, YS, k=self.csls_k)
+            cert = self._held_out_orthogonal(XS, YS, W, LX, LY, gen)
             info = {"restart": r + 1, "start": kind, "n_start_pairs": len(a),
                     "objective": objective, "certificate": cert["score"],
                     "n_iter": len(history), "seconds": time.perf_counter() - t0}
@@ -500,6 +501,20 @@ class AnchorBootstrapper(BaseAligner):
         chunk = max(len(XP), 1) if self.plan_ == "dense" else self.chunk_size
         return csls_match(XP @ W, YP, k=self.csls_k, chunk_size=chunk)
 
+    def _held_out_orthogonal(self, XS, YS, W, LX, LY, gen):
+        """Certificate of a self-learned map: refit on half of its mutual pairs, test the rest."""
+        a, b = self._mutual_pairs(XS @ W, YS)
+        fit, test = split_halves(len(a), gen)
+        M = XS[a[fit]].T @ YS[b[fit]]
+        if len(LX):
+            M = M + LX.T @ LY
+        W_half = polar(M.double()).to(XS.dtype)
+        rest = torch.ones(len(YS), dtype=torch.bool, device=YS.device)
+        rest[b[fit]] = False
+        new_index = torch.cumsum(rest.long(), 0) - 1
+        return alignment_certificate(XS[a[test]] @ W_half, YS[rest], new_index[b[test]],
+                                     k=self.csls_k)
+
     def _mutual_pairs(self, U, V):
         """Mutual CSLS nearest neighbours of ``U`` and ``V`` (rows compared by inner product)."""
         match = csls_match(U, V, k=self.csls_k)
@@ -513,23 +528,37 @@ class AnchorBootstrapper(BaseAligner):
             return torch.arange(n, device=gen.device)
         return torch.sort(torch.randperm(n, generator=gen, device=gen.device)[:k]).values
 
-    def _certify(self, Xp, Yp, pool, gen):
-        """The success certificate of the fitted translation on the pools; warn below it."""
+    def _certify(self, Xp, Yp, pool, gen, est):
+        """The held-out success certificate of the discovered pairs; warn below the threshold.
+
+        ``est`` (unfitted) is refitted on the seeds plus a random half of the discovered pairs
+        and must find the other half's partners among the target rows it was not fitted on.
+        """
         if pool is None or pool.X is None or pool.y is None:
             self.certificate_ = float("nan")  # nothing was discovered: no pools
-            self.certificate_mean_csls_ = float("nan")
+            self.certificate_margin_ = float("nan")
             return
-        rows = to_numpy(self._subset(len(Xp), _CERTIFICATE_ROWS, gen))
+        n_seed = len(self.source_anchors_) - len(self.anchor_pairs_)
+        src, tgt = self.anchor_pairs_[:, 0], self.anchor_pairs_[:, 1]
+        fit, test = (to_numpy(t) for t in split_halves(len(src), gen))
+        test = test[:_CERTIFICATE_ROWS]
+        half = clone(est).fit(np.vstack([self.source_anchors_[:n_seed], np.asarray(Xp)[src[fit]]]),
+                              np.vstack([self.target_anchors_[:n_seed], np.asarray(Yp)[tgt[fit]]]))
+        rest = np.ones(len(Yp), dtype=bool)
+        rest[tgt[fit]] = False
+        new_index = np.cumsum(rest) - 1
         dev = torch.device(self.device_)
-        Y_hat = to_tensor(np.asarray(self.estimator_.transform(np.asarray(Xp)[rows])), dev)
-        cert = alignment_certificate(Y_hat, to_tensor(Yp, dev), k=self.csls_k)
+        Y_hat = to_tensor(np.asarray(half.transform(np.asarray(Xp)[src[test]])), dev)
+        partner = torch.as_tensor(new_index[tgt[test]], device=dev)
+        cert = alignment_certificate(Y_hat, to_tensor(np.asarray(Yp)[rest], dev), partner,
+                                     k=self.csls_k)
         self.certificate_ = cert["score"]
-        self.certificate_mean_csls_ = cert["mean_csls"]
+        self.certificate_margin_ = cert["mean_csls_margin"]
         if self.certificate_ < self.min_certificate:
             warnings.warn(
-                f"AnchorBootstrapper: discovery probably failed: only {self.certificate_:.0%} "
-                f"of the source pool rows are mutual CSLS nearest neighbours of their "
-                f"translation (min_certificate={self.min_certificate}). The fitted map is "
+                f"AnchorBootstrapper: discovery probably failed: a map fitted on half of the "
+                f"discovered pairs recovers only {self.certificate_:.0%} of the other half "
+                f"(min_certificate={self.min_certificate}). The fitted map is "
                 "probably wrong. Give more seed pairs (or check them), larger pools of the same "
                 "texts, or more n_restarts; see certificate_ and restarts_.",
                 DiscoveryFailedWarning, stacklevel=3,
@@ -583,7 +612,7 @@ class AnchorBootstrapper(BaseAligner):
         keep = max(self.n_working_anchors - s, 0)
         src = torch.zeros(0, dtype=torch.long, device=XP.device)
         tgt = torch.zeros_like(src)
-        n_return = max(self.n_anchors - s, 0)
+        n_return = keep if self.n_anchors == "auto" else max(self.n_anchors - s, 0)
         prev, prev_mutual = set(), set()
         self.rounds_, self.loss_curve_ = [], []
         converged = False

@@ -71,7 +71,10 @@ def self_learn(XP, YP, a, b, LX=None, LY=None, *, seed_weight=5.0, csls_k=10, p0
         if seeds is not None:
             M = M + seeds
         W = polar(M.double()).to(XP.dtype)
-        C = csls_scores((XP @ W) @ YP.T, csls_k)
+        # the narrower side carries the product: n·m·min(d_x, d_y)
+        S = XP @ (YP @ W.T).T if W.shape[0] < W.shape[1] else (XP @ W) @ YP.T
+        C = csls_scores(S, csls_k)
+        del S
         objective = float(C.max(1).values.mean())
         if p < 1:
             keep = torch.rand(C.shape, generator=generator, device=C.device,
