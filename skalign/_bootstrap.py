@@ -236,7 +236,8 @@ class AnchorBootstrapper(BaseAligner):
         ``seconds``.
     rounds_ : list of dict
         Self-learning: one entry per iteration of the kept start (``objective``,
-        ``keep_probability``, ``n_pairs``, ``seconds``). Rounds: one entry per round: ``n_anchors`` (anchors of the relative representations),
+        ``keep_probability``, ``n_pairs``, ``seconds``). Rounds: one entry per round:
+        ``n_anchors`` (anchors of the relative representations),
         ``n_mutual`` (mutual pairs found), ``n_accepted``, ``mean_confidence`` (of the accepted
         pairs), ``changed`` (fraction of accepted pairs not accepted in the previous round),
         ``changed_returned`` (fraction of the pairs that would be returned — the
@@ -283,9 +284,10 @@ class AnchorBootstrapper(BaseAligner):
     Notes
     -----
     Without seed pairs both pools are required, with at least 50 rows each; pools whose rows are
-    all equal are rejected. Without ``unpaired`` (or with only one side of it) the missing pool is the seed rows of that
-    side: the estimator then runs end to end on the seed alone, which only makes sense for API
-    compatibility (the scikit-learn checks); give real pools for discovery.
+    all equal are rejected. Without ``unpaired`` (or with only one side of it) the missing pool
+    is the seed rows of that side: the estimator then runs end to end on the seed alone, which
+    only makes sense for API compatibility (the scikit-learn checks); give real pools for
+    discovery.
 
     References
     ----------
