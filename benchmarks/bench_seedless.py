@@ -60,8 +60,13 @@ def main(argv=None):
     ap.add_argument("--no-mv2v", action="store_true", help="skip mini-vec2vec")
     ap.add_argument("--mv2v-other", type=ast.literal_eval, default=MV2V_OTHER,
                     help="mini-vec2vec fit parameters of its second row, a dict literal")
+    ap.add_argument("--pairs", type=int, nargs="+", default=list(range(len(ENCODER_PAIRS))),
+                    help="indices into ENCODER_PAIRS")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the runs already in the runs CSV and skip their pair and state")
     ap.add_argument("--out", default=str(RESULTS / "bench_seedless.csv"))
     args = ap.parse_args(argv)
+    runs_path = Path(args.out.replace(".csv", "_runs.csv"))
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     if not args.no_mv2v:
         try:
@@ -70,9 +75,12 @@ def main(argv=None):
             print("mini-vec2vec is not installed (see pyproject.toml, extra benchmarks): skipped")
             args.no_mv2v = True
     E = load(args.data)
-    runs = []
-    for source, target in ENCODER_PAIRS:
+    runs = read_runs(runs_path) if args.resume and runs_path.exists() else []
+    done = {(r["source"], r["target"], int(r["state"])) for r in runs}
+    for source, target in [ENCODER_PAIRS[i] for i in args.pairs]:
         for state in args.states:
+            if (source, target, state) in done:
+                continue
             X, Y, partner, Xe, Ye, Xt, Yt = draw(E, source, target, state, args.pool)
             ceil, ceil_mrr = ceiling(Xt, Yt, Xe, Ye)
             results = [("Procrustes 1,000 pairs", ceil, ceil_mrr, float("nan"), "")]
@@ -95,12 +103,15 @@ def main(argv=None):
                            success=t1 >= 0.9 * ceil, seconds=round(sec, 1), note=note)
                 runs.append(row)
                 print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
+            write_csv(runs_path, runs)
     table = []
     print(f"\npools of {args.pool} texts per side, {len(args.states)} random states; medians")
     print(f"{'pair':32s} {'method':42s} {'top-1':>6s} {'MRR':>6s} {'success':>8s} {'fit s':>6s}")
     for source, target in ENCODER_PAIRS:
         methods = dict.fromkeys(r["method"] for r in runs if r["source"] == source
                                 and r["target"] == target)
+        if not methods:
+            continue
         for method in methods:
             rs = [r for r in runs if (r["source"], r["target"], r["method"])
                   == (source, target, method)]
@@ -109,19 +120,35 @@ def main(argv=None):
                 "top1": round(float(np.median([r["top1"] for r in rs])), 3),
                 "mrr": round(float(np.median([r["mrr"] for r in rs])), 3),
                 "success": f"{sum(r['success'] for r in rs)}/{len(rs)}",
-                "seconds": round(float(np.median([r["seconds"] for r in rs])), 1),
+                "seconds": round(float(np.median([r["seconds"] for r in rs])), 1)
+                if method != "Procrustes 1,000 pairs" else "",
                 "states": len(rs),
             }
             table.append(summary)
             print(f"{summary['pair']:32s} {method:42s} {summary['top1']:6.3f} "
                   f"{summary['mrr']:6.3f} {summary['success']:>8s} {summary['seconds']:6.1f}")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    for path, rows in ((args.out, table), (args.out.replace(".csv", "_runs.csv"), runs)):
-        with open(path, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
+    write_csv(Path(args.out), table)
     return table
+
+
+def write_csv(path, rows):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
+def read_runs(path):
+    """Runs written by an earlier call, numbers parsed back."""
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        r["state"] = int(r["state"])
+        r["success"] = r["success"] == "True"
+        for k in ("top1", "mrr", "ceiling", "seconds"):
+            r[k] = float(r[k])
+    return rows
 
 
 if __name__ == "__main__":
