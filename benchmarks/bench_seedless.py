@@ -60,6 +60,8 @@ def main(argv=None):
     ap.add_argument("--no-mv2v", action="store_true", help="skip mini-vec2vec")
     ap.add_argument("--mv2v-other", type=ast.literal_eval, default=MV2V_OTHER,
                     help="mini-vec2vec fit parameters of its second row, a dict literal")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 5],
+                    help="seed-pair counts of the skalign rows")
     ap.add_argument("--pairs", type=int, nargs="+", default=list(range(len(ENCODER_PAIRS))),
                     help="indices into ENCODER_PAIRS")
     ap.add_argument("--resume", action="store_true",
@@ -84,7 +86,7 @@ def main(argv=None):
             X, Y, partner, Xe, Ye, Xt, Yt = draw(E, source, target, state, args.pool)
             ceil, ceil_mrr = ceiling(Xt, Yt, Xe, Ye)
             results = [("Procrustes 1,000 pairs", ceil, ceil_mrr, float("nan"), "")]
-            for n_seed in (0, 5):
+            for n_seed in args.seeds:
                 boot, sec, warned, _ = fit_skalign(X, Y, partner, n_seed, state)
                 t1, mrr = top1_mrr(Ye, boot.transform(Xe))
                 results.append((f"skalign {n_seed} pairs", t1, mrr, sec,
