@@ -128,7 +128,7 @@ def main(argv=None):
             }
             table.append(summary)
             print(f"{summary['pair']:32s} {method:42s} {summary['top1']:6.3f} "
-                  f"{summary['mrr']:6.3f} {summary['success']:>8s} {summary['seconds']:6.1f}")
+                  f"{summary['mrr']:6.3f} {summary['success']:>8s} {summary['seconds']!s:>6s}")
     write_csv(Path(args.out), table)
     return table
 
