@@ -72,6 +72,7 @@ def run_draw(X, Y, draw, params, inner="procrustes", n_pool=2000, n_seed=15, n_a
     gt = np.concatenate([seeds, rng.choice(np.setdiff1d(np.arange(n_pool), seeds),
                                            n_anchors - n_seed, replace=False)])
     Xp, Yp = X[pool], Y[pool]
+    params = {"discovery": "rounds", **params}  # the table of the rounds (--param to change)
     boot = AnchorBootstrapper(INNER[inner](), n_anchors=n_anchors, random_state=draw, **params)
     t0 = time.perf_counter()
     boot.fit(Xp[seeds], Yp[seeds], unpaired=UnpairedPool(X=Xp, y=Yp[perm]))

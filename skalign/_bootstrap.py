@@ -11,26 +11,42 @@ import torch
 from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.metaestimators import available_if
-from sklearn.utils.validation import check_is_fitted
+from sklearn.utils.validation import check_array, check_is_fitted
 
-from ._backend import default_batch_size, make_generator, row_normalize, to_numpy, to_tensor
+from ._backend import default_batch_size, make_generator, polar, row_normalize, to_numpy, to_tensor
+from ._certificate import CERTIFICATE_THRESHOLD, alignment_certificate, split_halves
 from ._compat import Interval, StrOptions, _fit_context
 from ._matching import csls_match, relative_factors, sinkhorn_match
 from ._optim import LossHistory
+from ._self_learning import self_learn
+from ._signatures import seed_profiles, similarity_signatures
 from ._sinkhorn import SinkhornError
-from .base import BaseAligner, check_min_pairs, check_unpaired
-from .exceptions import AnchorConsistencyWarning
+from .base import BaseAligner, UnpairedPool, check_min_pairs, check_unpaired
+from .exceptions import AnchorConsistencyWarning, DiscoveryFailedWarning
 
 __all__ = ["AnchorBootstrapper"]
 
 _DENSE_MAX_ELEMENTS = 2**22  # plan="auto": one block / a dense plan up to about 2000 × 2000
 _CONSISTENCY_MIN = 0.8  # warn when fewer of last round's pairs are still mutual
+_ROUNDS_MIN_SEEDS = 25  # discovery="auto": fewer seeds start from signatures + self-learning
+_SIGNATURE_ROWS = 4000  # rows per side for the signature start (a random subset of a larger pool)
+_CERTIFICATE_ROWS = 5000  # source rows the certificate is computed on
+_MIN_POOL_ROWS = 50  # zero-pair mode: rows per pool at least
 
 
 def _default_estimator():
     from ._procrustes import ProcrustesAligner
 
     return ProcrustesAligner()
+
+
+def _check_pool_spread(A, name):
+    """Discovery compares rows with each other: a pool whose rows are all equal has no structure."""
+    A = np.asarray(A)
+    if len(A) > 1 and not np.any(np.ptp(A, axis=0) > 0):
+        raise ValueError(
+            f"{name}: all rows are identical (a constant pool); discovery needs distinct rows."
+        )
 
 
 def _estimator_has(attr):
@@ -44,22 +60,40 @@ def _estimator_has(attr):
 
 
 class AnchorBootstrapper(BaseAligner):
-    r"""Discover parallel anchors from a few seed pairs, then fit an aligner on all of them.
+    r"""Discover parallel anchors from a few seed pairs, or none, then fit an aligner on them.
 
-    In plain words: starting from a handful of known pairs, compare every source item with every
-    target item through their similarities to the anchors known so far, accept the pairs that
-    are each other's best match and are the most clear-cut, add them to the anchors and repeat;
-    after a few rounds the relative representations are sharp enough to pair the pools almost
-    exactly. The best pairs become the anchors of an inner aligner.
+    In plain words: starting from a handful of known pairs (or none), pair the rows of two
+    unpaired pools that describe the same items, keep the pairs that are each other's best
+    match, and fit an aligner on them. Every fit is checked without ground truth: a map fitted
+    on half of the discovered pairs must find the other half (``certificate_``); below
+    ``min_certificate`` the fit warns (:class:`~skalign.exceptions.DiscoveryFailedWarning`)
+    instead of returning a wrong map in silence.
 
     A meta-estimator in the manner of :class:`~sklearn.semi_supervised.SelfTrainingClassifier`:
     ``fit(X_seed, y_seed, unpaired=UnpairedPool(X=source_pool, y=target_pool))`` takes the seed
-    pairs and two unpaired pools (of possibly different sizes, the target pool in any order),
-    discovers ``n_anchors − n_seed`` pairs (source-pool row, target-pool row), and fits
-    ``estimator_ = clone(estimator)`` on the seed plus the discovered pairs.
-    ``transform``/``predict``/``score`` delegate to ``estimator_``.
+    pairs and two unpaired pools (of possibly different sizes, the target pool in any order);
+    ``fit(None, None, unpaired=...)`` is the zero-pair mode. It discovers pairs (source-pool
+    row, target-pool row) and fits ``estimator_ = clone(estimator)`` on the seed plus the
+    discovered pairs. ``transform``/``predict``/``score`` delegate to ``estimator_``.
 
-    **Method.** Each pool is centred on its mean and its rows (and the seed rows of that side,
+    **Two discovery methods** (``discovery``; ``"auto"`` takes self-learning below 25 seed
+    pairs, the rounds from 25 on):
+
+    * ``"self_learning"`` (zero to a few seeds): each pool row gets an isometry-invariant
+      *similarity signature* (the sorted row of :math:`\sqrt{Z Z^\top}`, vecmap's unsupervised
+      start [2]_), concatenated with its cosines to the seed rows when there are seeds; the
+      mutual CSLS nearest neighbours of these profiles are the first pseudo-pairs. Then
+      self-learning with stochastic dictionary induction [2]_: fit the orthogonal map on the
+      pseudo-pairs (seeds weighted 5×), re-pair all rows by CSLS with each score kept with
+      probability :math:`p` (0.1, doubled whenever the objective stalls for 3 iterations), until
+      it stalls at :math:`p = 1`. Up to ``n_restarts`` starts (new random draws; when the widths
+      match and there are no seeds, the second start is the identity map) are run until one
+      passes the certificate; the best is kept. The final pairs are the mutual CSLS nearest
+      neighbours under the learned map. Memory: dense :math:`n \times m` scores over at most
+      ``max_candidates`` rows per side.
+    * ``"rounds"`` (the relative-representation rounds described next).
+
+    **Rounds.** Each pool is centred on its mean and its rows (and the seed rows of that side,
     with the same mean) are L2-normalised. With the current anchors
     :math:`A_X, A_Y` (the ``s`` seeds, then the seeds plus the pairs accepted so far), the
     relative representations are the normalised cosine profiles
@@ -108,8 +142,10 @@ class AnchorBootstrapper(BaseAligner):
         Aligner fitted on the seed + discovered pairs; ``None`` means
         :class:`~skalign.ProcrustesAligner` with its defaults. Its parameters are searchable as
         ``estimator__<name>`` (also when left at ``None``).
-    n_anchors : int, default=300
-        Anchors returned in all (seed + discovered).
+    n_anchors : int or "auto", default="auto"
+        Anchors returned in all (seed + discovered); ``"auto"`` returns every mutual pair of
+        the final matching (the reliable pairs), so the inner aligner sees as many pairs as
+        the pools offer (on 3,000-row pools, 2,900–3,000 pairs instead of 300).
     anchor_indices : array-like of int, default=None
         Source-pool rows whose counterparts to return (their best targets after the rounds,
         mutual or not); ``None`` returns the most confident mutual pairs.
@@ -122,7 +158,16 @@ class AnchorBootstrapper(BaseAligner):
         confident mutual pairs, or those of ``anchor_indices``) were not already mutual pairs in
         the previous round.
     correspondence : {"csls", "sinkhorn", "cosine"}, default="csls"
-        How each round pairs the pools (see above).
+        How each round pairs the pools (see above; ``discovery="rounds"`` only).
+    discovery : {"auto", "self_learning", "rounds"}, default="auto"
+        The discovery method (see above); ``"auto"``: self-learning with fewer than 25 seed
+        pairs (zero included), the rounds otherwise and without pools.
+    n_restarts : int, default=3
+        Starts of the self-learning at most; it stops at the first that passes the
+        certificate.
+    min_certificate : float, default=0.5
+        Warn (:class:`~skalign.exceptions.DiscoveryFailedWarning`) when ``certificate_`` is
+        below this; also the bar a self-learning restart must pass.
     csls_n_neighbors : int, default=10
         Neighbourhood size of the CSLS correction (the ``k`` of [3]_).
     center : bool, default=True
@@ -130,7 +175,7 @@ class AnchorBootstrapper(BaseAligner):
         fitted on the original rows). Sentence encoders are offset from the origin, so all
         cosines are high otherwise.
     refine : bool, default=False
-        Run the anchor optimisation of [1]_ on the final anchors (see above).
+        Run the anchor optimisation of [1]_ on the final anchors (see above; needs seeds).
     refine_max_iter : int, default=250
         Adam steps of the refinement (the paper's 250).
     refine_learning_rate : float, default=0.02
@@ -181,8 +226,25 @@ class AnchorBootstrapper(BaseAligner):
         Source anchors the inner estimator was fitted on (seed first).
     target_anchors_ : ndarray of shape (n_seed + n_discovered, n_features_out)
         Their target counterparts.
+    discovery_ : str
+        The discovery method used (``"auto"`` resolved).
+    certificate_ : float
+        The success certificate, in [0, 1]: a clone of ``estimator`` fitted on the seeds plus a
+        random half of the discovered pairs translates the source rows of the other half; the
+        share of them whose mutual CSLS nearest neighbour, among the target-pool rows not used
+        in that fit, is the partner the discovery gave them. On the development data right
+        discoveries score 0.9–1.0 and failed ones 0.0–0.35 (user guide); NaN without pools.
+    certificate_margin_ : float
+        Mean CSLS margin (best minus second best) of those held-out rows.
+    restarts_ : list of dict
+        Self-learning only, one entry per start: ``start`` (``"signatures"``,
+        ``"signatures+seeds"`` or ``"identity"``), ``n_start_pairs``, ``objective``,
+        ``certificate`` (the same held-out share for the learned orthogonal map), ``n_iter``,
+        ``seconds``.
     rounds_ : list of dict
-        One entry per round: ``n_anchors`` (anchors of the relative representations),
+        Self-learning: one entry per iteration of the kept start (``objective``,
+        ``keep_probability``, ``n_pairs``, ``seconds``). Rounds: one entry per round:
+        ``n_anchors`` (anchors of the relative representations),
         ``n_mutual`` (mutual pairs found), ``n_accepted``, ``mean_confidence`` (of the accepted
         pairs), ``changed`` (fraction of accepted pairs not accepted in the previous round),
         ``changed_returned`` (fraction of the pairs that would be returned — the
@@ -195,7 +257,8 @@ class AnchorBootstrapper(BaseAligner):
         discovered correspondence), ``loss`` and ``seconds``; plus the
         Sinkhorn details for ``correspondence="sinkhorn"``.
     loss_curve_ : list of float
-        Per round, :math:`1 -` the mean similarity :math:`S_{ij}` of the accepted pairs.
+        Per round, :math:`1 -` the mean similarity :math:`S_{ij}` of the accepted pairs
+        (self-learning: :math:`1 -` the objective).
     n_iter_ : int
         Rounds run.
     refine_loss_curve_ : list of float or None
@@ -208,6 +271,9 @@ class AnchorBootstrapper(BaseAligner):
 
     Warns
     -----
+    DiscoveryFailedWarning
+        When ``certificate_ < min_certificate``: the discovered pairs, and so the map, are
+        probably wrong.
     AnchorConsistencyWarning
         When, in the last round, fewer than 80 % of the previous round's accepted pairs are still
         mutual pairs with the same partner, or the accepted pairs pair fewer than 80 % of the
@@ -224,9 +290,11 @@ class AnchorBootstrapper(BaseAligner):
 
     Notes
     -----
-    Without ``unpaired`` (or with only one side of it) the missing pool is the seed rows of that
-    side: the estimator then runs end to end on the seed alone, which only makes sense for API
-    compatibility (the scikit-learn checks); give real pools for discovery.
+    Without seed pairs both pools are required, with at least 50 rows each; pools whose rows are
+    all equal are rejected. Without ``unpaired`` (or with only one side of it) the missing pool
+    is the seed rows of that side: the estimator then runs end to end on the seed alone, which
+    only makes sense for API compatibility (the scikit-learn checks); give real pools for
+    discovery.
 
     References
     ----------
@@ -248,24 +316,29 @@ class AnchorBootstrapper(BaseAligner):
     >>> X, Y = data.embeddings["minilm_l6"], data.embeddings["mpnet_base"]
     >>> perm = np.random.default_rng(0).permutation(1000)
     >>> pool = UnpairedPool(X=X[:1000], y=Y[:1000][perm])      # target side shuffled
-    >>> boot = AnchorBootstrapper(n_anchors=300, random_state=0)
+    >>> boot = AnchorBootstrapper(n_anchors=300, discovery="rounds", random_state=0)
     >>> boot = boot.fit(X[1000:1015], Y[1000:1015], unpaired=pool)
     >>> src, tgt = boot.anchor_pairs_.T
     >>> bool(np.mean(perm[tgt] == src) > 0.95)
     True
     >>> round(boot.score(X[1100:], Y[1100:]), 2)    # held-out cosine, Procrustes inside
     0.61
+    >>> bool(boot.certificate_ > 0.9)                  # checked without ground truth
+    True
     """
 
     _parameter_constraints = {
         **BaseAligner._parameter_constraints,
         "estimator": "no_validation",  # checked in fit (fit and transform needed)
-        "n_anchors": [Interval(Integral, 1, None, closed="left")],
+        "n_anchors": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
         "anchor_indices": ["array-like", None],
         "n_working_anchors": [Interval(Integral, 1, None, closed="left")],
         "max_rounds": [Interval(Integral, 1, None, closed="left")],
         "tol": [Interval(Real, 0, 1, closed="both")],
         "correspondence": [StrOptions({"csls", "sinkhorn", "cosine"})],
+        "discovery": [StrOptions({"auto", "rounds", "self_learning"})],
+        "n_restarts": [Interval(Integral, 1, None, closed="left")],
+        "min_certificate": [Interval(Real, 0, 1, closed="both")],
         "csls_n_neighbors": [Interval(Integral, 1, None, closed="left")],
         "center": ["boolean"],
         "refine": ["boolean"],
@@ -281,8 +354,9 @@ class AnchorBootstrapper(BaseAligner):
         "verbose": ["verbose"],
     }
 
-    def __init__(self, estimator=None, *, n_anchors=300, anchor_indices=None,
+    def __init__(self, estimator=None, *, n_anchors="auto", anchor_indices=None,
                  n_working_anchors=1000, max_rounds=10, tol=0.01, correspondence="csls",
+                 discovery="auto", n_restarts=3, min_certificate=CERTIFICATE_THRESHOLD,
                  csls_n_neighbors=10, center=True, refine=False, refine_max_iter=250,
                  refine_learning_rate=0.02, sinkhorn_reg=0.05, sinkhorn_max_iter=1000,
                  sinkhorn_tol=1e-3, plan="auto", n_neighbors=64, max_candidates=10000,
@@ -294,6 +368,9 @@ class AnchorBootstrapper(BaseAligner):
         self.max_rounds = max_rounds
         self.tol = tol
         self.correspondence = correspondence
+        self.discovery = discovery
+        self.n_restarts = n_restarts
+        self.min_certificate = min_certificate
         self.csls_n_neighbors = csls_n_neighbors
         self.center = center
         self.refine = refine
@@ -353,16 +430,23 @@ class AnchorBootstrapper(BaseAligner):
         self : AnchorBootstrapper
             The fitted estimator.
         """
-        X, y = self._validate_pair(X, y, min_pairs=1)
-        check_min_pairs(len(X), 2, what="seed pairs", why="relative representations need them")
+        if X is None and y is None:
+            X, y, pool = self._validate_seedless(unpaired)
+        else:
+            X, y = self._validate_pair(X, y, min_pairs=1)
+            check_min_pairs(len(X), 2, what="seed pairs",
+                            why="relative representations need them; for none, fit(None, None, "
+                                "unpaired=...)")
+            pool = check_unpaired(unpaired, X.shape[1], y.shape[1])
         est = self.estimator if self.estimator is not None else _default_estimator()
         if not (hasattr(est, "fit") and hasattr(est, "transform")):
             raise ValueError(
                 f"estimator must be an aligner with fit and transform, got {type(est).__name__}."
             )
-        pool = check_unpaired(unpaired, X.shape[1], y.shape[1])
         Xp = X if pool is None or pool.X is None else pool.X
         Yp = y if pool is None or pool.y is None else pool.y
+        _check_pool_spread(Xp, "unpaired.X")
+        _check_pool_spread(Yp, "unpaired.y")
         dev = torch.device(self.device_)
         gen = make_generator(self.random_state, dev)
         given = self._given_rows(len(Xp))
@@ -377,14 +461,23 @@ class AnchorBootstrapper(BaseAligner):
         n, m = len(XP), len(YP)
         self.plan_ = self._resolve_plan(n, m)
 
-        match, src, tgt = self._rounds(LX, LY, XP, YP, gen, given)
+        self.discovery_ = self.discovery
+        if self.discovery == "auto":
+            few = len(X) < _ROUNDS_MIN_SEEDS and pool is not None
+            self.discovery_ = "self_learning" if few else "rounds"
+        self.restarts_ = []
+        if self.discovery_ == "rounds":
+            match, src, tgt = self._rounds(LX, LY, XP, YP, gen, given)
+        else:
+            match = self._self_learning(LX, LY, XP, YP, gen)
         if given is None:  # the most confident mutual pairs of the last round
-            budget = max(self.n_anchors - len(X), 0)
             mutual = torch.nonzero(match.mutual()).flatten()
+            auto = self.n_anchors == "auto"
+            budget = len(mutual) if auto else max(self.n_anchors - len(X), 0)
             order = torch.argsort(match.confidence[mutual], descending=True, stable=True)
             pick = mutual[order[:budget]]
             wanted = min(budget, n, m)
-            if len(pick) < wanted:
+            if not auto and len(pick) < wanted:
                 warnings.warn(
                     f"AnchorBootstrapper: only {len(pick)} mutual pairs were found, fewer than "
                     f"the {wanted} anchors requested; the inner estimator gets fewer anchors.",
@@ -407,6 +500,7 @@ class AnchorBootstrapper(BaseAligner):
 
         self.estimator_ = self._inner_estimator(est, gen).fit(self.source_anchors_,
                                                               self.target_anchors_)
+        self._certify(Xp, Yp, pool, gen, est)
         return self
 
     def _inner_estimator(self, est, gen):
@@ -423,6 +517,135 @@ class AnchorBootstrapper(BaseAligner):
         if "batch_size" in own and own["batch_size"] is None:
             est.set_params(batch_size=self.batch_size)
         return est
+
+    def _validate_seedless(self, unpaired):
+        """Zero-pair mode: both pools are required; the seed arrays become empty."""
+        if not isinstance(unpaired, UnpairedPool) or unpaired.X is None or unpaired.y is None:
+            raise ValueError(
+                "Without seed pairs (fit(None, None, unpaired=...)), unpaired must be a "
+                "skalign.UnpairedPool with both a source pool X and a target pool y."
+            )
+        for side, A in (("X", unpaired.X), ("y", unpaired.y)):
+            if len(A) < _MIN_POOL_ROWS:
+                raise ValueError(
+                    f"unpaired.{side} has {len(A)} rows; discovery without seed pairs needs at "
+                    f"least {_MIN_POOL_ROWS} per pool (a few thousand work best)."
+                )
+        # validates dtype and finiteness of both pools and sets n_features_in_/out_ and device_
+        X, y = self._validate_pair(unpaired.X[:2], unpaired.y[:2])
+        check_array(unpaired.X, input_name="unpaired.X")
+        check_array(unpaired.y, input_name="unpaired.y")
+        return X[:0], y[:0], unpaired
+
+    def _self_learning(self, LX, LY, XP, YP, gen):
+        """Signature (+ seed profile) starts, self-learning, restarts kept by the certificate."""
+        sx = self._subset(len(XP), self.max_candidates, gen)
+        sy = self._subset(len(YP), self.max_candidates, gen)
+        XS, YS = XP[sx], YP[sy]
+        identity = len(LX) == 0 and XP.shape[1] == YP.shape[1]
+        best = None
+        for r in range(self.n_restarts):
+            t0 = time.perf_counter()
+            if identity and r == 1:  # same width and nothing to go on: the identity is a start
+                kind, a, b = "identity", *self._mutual_pairs(XS, YS)
+            else:
+                kind = "signatures" + ("+seeds" if len(LX) else "")
+                ix = self._subset(len(XS), _SIGNATURE_ROWS, gen)
+                iy = self._subset(len(YS), _SIGNATURE_ROWS, gen)
+                width = min(len(ix), len(iy))
+                U = similarity_signatures(XS[ix], width)
+                V = similarity_signatures(YS[iy], width)
+                if len(LX):
+                    U = torch.cat([U, seed_profiles(XS[ix], LX)], 1)
+                    V = torch.cat([V, seed_profiles(YS[iy], LY)], 1)
+                a, b = self._mutual_pairs(U, V)
+                a, b = ix[a], iy[b]
+                del U, V
+            W, history, objective = self_learn(XS, YS, a, b, LX, LY, csls_n_neighbors=self.csls_n_neighbors,
+                                               generator=gen)
+            cert = self._held_out_orthogonal(XS, YS, W, LX, LY, gen)
+            info = {"restart": r + 1, "start": kind, "n_start_pairs": len(a),
+                    "objective": objective, "certificate": cert["score"],
+                    "n_iter": len(history), "seconds": time.perf_counter() - t0}
+            self.restarts_.append(info)
+            if self.verbose:
+                print(f"[AnchorBootstrapper] restart {r + 1}: {kind} start, {len(a)} pairs, "
+                      f"{len(history)} iterations, objective {objective:.4f}, certificate "
+                      f"{cert['score']:.3f} ({info['seconds']:.1f} s)")
+            if best is None or cert["score"] > best[0]:
+                best = (cert["score"], W, history)
+            if cert["score"] >= self.min_certificate:
+                break
+        _, W, history = best
+        self.rounds_ = [{"round": i + 1, **h} for i, h in enumerate(history)]
+        self.loss_curve_ = [1 - h["objective"] for h in history]
+        self.n_iter_ = len(history)
+        chunk = max(len(XP), 1) if self.plan_ == "dense" else self.batch_size
+        return csls_match(XP @ W, YP, k=self.csls_n_neighbors, batch_size=chunk)
+
+    def _held_out_orthogonal(self, XS, YS, W, LX, LY, gen):
+        """Certificate of a self-learned map: refit on half of its mutual pairs, test the rest."""
+        a, b = self._mutual_pairs(XS @ W, YS)
+        fit, test = split_halves(len(a), gen)
+        M = XS[a[fit]].T @ YS[b[fit]]
+        if len(LX):
+            M = M + LX.T @ LY
+        W_half = polar(M.double()).to(XS.dtype)
+        rest = torch.ones(len(YS), dtype=torch.bool, device=YS.device)
+        rest[b[fit]] = False
+        new_index = torch.cumsum(rest.long(), 0) - 1
+        return alignment_certificate(XS[a[test]] @ W_half, YS[rest], new_index[b[test]],
+                                     k=self.csls_n_neighbors)
+
+    def _mutual_pairs(self, U, V):
+        """Mutual CSLS nearest neighbours of ``U`` and ``V`` (rows compared by inner product)."""
+        match = csls_match(U, V, k=self.csls_n_neighbors)
+        a = torch.nonzero(match.mutual()).flatten()
+        return a, match.forward[a]
+
+    @staticmethod
+    def _subset(n, k, gen):
+        """All of ``range(n)`` or a sorted random subset of ``k`` of them."""
+        if n <= k:
+            return torch.arange(n, device=gen.device)
+        return torch.sort(torch.randperm(n, generator=gen, device=gen.device)[:k]).values
+
+    def _certify(self, Xp, Yp, pool, gen, est):
+        """The held-out success certificate of the discovered pairs; warn below the threshold.
+
+        ``est`` (unfitted) is refitted on the seeds plus a random half of the discovered pairs
+        and must find the other half's partners among the target rows it was not fitted on.
+        """
+        if pool is None or pool.X is None or pool.y is None:
+            self.certificate_ = float("nan")  # nothing was discovered: no pools
+            self.certificate_margin_ = float("nan")
+            return
+        n_seed = len(self.source_anchors_) - len(self.anchor_pairs_)
+        src, tgt = self.anchor_pairs_[:, 0], self.anchor_pairs_[:, 1]
+        fit, test = (to_numpy(t) for t in split_halves(len(src), gen))
+        test = test[:_CERTIFICATE_ROWS]
+        half = self._inner_estimator(est, gen).fit(
+            np.vstack([self.source_anchors_[:n_seed], np.asarray(Xp)[src[fit]]]),
+            np.vstack([self.target_anchors_[:n_seed], np.asarray(Yp)[tgt[fit]]]))
+        rest = np.ones(len(Yp), dtype=bool)
+        rest[tgt[fit]] = False
+        new_index = np.cumsum(rest) - 1
+        dev = torch.device(self.device_)
+        Y_hat = to_tensor(np.asarray(half.transform(np.asarray(Xp)[src[test]])), dev)
+        partner = torch.as_tensor(new_index[tgt[test]], device=dev)
+        cert = alignment_certificate(Y_hat, to_tensor(np.asarray(Yp)[rest], dev), partner,
+                                     k=self.csls_n_neighbors)
+        self.certificate_ = cert["score"]
+        self.certificate_margin_ = cert["mean_csls_margin"]
+        if self.certificate_ < self.min_certificate:
+            warnings.warn(
+                f"AnchorBootstrapper: discovery probably failed: a map fitted on half of the "
+                f"discovered pairs recovers only {self.certificate_:.0%} of the other half "
+                f"(min_certificate={self.min_certificate}). The fitted map is "
+                "probably wrong. Give more seed pairs (or check them), larger pools of the same "
+                "texts, or more n_restarts; see certificate_ and restarts_.",
+                DiscoveryFailedWarning, stacklevel=3,
+            )
 
     def _given_rows(self, n_pool):
         if self.anchor_indices is None:
@@ -524,7 +747,8 @@ class AnchorBootstrapper(BaseAligner):
 
         pairs, mutual_pairs = as_pairs(new_src), as_pairs(mutual)
         if given is None:
-            ret = as_pairs(mutual[order[:max(self.n_anchors - len(LX), 0)]])
+            n_return = keep if self.n_anchors == "auto" else max(self.n_anchors - len(LX), 0)
+            ret = as_pairs(mutual[order[:n_return]])
         else:
             ret = as_pairs(torch.arange(len(given), device=XP.device))
         sim = match.similarity[new_src]

@@ -16,6 +16,7 @@ __all__ = [
     "AnchorConsistencyWarning",
     "ConvergenceWarning",
     "DeviceWarning",
+    "DiscoveryFailedWarning",
     "IllConditionedDecodeWarning",
     "LabelsAsTargetWarning",
     "ModelFileError",
@@ -122,4 +123,15 @@ class ScaleMismatchWarning(UserWarning):
     agree with the re-embedded store's far less than after normalisation (the estimators'
     docstrings give the figures). Silence it with ``normalize="auto"``, or with
     ``warnings.simplefilter("ignore", ScaleMismatchWarning)`` if the norms are wanted.
+    """
+
+
+class DiscoveryFailedWarning(UserWarning):
+    """:class:`~skalign.AnchorBootstrapper`: the fitted translation fails its success certificate.
+
+    The certificate (``certificate_``) is the share of source-pool rows whose translation and
+    target-pool row are mutual nearest neighbours under CSLS; below ``min_certificate`` the
+    discovered pairs, and so the map, are probably wrong (too few or wrong seed pairs, pools
+    with too little in common, or encoders too different). Turn it into an error with
+    ``warnings.simplefilter("error", DiscoveryFailedWarning)``.
     """

@@ -39,6 +39,11 @@ def real():
     return X[1000:1015], Y[1000:1015], pool, perm, X[1100:], Y[1100:]
 
 
+def _rounds(*args, **params):
+    """The relative-representation rounds (the default from 25 seed pairs on), for 15 seeds."""
+    return AnchorBootstrapper(*args, discovery="rounds", **params)
+
+
 def _pools(n=500, d=16, noise=0.1, extra=0, seed=0):
     """15 seed pairs, a source pool and a permuted target pool (plus ``extra`` distractors)."""
     X, Y = make_paired_spaces(n_samples=n + 15 + extra, n_features=d, noise=noise,
@@ -56,7 +61,7 @@ def _rate(boot, perm):
 def test_real_encoders_pairs_are_exact_and_translate_like_ground_truth(real):
     """MiniLM -> MPNet, 15 seeds: >= 90 % exact pairs, held-out cosine of Procrustes on GT."""
     Xs, Ys, pool, perm, Xt, Yt = real
-    boot = AnchorBootstrapper(n_anchors=300, random_state=0).fit(Xs, Ys, unpaired=pool)
+    boot = _rounds(n_anchors=300, random_state=0).fit(Xs, Ys, unpaired=pool)
     assert boot.anchor_pairs_.shape == (285, 2) and boot.anchor_pairs_.dtype == np.int64
     assert _rate(boot, perm) >= 0.9
     assert isinstance(boot.estimator_, ProcrustesAligner)
@@ -73,11 +78,11 @@ def test_real_encoders_pairs_are_exact_and_translate_like_ground_truth(real):
 def test_real_encoders_negative_controls(real):
     """Shuffled seed pairs carry no correspondence; the one-shot (1-round) discovery is worse."""
     Xs, Ys, pool, perm, _, _ = real
-    wrong = AnchorBootstrapper(random_state=0).fit(Xs, Ys[np.roll(np.arange(15), 1)], unpaired=pool)
+    wrong = _rounds(random_state=0).fit(Xs, Ys[np.roll(np.arange(15), 1)], unpaired=pool)
     assert _rate(wrong, perm) < 0.1
-    one = AnchorBootstrapper(max_rounds=1, n_working_anchors=300, random_state=0)
+    one = _rounds(max_rounds=1, n_working_anchors=300, random_state=0)
     one.fit(Xs, Ys, unpaired=pool)
-    full = AnchorBootstrapper(random_state=0).fit(Xs, Ys, unpaired=pool)
+    full = _rounds(random_state=0).fit(Xs, Ys, unpaired=pool)
     assert _rate(one, perm) < _rate(full, perm) - 0.1
 
 
@@ -86,14 +91,14 @@ def test_wrong_seed_pairs_raise_a_consistency_warning_and_are_outvoted(real):
     Xs, Ys, pool, perm, _, _ = real
     swapped = Ys[[1, 0, 2, 4, 3] + list(range(5, 15))]
     with pytest.warns(AnchorConsistencyWarning, match="seed pairs"):
-        boot = AnchorBootstrapper(random_state=0).fit(Xs, swapped, unpaired=pool)
+        boot = _rounds(random_state=0).fit(Xs, swapped, unpaired=pool)
     assert boot.rounds_[-1]["seed_agreement"] == pytest.approx(11 / 15)
     assert _rate(boot, perm) >= 0.9
 
 
 def test_rounds_diagnostics_and_verbose(real, capsys):
     Xs, Ys, pool, _, _, _ = real
-    boot = AnchorBootstrapper(random_state=0, verbose=1).fit(Xs, Ys, unpaired=pool)
+    boot = _rounds(random_state=0, verbose=1).fit(Xs, Ys, unpaired=pool)
     out = capsys.readouterr().out
     assert out.count("[AnchorBootstrapper] round") == boot.n_iter_ == len(boot.rounds_) >= 2
     first, last = boot.rounds_[0], boot.rounds_[-1]
@@ -109,8 +114,8 @@ def test_rounds_diagnostics_and_verbose(real, capsys):
 @pytest.mark.parametrize("correspondence", ["csls", "sinkhorn", "cosine"])
 def test_recovers_a_known_permutation(correspondence):
     Xs, Ys, pool, perm = _pools()
-    boot = AnchorBootstrapper(LinearAligner(), n_anchors=100, correspondence=correspondence,
-                              random_state=0)
+    boot = _rounds(LinearAligner(), n_anchors=100, correspondence=correspondence,
+                   random_state=0)
     boot.fit(Xs, Ys, unpaired=pool)
     assert boot.anchor_pairs_.shape == (85, 2)
     assert _rate(boot, perm) >= 0.95
@@ -126,8 +131,8 @@ def test_bounded_memory_plans_agree_with_dense(correspondence, plan):
     """Blocks of 64 rows give the same pairs as one block (CSLS exactly; OT up to the solver)."""
     Xs, Ys, pool, perm = _pools(n=300, extra=50)
     kw = dict(n_anchors=80, correspondence=correspondence, random_state=0)
-    dense = AnchorBootstrapper(LinearAligner(), plan="dense", **kw).fit(Xs, Ys, unpaired=pool)
-    other = AnchorBootstrapper(LinearAligner(), plan=plan, batch_size=64, n_neighbors=16, **kw)
+    dense = _rounds(LinearAligner(), plan="dense", **kw).fit(Xs, Ys, unpaired=pool)
+    other = _rounds(LinearAligner(), plan=plan, batch_size=64, n_neighbors=16, **kw)
     other.fit(Xs, Ys, unpaired=pool)
     assert other.plan_ == plan
     if correspondence == "sinkhorn":
@@ -152,7 +157,7 @@ def test_distractors_and_candidate_subset():
 
 def test_refinement_is_opt_in_and_runs(real):
     Xs, Ys, pool, perm, _, _ = real
-    boot = AnchorBootstrapper(refine=True, refine_max_iter=30, random_state=0)
+    boot = _rounds(refine=True, refine_max_iter=30, random_state=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         boot.fit(Xs, Ys, unpaired=pool)
@@ -235,7 +240,7 @@ def test_without_pool_and_input_errors():
         boot = AnchorBootstrapper(LinearAligner()).fit(Xs, Ys)
     assert boot.n_iter_ >= 1 and len(boot.source_anchors_) >= 15
     with pytest.raises(ValueError, match="UnpairedPool"):
-        AnchorBootstrapper().fit(Xs, Ys, unpaired=pool.X)
+        _rounds().fit(Xs, Ys, unpaired=pool.X)
     with pytest.raises(ValueError, match="features"):
         AnchorBootstrapper().fit(Xs[:, :8], Ys, unpaired=pool)
     with pytest.raises(ValueError, match="anchor_indices"):
@@ -256,7 +261,7 @@ def test_grid_search_picks_the_rounds_that_find_the_pairs(real):
     """Cross-validated over the seed pairs, the search prefers self-learning rounds to one shot."""
     Xs, Ys, pool, perm, _, _ = real
     search = GridSearchCV(
-        AnchorBootstrapper(n_anchors=200, random_state=0),
+        _rounds(n_anchors=200, random_state=0),
         {"max_rounds": [1, 10], "estimator__scale": [False, True]}, cv=3,
     )
     with warnings.catch_warnings():
@@ -279,7 +284,7 @@ def test_float64_input_is_computed_in_float64():
     """Transforms delegate to the inner estimator, which computes float64 input in float64."""
     Xs, Ys, pool, _ = _pools(n=200)
     X = pool.X.astype(np.float64)
-    boot = AnchorBootstrapper(n_anchors=60, random_state=0).fit(Xs, Ys, unpaired=pool)
+    boot = _rounds(n_anchors=60, random_state=0).fit(Xs, Ys, unpaired=pool)
     inner = boot.estimator_
     assert isinstance(inner, ProcrustesAligner)
     W = inner.components_ * inner.scale_

@@ -1,0 +1,72 @@
+"""Shared by bench_seedless.py and certificate_study.py: splits of the development set, metrics.
+
+Each draw splits the 4,000 texts of ``docstrings_en.npz`` at random into a pool (its first
+``n_pool`` rows) and 1,000 held-out evaluation texts; the target pool holds the same texts as
+the source pool, shuffled. Top-1 and MRR count, for each held-out source text, the rank of its
+own target among all 1,000 held-out targets by cosine, both sides centred on their own mean.
+"""
+
+import time
+import warnings
+
+import numpy as np
+
+from skalign import AnchorBootstrapper, ProcrustesAligner, UnpairedPool
+from skalign.exceptions import DiscoveryFailedWarning
+
+ENCODER_PAIRS = [("minilm_l6", "mpnet_base"), ("minilm_l6", "me5_small_q4"),
+                 ("mpnet_base", "me5_small_q4")]
+N_EVAL = 1000
+
+
+def load(path):
+    Z = np.load(path)
+    return {k: Z[k].astype(np.float32) for k in Z.files}
+
+
+def draw(E, source, target, state, n_pool, impossible=False):
+    """Pools, the true partner of every source-pool row, and the held-out texts."""
+    rng = np.random.default_rng(state)
+    rows = rng.permutation(len(E[source]))
+    pool, held = rows[:n_pool], rows[-N_EVAL:]
+    shuffle = rng.permutation(n_pool)
+    X, Y = E[source][pool], E[target][pool][shuffle]
+    if impossible:  # nothing to find: random vectors of the target's width
+        Y = rng.standard_normal(Y.shape).astype(np.float32)
+    partner = np.argsort(shuffle)  # target-pool row of source-pool row i
+    return X, Y, partner, E[source][held], E[target][held], E[source][pool], E[target][pool]
+
+
+def ranks(Y_true, Y_pred):
+    """Rank of each row's own target among all rows (1 = top), cosine after centring."""
+    A = Y_pred - Y_pred.mean(0)
+    B = Y_true - Y_true.mean(0)
+    A /= np.linalg.norm(A, axis=1, keepdims=True)
+    B /= np.linalg.norm(B, axis=1, keepdims=True)
+    S = A @ B.T
+    return (S > np.diag(S)[:, None]).sum(1) + 1
+
+
+def top1_mrr(Y_true, Y_pred):
+    r = ranks(Y_true, Y_pred)
+    return float(np.mean(r == 1)), float(np.mean(1.0 / r))
+
+
+def ceiling(X_pairs, Y_pairs, Xe, Ye):
+    """Procrustes on 1,000 true pairs, evaluated on the held-out texts."""
+    return top1_mrr(Ye, ProcrustesAligner().fit(X_pairs[:1000], Y_pairs[:1000]).transform(Xe))
+
+
+def fit_skalign(X, Y, partner, n_seed, state, **params):
+    """AnchorBootstrapper from ``n_seed`` true pairs (pool rows 0..n_seed-1) and the pools."""
+    seeds = (X[:n_seed], Y[partner[:n_seed]]) if n_seed else (None, None)
+    t0 = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        boot = AnchorBootstrapper(random_state=state, **params).fit(
+            *seeds, unpaired=UnpairedPool(X=X, y=Y))
+    seconds = time.perf_counter() - t0
+    warned = any(issubclass(w.category, DiscoveryFailedWarning) for w in caught)
+    src, tgt = boot.anchor_pairs_.T
+    exact = float(np.mean(partner[src] == tgt)) if len(src) else 0.0
+    return boot, seconds, warned, exact

@@ -1,0 +1,47 @@
+r"""Isometry-invariant similarity signatures: pool rows compared across spaces without pairs.
+
+vecmap's unsupervised start (Artetxe et al., ACL 2018): for a pool :math:`Z` (rows centred and
+L2-normalised) the square root of its similarity matrix, :math:`\sqrt{Z Z^\top} = U \Sigma
+U^\top` (from the thin SVD :math:`Z = U \Sigma V^\top`), has one row per item; sorting every row
+in descending order removes the order of the pool, and a rotation of :math:`Z` changes nothing.
+Rows of two pools that describe the same text then have similar sorted rows, whatever the
+dimensions. Pools of different sizes are compared at common quantiles of the sorted rows.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._backend import row_normalize
+
+__all__ = ["seed_profiles", "similarity_signatures"]
+
+
+def similarity_signatures(Z, n_columns):
+    r"""Sorted rows of :math:`\sqrt{Z Z^\top}`, at ``n_columns`` quantiles, centred, unit rows.
+
+    Parameters
+    ----------
+    Z : tensor of shape (n, d)
+        Centred, L2-normalised pool rows.
+    n_columns : int
+        Width of the signature (quantiles of each sorted row; ``n`` keeps them all).
+
+    Returns
+    -------
+    tensor of shape (n, n_columns), dtype of ``Z``
+    """
+    U, s, _ = torch.linalg.svd(Z.double(), full_matrices=False)
+    M = torch.sort((U * s) @ U.T, dim=1, descending=True).values
+    del U
+    n = M.shape[1]
+    if n != n_columns:
+        q = torch.linspace(0, n - 1, n_columns, dtype=torch.float64, device=Z.device)
+        M = M[:, q.round().long()]
+    M = M - M.mean(0)
+    return row_normalize(M).to(Z.dtype)
+
+
+def seed_profiles(Z, L):
+    """Cosines of the pool rows to the seed rows ``L`` (relative representations), unit rows."""
+    return row_normalize(Z @ L.T)

@@ -1,0 +1,109 @@
+"""AnchorBootstrapper from zero or five seed pairs, and its success certificate, on real pools."""
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from skalign import AnchorBootstrapper, ProcrustesAligner, UnpairedPool
+from skalign.exceptions import DiscoveryFailedWarning
+from skalign.metrics import top_k_accuracy
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def split(docstring_pair):
+    """MiniLM -> MPNet: a 1,000-text pool (target side shuffled) and 350 held-out texts."""
+    A, B, order = docstring_pair
+    pool_rows, test_rows = order[:1000], order[1000:]
+    shuffle = np.random.default_rng(1).permutation(1000)
+    pool = UnpairedPool(X=A[pool_rows], y=B[pool_rows][shuffle])
+    ceiling = top_k_accuracy(B[test_rows],
+                             ProcrustesAligner().fit(A[pool_rows], B[pool_rows])
+                             .transform(A[test_rows]))
+    return pool, shuffle, A[test_rows], B[test_rows], ceiling
+
+
+def _fit(X, y, pool, **params):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        boot = AnchorBootstrapper(random_state=0, **params).fit(X, y, pool)
+    return boot, [w.category for w in caught]
+
+
+def _exact(boot, shuffle):
+    src, tgt = boot.anchor_pairs_.T
+    return float(np.mean(shuffle[tgt] == src))
+
+
+@pytest.mark.slow
+def test_zero_pairs_reach_the_supervised_ceiling(split):
+    """No pair at all: MiniLM (384) -> MPNet (768) from the two pools alone."""
+    pool, shuffle, Xt, Yt, ceiling = split
+    boot, caught = _fit(None, None, pool)
+    assert boot.discovery_ == "self_learning" and DiscoveryFailedWarning not in caught
+    assert len(boot.anchor_pairs_) >= 800  # n_anchors="auto": every reliable pair
+    assert _exact(boot, shuffle) >= 0.95  # chance: 0.001
+    assert top_k_accuracy(Yt, boot.transform(Xt)) >= 0.95 * ceiling  # ceiling ~0.97
+    assert boot.certificate_ >= 0.8
+    assert boot.n_features_in_ == 384 and boot.n_features_out_ == 768
+    assert len(boot.source_anchors_) == len(boot.anchor_pairs_)
+
+
+def test_five_seed_pairs_reach_the_supervised_ceiling(split):
+    pool, shuffle, Xt, Yt, ceiling = split
+    seeds = np.arange(5)  # source pool rows 0-4 and their true targets
+    target_rows = np.argsort(shuffle)[seeds]
+    boot, caught = _fit(pool.X[seeds], pool.y[target_rows], pool)
+    assert boot.discovery_ == "self_learning" and DiscoveryFailedWarning not in caught
+    assert _exact(boot, shuffle) >= 0.95
+    assert top_k_accuracy(Yt, boot.transform(Xt)) >= 0.95 * ceiling
+    assert boot.certificate_ >= 0.8 and boot.restarts_[0]["start"] == "signatures+seeds"
+
+
+@pytest.mark.slow
+def test_impossible_target_pool_warns(split):
+    """A target pool of random vectors has nothing to find: the certificate must say so."""
+    pool, *_ = split
+    noise = np.random.default_rng(0).standard_normal((500, 768)).astype(np.float32)
+    boot, caught = _fit(None, None, UnpairedPool(X=pool.X[:500], y=noise), n_restarts=1)
+    assert DiscoveryFailedWarning in caught
+    assert boot.certificate_ < boot.min_certificate
+
+
+def test_wrong_seed_pairs_warn_in_the_rounds_too(split):
+    """Seeded discovery is certified as well: 30 shuffled seed pairs give a warned, wrong map."""
+    pool, shuffle, *_ = split
+    rows = np.arange(30)
+    wrong = np.argsort(shuffle)[np.roll(rows, 1)]
+    boot, caught = _fit(pool.X[rows], pool.y[wrong], pool)
+    assert boot.discovery_ == "rounds"
+    assert DiscoveryFailedWarning in caught and _exact(boot, shuffle) < 0.1
+
+
+def test_bad_pools_give_clear_errors(split):
+    pool, *_ = split
+    X, Y = pool.X, pool.y
+    with pytest.raises(ValueError, match="both a source pool"):
+        AnchorBootstrapper().fit(None, None, unpaired=UnpairedPool(X=X))
+    with pytest.raises(ValueError, match="both a source pool"):
+        AnchorBootstrapper().fit(None, None)
+    with pytest.raises(ValueError, match="at least 50"):
+        AnchorBootstrapper().fit(None, None, unpaired=UnpairedPool(X=X[:20], y=Y))
+    bad = X.copy()
+    bad[7, 3] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        AnchorBootstrapper().fit(None, None, unpaired=UnpairedPool(X=bad, y=Y))
+    const = np.ones_like(Y[:200])
+    with pytest.raises(ValueError, match="constant pool"):
+        AnchorBootstrapper().fit(None, None, unpaired=UnpairedPool(X=X, y=const))
+    with pytest.raises(ValueError, match="constant pool"):
+        AnchorBootstrapper().fit(X[:5], Y[:5], unpaired=UnpairedPool(X=X, y=const))
