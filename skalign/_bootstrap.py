@@ -561,7 +561,8 @@ class AnchorBootstrapper(BaseAligner):
                 a, b = self._mutual_pairs(U, V)
                 a, b = ix[a], iy[b]
                 del U, V
-            W, history, objective = self_learn(XS, YS, a, b, LX, LY, csls_n_neighbors=self.csls_n_neighbors,
+            W, history, objective = self_learn(XS, YS, a, b, LX, LY,
+                                               csls_n_neighbors=self.csls_n_neighbors,
                                                generator=gen)
             cert = self._held_out_orthogonal(XS, YS, W, LX, LY, gen)
             info = {"restart": r + 1, "start": kind, "n_start_pairs": len(a),
@@ -595,11 +596,11 @@ class AnchorBootstrapper(BaseAligner):
         rest[b[fit]] = False
         new_index = torch.cumsum(rest.long(), 0) - 1
         return alignment_certificate(XS[a[test]] @ W_half, YS[rest], new_index[b[test]],
-                                     k=self.csls_n_neighbors)
+                                     k=self.csls_n_neighbors, batch_size=self.batch_size)
 
     def _mutual_pairs(self, U, V):
         """Mutual CSLS nearest neighbours of ``U`` and ``V`` (rows compared by inner product)."""
-        match = csls_match(U, V, k=self.csls_n_neighbors)
+        match = csls_match(U, V, k=self.csls_n_neighbors, batch_size=self.batch_size)
         a = torch.nonzero(match.mutual()).flatten()
         return a, match.forward[a]
 
@@ -634,7 +635,7 @@ class AnchorBootstrapper(BaseAligner):
         Y_hat = to_tensor(np.asarray(half.transform(np.asarray(Xp)[src[test]])), dev)
         partner = torch.as_tensor(new_index[tgt[test]], device=dev)
         cert = alignment_certificate(Y_hat, to_tensor(np.asarray(Yp)[rest], dev), partner,
-                                     k=self.csls_n_neighbors)
+                                     k=self.csls_n_neighbors, batch_size=self.batch_size)
         self.certificate_ = cert["score"]
         self.certificate_margin_ = cert["mean_csls_margin"]
         if self.certificate_ < self.min_certificate:

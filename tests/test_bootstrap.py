@@ -225,8 +225,8 @@ def test_device_and_batch_size_reach_the_inner_estimator(monkeypatch):
 def test_sinkhorn_failures_name_the_estimator_parameters():
     """The solver speaks of reg/max_iter; the estimator rewords with sinkhorn_* parameters."""
     Xs, Ys, pool, _ = _pools(n=100)
-    boot = AnchorBootstrapper(correspondence="sinkhorn", sinkhorn_max_iter=1, sinkhorn_tol=1e-12,
-                              sinkhorn_reg=1e-3, random_state=0)
+    boot = _rounds(correspondence="sinkhorn", sinkhorn_max_iter=1, sinkhorn_tol=1e-12,
+                   sinkhorn_reg=1e-3, random_state=0)
     with pytest.raises(NumericalError, match=r"AnchorBootstrapper: Sinkhorn did not converge.*"
                        r"sinkhorn_max_iter \(now 1\) or sinkhorn_reg") as info:
         boot.fit(Xs, Ys, unpaired=pool)
