@@ -13,11 +13,11 @@
 ``A``, ``B``, ``P``, ``Q``, ``INPUT`` and ``OUTPUT`` are ``.npy`` arrays, Parquet files, folders
 of Parquet shards or LanceDB tables ``DIR/TABLE.lance``; ``translate`` also reads and writes
 FAISS indexes and PostgreSQL/pgvector, Chroma and Qdrant addresses (see :mod:`skalign.io`).
-``METHOD`` is a short name (``procrustes``, ``linear``, ``irp``, ``gera``, ``asif``,
-``bootstrap``, ``ensemble``, ``relative``) or a class name; ``--param`` values are typed from
-the estimator's own parameter constraints (``none`` for ``None``, ``true``/``false`` for booleans, a method name for a
-meta-estimator's ``estimator``). Mistakes the user can fix end with a one-line message on
-standard error and exit status 2; no partial ``OUTPUT`` or ``MODEL`` is left behind.
+``METHOD`` is a short name (``procrustes``, ``linear``, ``irp``, ``gera``, ``asif``, ``bootstrap``,
+``ensemble``, ``relative``) or a class name; ``--param`` values are typed from the estimator's own
+parameter constraints (``none`` for ``None``, ``true``/``false`` for booleans, a method name for a
+meta-estimator's ``estimator``). Mistakes the user can fix end with a one-line message on standard
+error and exit status 2; no partial ``OUTPUT`` or ``MODEL`` is left behind.
 """
 
 from __future__ import annotations
