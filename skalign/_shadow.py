@@ -177,7 +177,7 @@ class NpyShadow(FileShadow):
         self._file.close()
         return self.rows
 
-    def fetch(self, positions):
+    def fetch(self, positions, rows=None):
         return np.load(self.partial, mmap_mode="r")[positions].copy(), None
 
     def close(self):

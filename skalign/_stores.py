@@ -490,7 +490,7 @@ class _ParquetWriter(FileShadow):
                 os.fsync(f.fileno())
         return self.rows
 
-    def fetch(self, positions):
+    def fetch(self, positions, rows=None):
         files = [self.work / name for name, _ in self.parts] if self.folder else [self.partial]
         return _parquet_take(self.pa, self.pq, files, positions, self.job.out_column)
 
@@ -580,7 +580,7 @@ class _LanceWriter(FileShadow):
     def finish(self):
         return self.table.count_rows()
 
-    def fetch(self, positions):
+    def fetch(self, positions, rows=None):
         # one at a time: take_offsets does not promise the order of several
         got = [self.table.take_offsets([int(p)]).to_arrow().to_pylist()[0] for p in positions]
         vecs = [np.asarray(r.pop(self.job.out_column), dtype=np.float32) for r in got]
@@ -740,7 +740,7 @@ def _verify(job, writer, model, n, positions, sources, rows):
                          f"{job.reader.n_rows}; run the same command again.")
     if not positions:
         return
-    got, got_rows = writer.fetch(positions)
+    got, got_rows = writer.fetch(positions, rows)
     want = np.asarray(model.transform(np.stack(sources)), dtype=np.float32)
     if getattr(writer, "normalizes", False):  # cosine engines store directions
         want = want / np.maximum(np.linalg.norm(want, axis=1, keepdims=True), 1e-30)

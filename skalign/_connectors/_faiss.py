@@ -148,7 +148,7 @@ class Writer(NpyShadow):
         self._built = index
         return int(index.ntotal)
 
-    def fetch(self, positions):
+    def fetch(self, positions, rows=None):
         faiss = _faiss()
         owner = faiss.read_index(str(self.partial_index))
         index = faiss.downcast_index(owner)
