@@ -41,7 +41,7 @@ def _client(address):
                                  "(qdrant:DIR/COLLECTION).")
             client = QdrantClient(path=str(address.path))
         else:
-            client = QdrantClient(url=address.url, timeout=10)
+            client = QdrantClient(url=address.url, timeout=10, check_compatibility=False)
             client.get_collections()
     except StoreError:
         raise
