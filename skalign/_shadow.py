@@ -107,7 +107,8 @@ class FileShadow:
         name, suffix = self.path.name, self.suffix
         stem = name[: -len(suffix)] if suffix and name.endswith(suffix) else name
         old = list(self.path.parent.glob(f".{glob_escape(stem)}.tmp-*")) if stem else []
-        return [p for p in (self.partial, self.journal) if p.exists()] + old
+        journal_new = self.journal.with_name(self.journal.name + ".new")
+        return [p for p in (self.partial, self.journal, journal_new) if p.exists()] + old
 
     def discard(self):
         for p in self.leftovers():
