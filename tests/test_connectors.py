@@ -261,3 +261,18 @@ def test_connector_input_needs_same_engine_output(tmp_path, data):
     with pytest.raises(StoreError, match="a faiss store translates into a faiss store"):
         translate(model, src, tmp_path / "out.npy")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["src.faiss"]
+
+
+def test_cli_replace_and_restore(tmp_path, capsys, data):
+    X, model = data
+    path = str(save(model, tmp_path / "m.skops"))
+    np.save(tmp_path / "x.npy", X)
+    out = str(tmp_path / "out.npy")
+    assert main(["translate", path, str(tmp_path / "x.npy"), out]) == 0
+    assert main(["translate", path, str(tmp_path / "x.npy"), out, "--replace"]) == 0
+    text = capsys.readouterr().out
+    assert "kept as" in text and "out-skalign-backup.npy" in text and "skalign restore" in text
+    assert main(["restore", out]) == 0
+    assert "restored" in capsys.readouterr().out
+    status, err = _cli(capsys, "restore", str(tmp_path / "none.npy"))
+    assert status == 2 and "no backup none-skalign-backup.npy" in err[0]
