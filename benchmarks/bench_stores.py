@@ -87,8 +87,7 @@ def run_cli(argv, env, kill_after=None):
         except subprocess.TimeoutExpired:
             os.kill(p.pid, signal.SIGKILL)
     _, status, usage = os.wait4(p.pid, 0)
-    out = p.stdout.read().decode()
-    p.stderr.read()
+    out = p.stdout.read().decode() + p.stderr.read().decode()
     wall = time.perf_counter() - t0
     killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
     code = None if killed else os.waitstatus_to_exitcode(status)
@@ -152,6 +151,7 @@ def bench_backend(backend, n, kills, model_path, model, X, workdir, env, seed):
                                       kill_after=rng.uniform(0.05, 1.0) * wall)
             mid_run += status is None
             status, _, _, text = run_cli(["translate", model_path, src, target], env)
+            # 0: resumed and finished; "already exists": the kill landed after the publish
             resumed += status == 0 or "already exists" in text
             got = backend.read(target)
             _close_clients()
