@@ -8,7 +8,8 @@ __all__ = ["read_pairs"]
 
 
 def _read(path, column, flag, id_column=None):
-    from ._stores import StoreError, open_reader
+    from ._stores import open_reader
+    from .exceptions import StoreError
 
     reader = open_reader(path, column=column)
     if reader.n_rows == 0:
@@ -48,7 +49,7 @@ def read_pairs(source, target, *, id_column=None, source_column=None, target_col
     -------
     X, Y : ndarray
     """
-    from ._stores import StoreError
+    from .exceptions import StoreError
 
     X, xid = _read(source, source_column, "--source", id_column)
     Y, yid = _read(target, target_column, "--target", id_column)

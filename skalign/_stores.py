@@ -23,8 +23,6 @@ fix raise :class:`StoreError`, whose one-line message names the file and the fix
 from __future__ import annotations
 
 import os
-import secrets
-import shutil
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -35,12 +33,22 @@ import numpy as np
 
 from ._backend import default_batch_size as _default_batch_size
 from ._backend import iter_batches
+from ._journal import read_journal, write_journal
+from ._shadow import (
+    FileShadow,
+    NpyShadow,
+    atomic_file,
+    check_parent,
+    fsync_dir,
+    remove_path,
+    swap_paths,
+)
 from .exceptions import StoreError
 
 # the internal store API that skalign.io and skalign.parallel share
 __all__ = [
-    "arrow_vectors", "atomic_file", "open_reader", "output_dim", "output_schema",
-    "prepare_translation", "translate_store",
+    "arrow_vectors", "atomic_file", "open_reader", "open_writer", "output_dim", "output_schema",
+    "prepare_translation", "restore_store", "store_kind", "translate_store",
 ]
 
 #: rows per output shard when an unsharded input is written as a folder of Parquet shards
@@ -49,54 +57,14 @@ _AUTO_COLUMNS = ("vector", "embedding", "embeddings")
 
 
 # ------------------------------------------------------------------------------------ helpers
-def tmp_sibling(path, suffix=""):
-    """A fresh hidden name next to ``path`` (same folder, so the final rename is atomic)."""
-    stem = path.name[: -len(suffix)] if suffix and path.name.endswith(suffix) else path.name
-    return path.with_name(f".{stem}.tmp-{os.getpid()}-{secrets.token_hex(4)}{suffix}")
-
-
-def remove_path(path):
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    elif path.exists() or path.is_symlink():
-        path.unlink(missing_ok=True)
-
-
-def replace_path(tmp, path):
-    """Move ``tmp`` to ``path``, replacing a file or folder already there."""
-    if path.is_dir() and not path.is_symlink():
-        old = tmp_sibling(path, ".old")
-        os.rename(path, old)
-        os.rename(tmp, path)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, path)
-
-
-def check_parent(path):
-    if not path.parent.is_dir():
-        raise StoreError(f"{path}: folder {path.parent} does not exist; create it first.")
-
-
-@contextmanager
-def atomic_file(path, suffix=""):
-    """Yield a temporary path next to ``path``; rename it to ``path`` if the block succeeds.
-
-    On any exception the temporary file (or folder) is removed and the exception re-raised.
-    """
-    path = Path(path)
-    check_parent(path)
-    tmp = tmp_sibling(path, suffix)
-    try:
-        yield tmp
-        replace_path(tmp, path)
-    except BaseException:
-        remove_path(tmp)
-        raise
-
-
 def store_kind(path, *, output=False):
-    """``"npy"``, ``"parquet"`` (a file), ``"parquet-dir"`` or ``"lance"`` for ``path``."""
+    """``"npy"``, ``"parquet"`` (a file), ``"parquet-dir"``, ``"lance"``, or a connector's kind
+    (``"pgvector"``, ``"chroma"``, ``"qdrant"``, ``"faiss"``) for a path or an address."""
+    from ._connectors import parse_address
+
+    address = parse_address(path)
+    if address is not None:
+        return address.kind
     path = Path(path)
     if path.suffix == ".npy":
         return "npy"
@@ -111,8 +79,9 @@ def store_kind(path, *, output=False):
     if not output and not path.exists():
         raise StoreError(f"{path}: no such file or folder; check the path.")
     raise StoreError(
-        f"{path}: unsupported format; use .npy, .parquet (a file or a folder of shards) or a "
-        "LanceDB table DIR/TABLE.lance."
+        f"{path}: unsupported format; use .npy, .parquet (a file or a folder of shards), a "
+        "LanceDB table DIR/TABLE.lance, PATH.faiss, or a postgresql://, chroma:, qdrant: address "
+        "(see skalign translate --help)."
     )
 
 
@@ -243,10 +212,12 @@ class _NpyReader:
         self.n_rows, self.dim = mm.shape
         self.dtype = mm.dtype
 
-    def batches(self, batch_size):
+    def batches(self, batch_size, start=0):
         mm = self._mm
         row_bytes = self.dim * self.dtype.itemsize
         for rows in iter_batches(self.n_rows, batch_size):
+            if rows.stop <= start:
+                continue
             if mm.flags.c_contiguous and row_bytes:
                 # a fresh mapping per window: unmapped when dropped, so the pages read so far
                 # leave the resident set instead of accumulating over the whole file
@@ -315,12 +286,25 @@ class _ParquetReader:
                 return len(first[0])
         return 0
 
-    def batches(self, batch_size):
+    def batches(self, batch_size, start=0):
         pa = self._pa
+        seen = 0
         for (p, shard), f in zip(self.shards, self._files):
+            if seen + f.metadata.num_rows <= start:  # a whole shard already translated
+                seen += f.metadata.num_rows
+                continue
             idx = f.schema_arrow.get_field_index(self.column)
             for rb in f.iter_batches(batch_size=batch_size):
+                seen += rb.num_rows
+                if seen <= start:  # batch boundaries restart with each file: resume on one
+                    continue
                 yield arrow_vectors(pa, rb.column(idx), self.dim, p, self.column), rb, shard
+
+    def row(self, rb, k):
+        """Row ``k`` of a batch without its vector: the fields the output must keep."""
+        out = rb.slice(k, 1).to_pylist()[0]
+        out.pop(self.column)
+        return out
 
     def read_all(self):
         parts = [v for v, _, _ in self.batches(65536)]
@@ -359,14 +343,22 @@ class _LanceReader:
             head = self._table.search().select([self.column]).limit(1).to_arrow()
             self.dim = len(head.column(0)[0]) if head.num_rows else 0
 
-    def batches(self, batch_size):
+    def batches(self, batch_size, start=0):
         pa = self._pa
         reader = self._table.search().limit(None).to_batches(batch_size)
+        seen = 0
         for rb in reader:
-            if rb.num_rows == 0:
+            seen += rb.num_rows
+            if rb.num_rows == 0 or seen <= start:
                 continue
             idx = rb.schema.get_field_index(self.column)
             yield arrow_vectors(pa, rb.column(idx), self.dim, self.path, self.column), rb, None
+
+    def row(self, rb, k):
+        """Row ``k`` of a batch without its vector: the fields the output must keep."""
+        out = rb.slice(k, 1).to_pylist()[0]
+        out.pop(self.column)
+        return out
 
     def read_all(self):
         parts = [v for v, _, _ in self.batches(65536)]
@@ -382,6 +374,11 @@ def open_reader(path, *, column=None):
     ``(n, dim)`` array, the Arrow record batch they came from (``None`` for ``.npy``) and the
     shard's path relative to a sharded input folder (else ``None``).
     """
+    from ._connectors import open_connector_reader, parse_address
+
+    address = parse_address(path)
+    if address is not None:
+        return open_connector_reader(address, column)
     path = Path(path)
     kind = store_kind(path)
     if kind == "npy":
@@ -411,87 +408,188 @@ def _output_batch(pa, schema, column, out, rb, start):
     return rb.cast(schema) if rb.schema != schema else rb
 
 
-def _write_npy(path, batches, n_rows, dim):
-    with atomic_file(path, ".npy") as tmp:
-        mm = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(n_rows, dim))
-        offset = mm.offset
-        del mm
-        written = 0
-        # sequential writes after the header: the page cache, not this process, holds the data
-        with open(tmp, "r+b") as f:
-            f.seek(offset)
-            for out, _, _ in batches:
-                f.write(np.ascontiguousarray(out, dtype=np.float32).data)
-                written += len(out)
-        if written != n_rows:
-            raise StoreError(f"{path}: the input yielded {written} rows, expected {n_rows}.")
+class _ParquetWriter(FileShadow):
+    """The shadow is a hidden folder; every committed unit is a complete Parquet file listed in
+    the journal. Folder outputs: one file per input shard (sharded input) or per batch
+    (``part-NNNNN.parquet``, unsharded input), renamed as a whole at the end. A single-file
+    output: one part per batch, joined into one file (one row group per batch) at the end."""
 
+    suffix = ".parquet"
 
-def _write_parquet(path, batches, schema, column, *, folder):
-    pa, pq = _import_pyarrow(path)
-    with atomic_file(path) as tmp:
+    def __init__(self, path, job, *, folder):
+        self.folder = folder
         if folder:
-            tmp.mkdir()
-        writer, current, start, part_rows, part = None, object(), 0, 0, 0
-        try:
-            for out, rb, shard in batches:
-                if folder:
-                    if shard is None and (writer is None or part_rows >= ROWS_PER_SHARD):
-                        shard, part, part_rows = f"part-{part:05d}.parquet", part + 1, 0
-                    elif shard is None:
-                        shard = current
-                    if shard != current:
-                        if writer is not None:
-                            writer.close()
-                        target = tmp / shard
-                        target.parent.mkdir(parents=True, exist_ok=True)
-                        writer, current = pq.ParquetWriter(target, schema), shard
-                elif writer is None:
-                    writer = pq.ParquetWriter(tmp, schema)
-                writer.write_batch(_output_batch(pa, schema, column, out, rb, start))
-                start += len(out)
-                part_rows += len(out)
-            if writer is None and not folder:
-                writer = pq.ParquetWriter(tmp, schema)  # zero rows: still a valid empty file
-        finally:
-            if writer is not None:
+            self.suffix = ""
+        super().__init__(path, job)
+
+    def begin(self, fp):
+        self.pa, self.pq = _import_pyarrow(self.path)
+        job = self.job
+        self.schema = output_schema(self.pa, job.reader, job.out_column, job.d_out)
+        self.work = self.partial if self.folder else self.partial.with_name(
+            self.partial.name + ".parts")
+        state = read_journal(self.journal)
+        if state is not None and state.get("fingerprint") == fp and self.work.is_dir():
+            self.parts = [tuple(p) for p in state["parts"]]
+            keep = {name for name, _ in self.parts}
+            for p in self.work.rglob("*.parquet"):  # a unit written but not yet committed
+                if p.relative_to(self.work).as_posix() not in keep:
+                    p.unlink()
+        else:
+            self.discard()
+            self.work.mkdir()
+            self.parts = []
+            write_journal(self.journal, fingerprint=fp, parts=[])
+        self.fp = fp
+        self.rows = sum(n for _, n in self.parts)
+        self._writer = self._current = None
+        self._unit_rows = 0
+        return self.rows
+
+    def leftovers(self):
+        extra = [] if self.folder else [self.partial.with_name(self.partial.name + ".parts")]
+        return super().leftovers() + [p for p in extra if p.exists()]
+
+    def _commit_unit(self):
+        if self._writer is None:
+            return
+        self._writer.close()
+        self.parts.append((self._current, self._unit_rows))
+        fsync_dir(self.work / Path(self._current).parent)
+        write_journal(self.journal, fingerprint=self.fp, parts=self.parts)
+        self._writer, self._unit_rows = None, 0
+
+    def write_unit(self, out, rb, shard, start):
+        """Append a batch; a unit ends at a shard change or, without shards, after each batch."""
+        batch = _output_batch(self.pa, self.schema, self.job.out_column, out, rb, start)
+        name = shard if (self.folder and shard) else f"part-{len(self.parts):05d}.parquet"
+        if self._writer is not None and name != self._current:
+            self._commit_unit()
+        if self._writer is None:
+            target = self.work / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            self._writer = self.pq.ParquetWriter(target, self.schema)
+            self._current = name
+        self._writer.write_batch(batch)
+        self._unit_rows += len(out)
+        self.rows += len(out)
+        if not (self.folder and shard):
+            self._commit_unit()
+
+    def finish(self):
+        self._commit_unit()
+        if not self.folder:
+            # join the parts into the one output file, row group by row group
+            writer = self.pq.ParquetWriter(self.partial, self.schema)
+            try:
+                for name, _ in self.parts:
+                    f = self.pq.ParquetFile(self.work / name)
+                    for i in range(f.num_row_groups):
+                        writer.write_table(f.read_row_group(i))
+            finally:
                 writer.close()
+            with open(self.partial, "rb") as f:
+                os.fsync(f.fileno())
+        return self.rows
+
+    def fetch(self, positions, rows=None):
+        files = [self.work / name for name, _ in self.parts] if self.folder else [self.partial]
+        return _parquet_take(self.pa, self.pq, files, positions, self.job.out_column)
+
+    def publish(self, replace):
+        backup = super().publish(replace)
+        if not self.folder:
+            remove_path(self.work)
+        return backup
+
+    def close(self):
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
 
 
-def _write_lance(path, batches, schema, column):
-    pa, _ = _import_pyarrow(path)
-    lancedb = _import_lancedb(path)
-    db_dir = path.parent
-    created = not db_dir.exists()
-    db_dir.mkdir(parents=True, exist_ok=True)
-    name = path.name[: -len(".lance")]
-    tmp_name = f"{name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
-    tmp = db_dir / f"{tmp_name}.lance"
-    failure = []
+def _parquet_take(pa, pq, files, positions, column):
+    """Rows at ``positions`` of the concatenation of ``files``: vectors, other columns."""
+    groups = []  # (first row, last row + 1, file, row group)
+    start = 0
+    for p in files:
+        f = pq.ParquetFile(p)
+        for i in range(f.num_row_groups):
+            n = f.metadata.row_group(i).num_rows
+            groups.append((start, start + n, f, i))
+            start += n
+    vecs, rows = [], []
+    for pos in positions:
+        for lo, hi, f, i in groups:
+            if lo <= pos < hi:
+                row = f.read_row_group(i).slice(pos - lo, 1).to_pylist()[0]
+                vecs.append(np.asarray(row.pop(column), dtype=np.float32))
+                rows.append(row)
+                break
+    return np.stack(vecs) if vecs else np.empty((0, 0), np.float32), rows
 
-    def record_batches():
-        start = 0
+
+class _LanceWriter(FileShadow):
+    """The shadow is a LanceDB table in the same database; each batch is one ``add`` (a Lance
+    commit), so the committed row count is the table's own."""
+
+    suffix = ".lance"
+
+    def __init__(self, path, job):
+        super().__init__(path, job)
+        self.name = self.path.name[: -len(".lance")]
+        self.partial = self.path.with_name(f"{self.name}-skalign-partial.lance")
+
+    @contextmanager
+    def lock(self):
+        created = not self.path.parent.exists()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            for out, rb, _ in batches:
-                yield _output_batch(pa, schema, column, out, rb, start)
-                start += len(out)
-        except BaseException as exc:  # re-raised below: lancedb wraps errors from Python
-            failure.append(exc)
-            raise
+            with super().lock():
+                yield self
+        finally:
+            if created:
+                try:
+                    self.path.parent.rmdir()  # a database folder this run made and left empty
+                except OSError:
+                    pass
 
-    try:
-        lancedb.connect(db_dir).create_table(
-            tmp_name, data=pa.RecordBatchReader.from_batches(schema, record_batches()),
-            schema=schema,
-        )
-        replace_path(tmp, path)
-    except BaseException as exc:
-        remove_path(tmp)
-        if created:
-            shutil.rmtree(db_dir, ignore_errors=True)
-        if failure and failure[0] is not exc:
-            raise failure[0] from None
-        raise
+    def begin(self, fp):
+        self.pa, _ = _import_pyarrow(self.path)
+        lancedb = _import_lancedb(self.path)
+        job = self.job
+        self.schema = output_schema(self.pa, job.reader, job.out_column, job.d_out)
+        self.db = lancedb.connect(self.path.parent)
+        tmp_name = self.partial.name[: -len(".lance")]
+        state = self._resumable(fp)
+        if state is not None:
+            try:
+                self.table = self.db.open_table(tmp_name)
+                self.rows = self.table.count_rows()
+                return self.rows
+            except Exception:  # a shadow too broken to open: start afresh
+                self.discard()
+        self.table = self.db.create_table(tmp_name, schema=self.schema)
+        write_journal(self.journal, fingerprint=fp)
+        self.rows = 0
+        return 0
+
+    def write_unit(self, out, rb, shard, start):
+        batch = _output_batch(self.pa, self.schema, self.job.out_column, out, rb, start)
+        self.table.add(self.pa.Table.from_batches([batch]))
+        self.rows += len(out)
+
+    def finish(self):
+        return self.table.count_rows()
+
+    def fetch(self, positions, rows=None):
+        # one at a time: take_offsets does not promise the order of several
+        got = [self.table.take_offsets([int(p)]).to_arrow().to_pylist()[0] for p in positions]
+        vecs = [np.asarray(r.pop(self.job.out_column), dtype=np.float32) for r in got]
+        return np.stack(vecs) if vecs else np.empty((0, 0), np.float32), got
+
+    def close(self):
+        pass
 
 
 #: Rows per streamed batch, ``default_batch_size(d_in, d_out)``: float32 input and output near
@@ -530,8 +628,8 @@ def output_dim(estimator):
 class Translation:
     """A checked translation job: what :func:`prepare_translation` returns."""
 
-    src: Path
-    dst: Path
+    src: object
+    dst: object
     reader: object
     out_kind: str
     d_in: int
@@ -540,73 +638,210 @@ class Translation:
     out_column: str
 
 
-def prepare_translation(model, src, dst, *, column=None, batch_size=None):
+FILE_KINDS = ("npy", "parquet", "parquet-dir", "lance")
+
+
+def _same_store(src, dst):
+    from ._connectors import parse_address
+
+    a, b = parse_address(src), parse_address(dst)
+    if a is None and b is None:
+        return Path(src).resolve() == Path(dst).resolve()
+    return a is not None and b is not None and a.identity == b.identity
+
+
+def display(address):
+    """The address as shown in messages (a password masked)."""
+    from ._connectors import parse_address
+
+    parsed = parse_address(address)
+    return parsed.display if parsed is not None else str(address)
+
+
+def open_writer(job):
+    """The shadow writer for ``job.dst`` (no side effect until its ``begin``)."""
+    if job.out_kind == "npy":
+        return NpyShadow(job.dst, job)
+    if job.out_kind == "lance":
+        return _LanceWriter(job.dst, job)
+    if job.out_kind in ("parquet", "parquet-dir"):
+        return _ParquetWriter(job.dst, job, folder=job.out_kind == "parquet-dir")
+    from ._connectors import open_connector_writer, parse_address
+
+    return open_connector_writer(parse_address(job.dst), job)
+
+
+def prepare_translation(model, src, dst, *, column=None, batch_size=None, replace=False):
     """Open ``src`` and check a translation into ``dst`` before anything is written.
 
     The one place where input format, vector column, output format, "output is the input",
-    the output's folder and the vectors' width against ``model.n_features_in_`` are checked; both
-    :func:`translate_store` and :func:`skalign.parallel.translate_parquet` start here.
+    an existing output, the output's folder and the vectors' width against
+    ``model.n_features_in_`` are checked; :func:`translate_store` and
+    :func:`skalign.parallel.translate_parquet` both start here.
 
     Returns
     -------
     Translation
     """
-    src, dst = Path(src), Path(dst)
-    reader = open_reader(src, column=column)
+    from ._connectors import parse_address
+
+    if parse_address(src) is None:
+        src = Path(src)
+    if parse_address(dst) is None:
+        dst = Path(dst)
     out_kind = store_kind(dst, output=True)
-    if src.resolve() == dst.resolve():
-        raise StoreError(f"{dst}: OUTPUT is the same as INPUT; write to a new path.")
-    if out_kind != "lance":  # a LanceDB output creates its database folder
+    in_kind = store_kind(src)
+    if (in_kind in FILE_KINDS) != (out_kind in FILE_KINDS) or (
+        in_kind not in FILE_KINDS and in_kind != out_kind
+    ):
+        raise StoreError(
+            f"{display(dst)}: a {in_kind} store translates into a {in_kind} store"
+            + ("" if in_kind not in FILE_KINDS else " or another file store")
+            + f"; give an OUTPUT of the same kind as INPUT ({display(src)})."
+        )
+    same = _same_store(src, dst)
+    if same and not replace:
+        raise StoreError(f"{display(dst)}: OUTPUT is the same as INPUT; write to a new name, or "
+                         "pass --replace to swap the translation in (the input kept as a backup).")
+    if isinstance(dst, Path) and out_kind != "lance":  # a LanceDB output creates its folder
         check_parent(dst)
+    reader = open_reader(src, column=column)
     d_in, d_out = int(model.n_features_in_), int(output_dim(model))
     if reader.n_rows and reader.dim != d_in:
         raise StoreError(
-            f"{src}: vectors have {reader.dim} dimensions but the model translates {d_in}-d "
-            f"embeddings; pass embeddings made by the encoder the model was fitted on."
+            f"{display(src)}: vectors have {reader.dim} dimensions but the model translates "
+            f"{d_in}-d embeddings; pass embeddings made by the encoder the model was fitted on."
         )
     if batch_size is None:
         batch_size = default_batch_size(d_in, d_out)
-    return Translation(src, dst, reader, out_kind, d_in, d_out, batch_size,
-                       column or reader.column or "vector")
+    job = Translation(src, dst, reader, out_kind, d_in, d_out, batch_size,
+                      column or reader.column or "vector")
+    if not replace and not same and open_writer(job).exists():
+        raise StoreError(
+            f"{display(dst)}: OUTPUT already exists; choose a new name, or pass --replace to swap "
+            "the translation in (the current one kept as a backup, `skalign restore` undoes it)."
+        )
+    return job
 
 
-def translate_store(model, src, dst, *, column=None, batch_size=None, progress=False):
+#: rows re-translated and compared with the output before it is published
+N_VERIFY = 32
+
+
+def _sample_rows(reader, rb, vectors, start, positions, sources, rows):
+    k = (start * 7919 + 13) % len(vectors)  # one row per batch, anywhere in it
+    positions.append(start + k)
+    sources.append(np.array(vectors[k]))
+    rows.append(reader.row(rb, k) if hasattr(reader, "row") and rb is not None else None)
+    if len(positions) > N_VERIFY:  # keep an even spread over the store
+        del positions[1::2], sources[1::2], rows[1::2]
+
+
+def _verify(job, writer, model, n, positions, sources, rows):
+    where = display(job.dst)
+    if n != job.reader.n_rows:
+        raise StoreError(f"{where}: verification failed: {n} rows written, the input has "
+                         f"{job.reader.n_rows}; run the same command again.")
+    if not positions:
+        return
+    got, got_rows = writer.fetch(positions, rows)
+    want = np.asarray(model.transform(np.stack(sources)), dtype=np.float32)
+    if getattr(writer, "normalizes", False):  # cosine engines store directions
+        want = want / np.maximum(np.linalg.norm(want, axis=1, keepdims=True), 1e-30)
+    scale = np.maximum(1.0, np.abs(want).max(axis=1, keepdims=True))
+    if got.shape != want.shape or not np.all(np.abs(got - want) <= 1e-5 * scale + 1e-6):
+        raise StoreError(f"{where}: verification failed: sampled rows differ from the model's "
+                         "translation; the output was not published. Run the command again.")
+    if got_rows is not None:
+        for pos, a, b in zip(positions, rows, got_rows):
+            if a is not None and {k: v for k, v in b.items() if k != job.out_column} != a:
+                raise StoreError(f"{where}: verification failed: row {pos} lost its id or "
+                                 "fields; the output was not published.")
+
+
+def translate_store(model, src, dst, *, column=None, batch_size=None, progress=False,
+                    replace=False):
     """Stream the store ``src`` through ``model.transform`` into ``dst``; return the row count.
 
-    See :func:`skalign.io.translate` for the formats and guarantees.
+    The output is written in the shadow (a temporary file, table or collection), committed batch
+    by batch, verified (row count; a sample of rows translated again and compared together with
+    their ids and other fields) and only then published under its name. The same call after a
+    crash resumes from the last committed batch; a second concurrent call on the same output
+    fails at once. See :func:`skalign.io.translate` for the formats and guarantees.
     """
-    job = prepare_translation(model, src, dst, column=column, batch_size=batch_size)
-    src, dst, reader, out_kind = job.src, job.dst, job.reader, job.out_kind
-    batch_size, d_out, out_column = job.batch_size, job.d_out, job.out_column
-    bar = _progress(reader.n_rows, progress, f"{src.name} -> {dst.name}")
+    from ._journal import fingerprint
 
-    def translated():
-        start = 0
-        for vectors, rb, shard in reader.batches(batch_size):
-            try:
-                out = model.transform(vectors)
-            except ValueError as exc:
-                msg = " ".join(str(exc).split())
-                raise StoreError(
-                    f"{src}: rows {start}-{start + len(vectors) - 1}: {msg}"
-                ) from None
-            start += len(vectors)
+    job = prepare_translation(model, src, dst, column=column, batch_size=batch_size,
+                              replace=replace)
+    reader, batch_size = job.reader, job.batch_size
+    writer = open_writer(job)
+    name = lambda a: Path(a).name if isinstance(a, Path) else display(a)  # noqa: E731
+    with writer.lock():
+        fp = fingerprint(model, display(job.src), display(job.dst), batch_size, job.out_column)
+        start = writer.begin(fp)
+        bar = _progress(reader.n_rows, progress, f"{name(job.src)} -> {name(job.dst)}")
+        if bar is not None and start:
+            bar.update(start)
+        positions, sources, rows = [], [], []
+        try:
+            for vectors, rb, shard in reader.batches(batch_size, start):
+                if not np.isfinite(vectors).all():
+                    bad = start + int(np.flatnonzero(~np.isfinite(vectors).all(axis=1))[0])
+                    raise StoreError(
+                        f"{display(job.src)}: row {bad} has NaN or infinite numbers; drop or "
+                        "re-embed those rows first."
+                    )
+                try:
+                    out = model.transform(vectors)
+                except ValueError as exc:
+                    msg = " ".join(str(exc).split())
+                    raise StoreError(
+                        f"{display(job.src)}: rows {start}-{start + len(vectors) - 1}: {msg}"
+                    ) from None
+                out = np.asarray(out, dtype=np.float32)
+                _sample_rows(reader, rb, vectors, start, positions, sources, rows)
+                writer.write_unit(out, rb, shard, start)
+                start += len(vectors)
+                if bar is not None:
+                    bar.update(len(vectors))
+            n = writer.finish()
+            _verify(job, writer, model, n, positions, sources, rows)
+            backup = writer.publish(replace)
+        except StoreError:
+            writer.close()
+            writer.discard()  # bad data or a failed verification: nothing is resumable
+            raise
+        finally:
+            writer.close()
             if bar is not None:
-                bar.update(len(vectors))
-            yield np.asarray(out, dtype=np.float32), rb, shard
+                bar.close()
+    return TranslationResult(reader.n_rows, display(backup) if backup is not None else None)
 
-    try:
-        if out_kind == "npy":
-            _write_npy(dst, translated(), reader.n_rows, d_out)
-        else:
-            pa, _ = _import_pyarrow(dst)
-            schema = output_schema(pa, reader, out_column, d_out)
-            if out_kind == "lance":
-                _write_lance(dst, translated(), schema, out_column)
-            else:
-                _write_parquet(dst, translated(), schema, out_column,
-                               folder=out_kind == "parquet-dir")
-    finally:
-        if bar is not None:
-            bar.close()
-    return reader.n_rows
+
+class TranslationResult(int):
+    """The number of rows translated (an ``int``), with ``backup``: where ``--replace`` kept the
+    previous output (``None`` if there was none)."""
+
+    def __new__(cls, n, backup=None):
+        self = super().__new__(cls, n)
+        self.backup = backup
+        return self
+
+
+def restore_store(output):
+    """Swap ``output`` and the backup ``--replace`` kept of it; return the backup's address."""
+    from ._connectors import parse_address, restore_connector
+
+    address = parse_address(output)
+    if address is not None:
+        return restore_connector(address)
+    path = Path(output)
+    kind = store_kind(path, output=True)
+    job = Translation(path, path, None, kind, 0, 0, 1, "vector")
+    writer = open_writer(job)
+    if not writer.backup.exists():
+        raise StoreError(f"{path}: no backup {writer.backup.name} to restore; a backup is kept "
+                         "only by `skalign translate --replace`.")
+    with writer.lock():
+        swap_paths(path, writer.backup)
+    return writer.backup

@@ -4,20 +4,22 @@
 
     skalign fit METHOD --source A --target B -o MODEL [--param NAME=VALUE ...]
                 [--unpaired-source P] [--unpaired-target Q]
-    skalign translate MODEL INPUT OUTPUT [--column NAME] [--batch-size N]
+    skalign translate MODEL INPUT OUTPUT [--column NAME] [--batch-size N] [--replace]
                 [--scheduler ADDRESS] [--direction forward|inverse] [--quiet]
+    skalign restore OUTPUT
     skalign plan --source A --target B [--id-column NAME] [--unpaired-source P]
                 [--unpaired-target Q] [--methods M,...] [--store-size N] [--json] [--report F]
     skalign evaluate MODEL --source A --target B [--json]
     skalign demo [--source ENCODER] [--target ENCODER] [--anchors N] [--seed-pairs N]
 
 ``A``, ``B``, ``P``, ``Q``, ``INPUT`` and ``OUTPUT`` are ``.npy`` arrays, Parquet files, folders
-of Parquet shards or LanceDB tables ``DIR/TABLE.lance`` (see :mod:`skalign.io`). ``METHOD`` is a
-short name (``procrustes``, ``linear``, ``irp``, ``gera``, ``asif``, ``bootstrap``, ``ensemble``,
-``relative``) or a class name; ``--param`` values are typed from the estimator's own parameter
-constraints (``none`` for ``None``, ``true``/``false`` for booleans, a method name for a
-meta-estimator's ``estimator``). Mistakes the user can fix end with a one-line message on
-standard error and exit status 2; no partial ``OUTPUT`` or ``MODEL`` is left behind.
+of Parquet shards or LanceDB tables ``DIR/TABLE.lance``; ``translate`` also reads and writes
+FAISS indexes and PostgreSQL/pgvector, Chroma and Qdrant addresses (see :mod:`skalign.io`).
+``METHOD`` is a short name (``procrustes``, ``linear``, ``irp``, ``gera``, ``asif``, ``bootstrap``,
+``ensemble``, ``relative``) or a class name; ``--param`` values are typed from the estimator's own
+parameter constraints (``none`` for ``None``, ``true``/``false`` for booleans, a method name for a
+meta-estimator's ``estimator``). Mistakes the user can fix end with a one-line message on standard
+error and exit status 2; no partial ``OUTPUT`` or ``MODEL`` is left behind.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import numpy as np
 
 __all__ = ["main", "parse_param", "resolve_method"]
 
-COMMANDS = ("fit", "translate", "evaluate", "plan", "demo")
+COMMANDS = ("fit", "translate", "restore", "evaluate", "plan", "demo")
 
 #: hand-picked short names; every estimator is also reachable by its class name and by its class
 #: name without the "Aligner"/"Projector" suffix, in any case
@@ -264,6 +266,32 @@ def parse_param(cls, item):
 
 
 # --------------------------------------------------------------------------------- arguments
+TRANSLATE_EPILOG = """\
+STORES (INPUT and OUTPUT):
+  X.npy                      a 2-D array (memory-mapped)
+  X.parquet | FOLDER         a Parquet file, or a folder of Parquet shards
+  DIR/TABLE.lance            a LanceDB table
+  PATH.faiss                 a FAISS index whose vectors can be reconstructed (Flat, IVFFlat,
+                             HNSWFlat, IDMap/IDMap2 keep their ids); written as the same type
+  postgresql://USER@HOST:PORT/DB?table=TABLE&column=COLUMN
+                             a pgvector vector(d) column (libpq URI; ?host=/socket/dir for a
+                             Unix socket); OUTPUT: a new table, same other columns and index
+  chroma:DIR/COLLECTION      Chroma persistent client; chroma+http://HOST:PORT/COLLECTION
+  qdrant:DIR/COLLECTION      Qdrant local mode; qdrant+http://HOST:PORT/COLLECTION;
+                             ?vector=NAME for a named vector
+  A database or FAISS INPUT is written to the same engine. Passwords are masked in messages.
+
+SAFETY:
+  The output is written under a temporary name (file, table, collection), committed batch by
+  batch, verified (row count, ids, sampled rows translated again) and only then published.
+  Killed part-way? Run the same command again: it resumes from the last committed batch and
+  removes what the crashed run left. A second run on the same OUTPUT fails at once.
+  An existing OUTPUT needs --replace; the previous one is kept as a backup (files:
+  NAME-skalign-backup, tables and collections: NAME_skalign_backup) and `skalign restore
+  OUTPUT` swaps it back.
+"""
+
+
 def _parser():
     parser = argparse.ArgumentParser(
         prog="skalign",
@@ -287,17 +315,24 @@ def _parser():
     fit.add_argument("--unpaired-target", metavar="Q", help="target embeddings with no pair")
     _column_args(fit)
 
-    tr = sub.add_parser("translate", help="translate a whole store, streaming in batches")
+    tr = sub.add_parser(
+        "translate", help="translate a whole store, streaming in batches",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Translate every vector of INPUT into OUTPUT, keeping ids and all other "
+        "fields.", epilog=TRANSLATE_EPILOG)
     tr.add_argument("model", metavar="MODEL", help="model file written by `skalign fit` (.skops)")
-    tr.add_argument("input", metavar="INPUT", help="store to translate: .npy, .parquet file or "
-                    "folder of shards, or a LanceDB table DIR/TABLE.lance (never modified)")
-    tr.add_argument("output", metavar="OUTPUT", help="store to write, same formats (a path "
-                    "without suffix: a folder of Parquet shards); written under a temporary "
-                    "name and renamed when complete")
+    tr.add_argument("input", metavar="INPUT", help="store to translate (never modified): a file "
+                    "path or an address, see STORES below")
+    tr.add_argument("output", metavar="OUTPUT", help="store to write, same forms; written in the "
+                    "shadow and published when complete and verified")
     tr.add_argument("--column", metavar="NAME", help="vector column of a Parquet/LanceDB input "
                     "(default: the only list-of-floats column, or vector/embedding)")
     tr.add_argument("--batch-size", type=_positive_int, metavar="N",
-                    help="rows per batch (default: about 128 MiB of float32 per batch)")
+                    help="rows per batch, the unit of commit and resume (default: about 128 MiB "
+                    "of float32 per batch)")
+    tr.add_argument("--replace", action="store_true", help="allow an existing OUTPUT (or "
+                    "OUTPUT = INPUT): swap the translation in, keep the previous one as a backup "
+                    "(`skalign restore OUTPUT` puts it back)")
     tr.add_argument("--scheduler", metavar="ADDRESS", help="dask distributed scheduler (e.g. "
                     "tcp://host:8786): translate Parquet shards on that cluster")
     tr.add_argument("--quiet", action="store_true", help="no progress bar and no summary")
@@ -305,6 +340,9 @@ def _parser():
                     help="forward: old -> new space (model.transform); inverse: new -> old "
                     "(model.inverse_transform), e.g. to bridge new-encoder queries into the old "
                     "index (default: forward)")
+
+    rs = sub.add_parser("restore", help="put back the store `translate --replace` replaced")
+    rs.add_argument("output", metavar="OUTPUT", help="the OUTPUT given to `translate --replace`")
 
     ev = sub.add_parser("evaluate", help="cosine, top-1/top-10 and MRR on held-out pairs")
     ev.add_argument("model", metavar="MODEL", help="model file written by `skalign fit` (.skops)")
@@ -431,11 +469,25 @@ def cmd_translate(args, out):
         from .io import translate
 
         n = translate(model, args.input, args.output, column=args.column,
-                      batch_size=args.batch_size, progress=not args.quiet)
+                      batch_size=args.batch_size, progress=not args.quiet, replace=args.replace)
     secs = time.perf_counter() - t0
     if not args.quiet:
+        from .io import display_address as display
+
         out(f"translated {n} rows {model.n_features_in_}-d -> {output_dim(model)}-d: "
-            f"{args.input} -> {args.output} in {secs:.2f} s ({n / max(secs, 1e-9):,.0f} rows/s)")
+            f"{display(args.input)} -> {display(args.output)} in {secs:.2f} s "
+            f"({n / max(secs, 1e-9):,.0f} rows/s)")
+        if getattr(n, "backup", None):
+            out(f"previous {display(args.output)} kept as {n.backup}; `skalign restore "
+                f"{args.output}` puts it back")
+    return 0
+
+
+def cmd_restore(args, out):
+    from .io import restore
+
+    backup = restore(args.output)
+    out(f"restored {args.output}; the store it replaced is now {backup}")
     return 0
 
 
@@ -620,8 +672,8 @@ def main(argv=None, default_command=None):
     args = _parser().parse_args(argv)
     from .exceptions import ModelFileError, StoreError
 
-    handler = {"fit": cmd_fit, "translate": cmd_translate, "evaluate": cmd_evaluate,
-               "plan": cmd_plan}
+    handler = {"fit": cmd_fit, "translate": cmd_translate, "restore": cmd_restore,
+               "evaluate": cmd_evaluate, "plan": cmd_plan}
     try:
         return handler[args.command](args, print)
     except (CommandError, StoreError, ModelFileError, ValueError, OSError) as exc:

@@ -30,10 +30,12 @@ from .exceptions import ModelFileError, StoreError
 __all__ = [
     "ModelFileError",
     "StoreError",
+    "display_address",
     "load",
     "model_info",
     "output_dim",
     "read_vectors",
+    "restore",
     "save",
     "translate",
     "trusted_types",
@@ -261,15 +263,23 @@ def read_vectors(path, *, column=None):
     return open_reader(path, column=column).read_all()
 
 
-def translate(model, input, output, *, column=None, batch_size=None, progress=False):
+def translate(model, input, output, *, column=None, batch_size=None, progress=False,
+              replace=False):
     """Translate every vector of a store with a fitted aligner, streaming in batches.
 
     Peak memory is bounded by ``batch_size`` (and, for Parquet, the input's row-group size),
-    whatever the number of rows. Ids and all other columns of Parquet and LanceDB inputs are
-    copied; the vector column is replaced by the translated float32 vectors (a fixed-size list).
-    ``.npy`` output holds the vectors only; a table made from ``.npy`` input gets an ``id``
-    column with the row number. The output is written to a temporary name next to ``output``
-    and renamed at the end (an existing ``output`` is replaced); on any error nothing is left.
+    whatever the number of rows. Ids and all other columns (documents, metadata, payloads) are
+    copied; the vector column is replaced by the translated float32 vectors. ``.npy`` output
+    holds the vectors only; a table made from ``.npy`` input gets an ``id`` column with the row
+    number.
+
+    The input is never modified. The output is written in the shadow — a hidden file or folder
+    next to it, a ``…_skalign_partial`` table or collection — committed batch by batch,
+    verified (row count; a sample of rows translated again and compared, with their ids and
+    fields) and only then published under its name. After a crash (even SIGKILL) the same call
+    resumes from the last committed batch and removes what the crashed run left; a second call
+    writing the same output at the same time fails at once. On bad data (NaN rows, a ragged
+    column) nothing is left.
 
     Parameters
     ----------
@@ -277,8 +287,12 @@ def translate(model, input, output, *, column=None, batch_size=None, progress=Fa
         An estimator, or the path of a model file saved by :func:`save`.
     input, output : str or path-like
         ``.npy``, ``.parquet`` file, a directory of Parquet shards (output: a path without
-        suffix, written shard by shard, same shard names as a sharded input) or a LanceDB table
-        ``DIR/TABLE.lance``.
+        suffix; one shard per input shard, same names, or one ``part-NNNNN.parquet`` per batch
+        for unsharded input), a LanceDB table ``DIR/TABLE.lance``, a FAISS index ``PATH.faiss``,
+        or a database address: ``postgresql://USER@HOST:PORT/DB?table=TABLE&column=COLUMN``,
+        ``chroma:DIR/COLLECTION``, ``chroma+http://HOST:PORT/COLLECTION``,
+        ``qdrant:DIR/COLLECTION``, ``qdrant+http://HOST:PORT/COLLECTION`` (``?vector=NAME``).
+        A database or FAISS input is written to the same engine.
     column : str, default=None
         The vector column (input and output). ``None`` picks the only column of numeric lists,
         or ``vector``/``embedding``; for ``.npy`` input it names the output column
@@ -287,15 +301,65 @@ def translate(model, input, output, *, column=None, batch_size=None, progress=Fa
         Rows per batch; ``None`` keeps one batch's float32 input and output near 128 MiB.
     progress : bool, default=False
         Show a tqdm progress bar on standard error.
+    replace : bool, default=False
+        Allow an existing ``output`` — or ``output`` equal to ``input`` — and swap the new one in
+        (atomically where the engine allows), keeping the previous one as a backup that
+        :func:`restore` puts back. Without it an existing output raises :class:`StoreError`.
 
     Returns
     -------
     n_rows : int
-        Number of rows translated.
+        Number of rows translated (an ``int`` whose ``backup`` attribute names the backup
+        ``replace`` kept, or ``None``).
     """
     from ._stores import translate_store
 
     if isinstance(model, (str, Path)):
         model = load(model)
     return translate_store(model, input, output, column=column, batch_size=batch_size,
-                           progress=progress)
+                           progress=progress, replace=replace)
+
+
+def restore(output):
+    """Put back the store that ``translate(..., replace=True)`` replaced at ``output``.
+
+    The backup and the current output swap places, so calling it twice undoes it.
+
+    Parameters
+    ----------
+    output : str or path-like
+        The output (path or address) given to :func:`translate`.
+
+    Returns
+    -------
+    backup : str
+        Where the store that was in place is now kept.
+    """
+    from ._stores import restore_store
+
+    return str(restore_store(output))
+
+
+def display_address(address):
+    """A store address as skalign prints it in messages, with any password masked.
+
+    Parameters
+    ----------
+    address : str or path-like
+        A file path or a database address such as
+        ``postgresql://user:secret@host:5432/db?table=docs``.
+
+    Returns
+    -------
+    str
+        The address, ``user:***@`` in place of a password.
+
+    Examples
+    --------
+    >>> from skalign.io import display_address
+    >>> display_address("postgresql://me:secret@db.example:5432/app?table=docs&column=v")
+    'postgresql://me:***@db.example:5432/app?table=docs&column=v'
+    """
+    from ._stores import display
+
+    return display(address)

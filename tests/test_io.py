@@ -174,7 +174,10 @@ def test_transform_is_called_batch_by_batch(tmp_path, real):
     spy.__dict__.update(model.__dict__)
     np.save(tmp_path / "x.npy", X)
     translate(spy, tmp_path / "x.npy", tmp_path / "out.npy", batch_size=50)
-    assert max(Spy.calls) == 50 and sum(Spy.calls) == len(X)
+    # the batches, then one call re-translating the rows sampled for the verification
+    *stream, verify = Spy.calls
+    assert max(stream) == 50 and sum(stream) == len(X)
+    assert verify == -(-len(X) // 50)  # one sampled row per batch
 
 
 def test_parquet_shards_keep_ids_and_columns(tmp_path, real):
@@ -218,15 +221,40 @@ def test_npy_to_table_gets_row_ids(tmp_path, real):
     np.testing.assert_allclose(_vectors(table, "vec"), model.transform(X), atol=1e-6)
 
 
-def test_existing_output_is_replaced(tmp_path, real):
+def test_existing_output_needs_replace_and_is_kept_as_backup(tmp_path, real):
+    from skalign.io import restore
+
     X, _, model = real
     np.save(tmp_path / "x.npy", X[:10])
     _write_shards(tmp_path / "in", X[:10], n_shards=1)
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "stale.parquet").write_bytes(b"old")
-    translate(model, tmp_path / "in", tmp_path / "out")
+    with pytest.raises(StoreError, match=r"out: OUTPUT already exists.*--replace"):
+        translate(model, tmp_path / "in", tmp_path / "out")
+    assert _listing(tmp_path / "out") == ["stale.parquet"]
+    n = translate(model, tmp_path / "in", tmp_path / "out", replace=True)
+    assert n == 10 and n.backup == str(tmp_path / "out-skalign-backup")
     assert _listing(tmp_path / "out") == ["shard-0.parquet"]
-    assert sorted(p for p in _listing(tmp_path)) == ["in", "out", "x.npy"]
+    assert _listing(tmp_path) == ["in", "out", "out-skalign-backup", "x.npy"]
+    assert _listing(tmp_path / "out-skalign-backup") == ["stale.parquet"]
+    restore(tmp_path / "out")  # swaps: the old output back, the translation as the backup
+    assert _listing(tmp_path / "out") == ["stale.parquet"]
+    assert _listing(tmp_path / "out-skalign-backup") == ["shard-0.parquet"]
+
+
+def test_replace_in_place_keeps_the_source_as_backup(tmp_path, real):
+    from skalign.io import restore
+
+    X, _, model = real
+    np.save(tmp_path / "x.npy", X[:20])
+    with pytest.raises(StoreError, match="OUTPUT is the same as INPUT.*--replace"):
+        translate(model, tmp_path / "x.npy", tmp_path / "x.npy")
+    translate(model, tmp_path / "x.npy", tmp_path / "x.npy", replace=True, batch_size=8)
+    assert _listing(tmp_path) == ["x-skalign-backup.npy", "x.npy"]
+    np.testing.assert_array_equal(np.load(tmp_path / "x-skalign-backup.npy"), X[:20])
+    np.testing.assert_allclose(np.load(tmp_path / "x.npy"), model.transform(X[:20]), atol=1e-5)
+    restore(tmp_path / "x.npy")
+    np.testing.assert_array_equal(np.load(tmp_path / "x.npy"), X[:20])
 
 
 @pytest.mark.parametrize("case, match", [

@@ -1,0 +1,173 @@
+"""Chroma collections: ``chroma:DIR/COLLECTION`` (persistent client) and
+``chroma+http://HOST:PORT/COLLECTION``.
+
+Rows are records in Chroma's own order (``get`` with ``offset``): the id, the document, the
+metadata and the translated embedding. The output is a shadow collection
+``OUTPUT_skalign_<job>`` with the source's metadata and HNSW configuration (so the same
+distance space), filled batch by batch with ``upsert`` (idempotent: a resumed run writes the
+interrupted batch again) and renamed to ``OUTPUT`` when verified. Chroma has no atomic swap:
+with ``--replace`` the existing ``OUTPUT`` is renamed to ``OUTPUT_skalign_backup`` first, then
+the translation to ``OUTPUT`` (the name resolves to nothing between the two renames).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..exceptions import StoreError
+from ._common import backup_name, lock_for, resume_point, shadow_name, shadow_prefix
+
+__all__ = ["Reader", "Writer", "restore"]
+
+_INCLUDE = ["embeddings", "documents", "metadatas"]
+
+
+def _client(address):
+    import chromadb
+
+    try:
+        if address.path is not None:
+            if not address.path.is_dir():
+                raise StoreError(f"{address}: no Chroma folder {address.path}; check the path "
+                                 "(chroma:DIR/COLLECTION).")
+            return chromadb.PersistentClient(path=str(address.path))
+        host, _, port = address.url.split("://", 1)[1].partition(":")
+        client = chromadb.HttpClient(host=host, port=int(port or 8000),
+                                     ssl=address.url.startswith("https"))
+        client.heartbeat()
+        return client
+    except StoreError:
+        raise
+    except Exception as exc:
+        msg = " ".join(str(exc).split())[:200] or type(exc).__name__
+        raise StoreError(f"{address}: cannot reach the Chroma server ({msg}); check HOST:PORT "
+                         "and that the server runs.") from None
+
+
+def _names(client):
+    return [c if isinstance(c, str) else c.name for c in client.list_collections()]
+
+
+def _get(client, address, name):
+    if name not in _names(client):
+        raise StoreError(f"{address}: no collection {name!r} (collections: "
+                         f"{', '.join(sorted(_names(client))) or 'none'}); check the name.")
+    return client.get_collection(name, embedding_function=None)
+
+
+class Reader:
+    kind = "chroma"
+    schema = None
+    column = None
+    dtype = np.dtype(np.float32)
+
+    def __init__(self, address, column=None):
+        self.address, self.client = address, _client(address)
+        self.collection = _get(self.client, address, address.name)
+        self.n_rows = int(self.collection.count())
+        head = self.collection.get(limit=1, include=["embeddings"])
+        emb = head["embeddings"]
+        self.dim = int(len(emb[0])) if emb is not None and len(emb) else 0
+
+    def batches(self, batch_size, start=0):
+        for lo in range(start - start % batch_size, self.n_rows, batch_size):
+            got = self.collection.get(limit=batch_size, offset=lo, include=_INCLUDE)
+            if not got["ids"]:
+                return
+            yield np.asarray(got["embeddings"], dtype=np.float32), got, None
+
+    def row(self, got, k):
+        return {"id": got["ids"][k], "document": got["documents"][k],
+                "metadata": got["metadatas"][k]}
+
+    def read_all(self):
+        parts = [v for v, _, _ in self.batches(4096)]
+        return np.concatenate(parts) if parts else np.empty((0, self.dim), np.float32)
+
+
+class Writer:
+    normalizes = False  # Chroma keeps the embeddings as given, whatever the space
+
+    def __init__(self, address, job):
+        self.address, self.job, self.display = address, job, address.display
+        self.client = _client(address)
+        self.src = job.reader
+
+    def lock(self):
+        return lock_for(self.address, self.address.path)
+
+    def exists(self):
+        return self.address.name in _names(self.client)
+
+    def begin(self, fp):
+        self.shadow = shadow_name(self.address.name, fp)
+        names = _names(self.client)
+        for n in names:
+            if n.startswith(shadow_prefix(self.address.name)) and n not in (
+                    self.shadow, backup_name(self.address.name)):
+                self.client.delete_collection(n)
+        if self.shadow in names:
+            self.collection = self.client.get_collection(self.shadow, embedding_function=None)
+            return resume_point(self.collection.count(), self.src.n_rows, self.job.batch_size)
+        src = self.src.collection
+        config = src.configuration or {}
+        kwargs = {"configuration": {"hnsw": config["hnsw"]}} if config.get("hnsw") else {}
+        self.collection = self.client.create_collection(
+            self.shadow, metadata=src.metadata or None, embedding_function=None, **kwargs)
+        return 0
+
+    def write_unit(self, out, got, shard, start):
+        self.collection.upsert(ids=got["ids"], embeddings=out, documents=got["documents"],
+                               metadatas=got["metadatas"])
+
+    def finish(self):
+        return int(self.collection.count())
+
+    def fetch(self, positions, rows):
+        ids = [r["id"] for r in rows]
+        got = self.collection.get(ids=ids, include=_INCLUDE)
+        where = {i: k for k, i in enumerate(got["ids"])}
+        if len(where) != len(ids):
+            raise StoreError(f"{self.display}: verification failed: records are missing from "
+                             "the translation; it was not published.")
+        order = [where[i] for i in ids]
+        vecs = np.asarray(got["embeddings"], dtype=np.float32)[order]
+        return vecs, [self.src.row(got, k) for k in order]
+
+    def publish(self, replace):
+        name, bname = self.address.name, backup_name(self.address.name)
+        backup = None
+        if self.exists():
+            if not replace:
+                raise StoreError(f"{self.display}: exists; pass --replace.")
+            if bname in _names(self.client):
+                self.client.delete_collection(bname)
+            self.client.get_collection(name, embedding_function=None).modify(name=bname)
+            backup = self.address.with_name(bname)
+        self.collection.modify(name=name)
+        return backup
+
+    def discard(self):
+        shadow = getattr(self, "shadow", None)
+        if shadow and shadow in _names(self.client):
+            self.client.delete_collection(shadow)
+
+    def close(self):
+        pass
+
+
+def restore(address):
+    client = _client(address)
+    name, bname = address.name, backup_name(address.name)
+    with lock_for(address, address.path):
+        names = _names(client)
+        if bname not in names:
+            raise StoreError(f"{address}: no backup collection {bname} to restore; a backup is "
+                             "kept only by `skalign translate --replace`.")
+        swap = f"{name}_skalign_swap"
+        if name in names:
+            client.get_collection(name, embedding_function=None).modify(name=swap)
+        client.get_collection(bname, embedding_function=None).modify(name=name)
+        if swap in _names(client):
+            client.get_collection(swap, embedding_function=None).modify(name=bname)
+    return address.with_name(bname)

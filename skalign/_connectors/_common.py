@@ -1,0 +1,41 @@
+"""What the database connectors share: shadow and backup names, the resume point, the lock."""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from pathlib import Path
+
+from .._journal import FileLock
+
+__all__ = ["backup_name", "lock_for", "resume_point", "shadow_name", "shadow_prefix"]
+
+
+def shadow_prefix(name):
+    return f"{name}_skalign_"
+
+
+def shadow_name(name, fp):
+    """The shadow's name carries the job's fingerprint: a leftover of another job never
+    resumes into this one (it is dropped instead)."""
+    return f"{shadow_prefix(name)}{fp[:12]}"
+
+
+def backup_name(name):
+    return f"{name}_skalign_backup"
+
+
+def resume_point(count, n_rows, batch_size):
+    """Rows to skip: whole batches only (batches are written in order and upserts are
+    idempotent, so a batch cut short by a crash is written again in full)."""
+    return n_rows if count >= n_rows else count - count % batch_size
+
+
+def lock_for(address, folder=None):
+    """A lock file in the database's folder (local modes) or, for a server, in the temporary
+    folder of this machine: two runs on one machine exclude each other; runs on two machines
+    against one server do not (said in the guide)."""
+    key = hashlib.sha256(repr(address.identity).encode()).hexdigest()[:16]
+    if folder is not None:
+        return FileLock(Path(folder) / f".{address.name}.skalign-lock", address.display)
+    return FileLock(Path(tempfile.gettempdir()) / f"skalign-{key}.lock", address.display)

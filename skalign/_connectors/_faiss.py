@@ -1,0 +1,180 @@
+"""FAISS index files (``PATH.faiss``).
+
+Read: an index whose stored vectors are exact — ``IndexFlat`` (L2 or inner product),
+``IndexIVFFlat``, ``IndexHNSWFlat``, each possibly inside ``IndexIDMap``/``IndexIDMap2`` (whose
+ids are kept). Compressed indexes (PQ, SQ, LSH …) cannot give their vectors back and are refused.
+Write: the translated vectors go to a shadow ``.npy`` committed batch by batch (resumable like
+an ``.npy`` output); at the end the same index type is built on them — trained again on the
+translated vectors where the type needs training (IVF: the same ``nlist``, k-means seeded), with
+the same metric, HNSW ``M`` and ids — written to a hidden file and renamed into place.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from .._backend import iter_batches
+from .._shadow import NpyShadow, swap_paths
+from ..exceptions import StoreError
+
+__all__ = ["Reader", "Writer", "restore"]
+
+
+def _faiss():
+    import faiss
+
+    return faiss
+
+
+def _describe(index):
+    """``(kind, inner, ids, params)``: what the writer needs to build the same type again."""
+    faiss = _faiss()
+    index = faiss.downcast_index(index)
+    ids, wrapper = None, None
+    if isinstance(index, (faiss.IndexIDMap2, faiss.IndexIDMap)):
+        wrapper = "IDMap2" if isinstance(index, faiss.IndexIDMap2) else "IDMap"
+        ids = faiss.vector_to_array(index.id_map).astype(np.int64)
+        index = faiss.downcast_index(index.index)
+    metric = int(index.metric_type)
+    if isinstance(index, faiss.IndexFlat):
+        return "Flat", index, ids, {"metric": metric, "wrapper": wrapper}
+    if isinstance(index, faiss.IndexIVFFlat):
+        return "IVFFlat", index, ids, {"metric": metric, "wrapper": wrapper,
+                                       "nlist": int(index.nlist), "nprobe": int(index.nprobe)}
+    if isinstance(index, faiss.IndexHNSWFlat):
+        return "HNSWFlat", index, ids, {
+            "metric": metric, "wrapper": wrapper, "M": int(index.hnsw.nb_neighbors(1)),
+            "efConstruction": int(index.hnsw.efConstruction), "efSearch": int(index.hnsw.efSearch)}
+    return type(index).__name__, None, ids, None
+
+
+class Reader:
+    kind = "faiss"
+    schema = None
+    column = None
+    dtype = np.dtype(np.float32)
+
+    def __init__(self, address, column=None):
+        faiss = _faiss()
+        self.address, self.path = address, address.path
+        if not self.path.is_file():
+            raise StoreError(f"{self.path}: no such FAISS index file; check the path.")
+        try:
+            index = faiss.read_index(str(self.path))
+        except RuntimeError as exc:
+            msg = str(exc).strip().splitlines()[-1] if str(exc).strip() else "unreadable"
+            raise StoreError(f"{self.path}: not a readable FAISS index ({msg}).") from None
+        self._index = index  # owns the C++ object the downcast views below point into
+        kind, inner, self.ids, self.params = _describe(index)
+        if inner is None:
+            raise StoreError(
+                f"{self.path}: this {kind} stores compressed codes, so its vectors cannot be "
+                "reconstructed exactly; translate the embeddings it was built from (Flat, "
+                "IVFFlat and HNSWFlat indexes, also inside IDMap/IDMap2, are supported)."
+            )
+        if kind == "IVFFlat":
+            inner.make_direct_map()
+        self.index_kind, self._inner = kind, inner
+        self.n_rows, self.dim = int(inner.ntotal), int(inner.d)
+
+    def batches(self, batch_size, start=0):
+        for rows in iter_batches(self.n_rows, batch_size):
+            if rows.stop <= start:
+                continue
+            n = rows.stop - rows.start
+            vectors = self._inner.reconstruct_n(rows.start, n)
+            yield vectors, {"start": rows.start, "n": n}, None
+
+    def row(self, rows, k):
+        pos = rows["start"] + k
+        return {"id": int(self.ids[pos]) if self.ids is not None else pos}
+
+    def read_all(self):
+        return self._inner.reconstruct_n(0, self.n_rows) if self.n_rows else np.empty(
+            (0, self.dim), np.float32)
+
+
+class Writer(NpyShadow):
+    """The vectors in a shadow ``.npy`` (resumable), then the index built and renamed in."""
+
+    suffix = ".faiss"
+
+    def __init__(self, address, job):
+        super().__init__(address.path, job)
+        self.address = address
+        self.vectors = self.path.with_name(f".{self.path.name}.skalign-partial.npy")
+        self.partial_index = self.partial
+
+    def begin(self, fp):
+        self.partial = self.vectors  # NpyShadow fills self.partial with the vectors
+        return super().begin(fp)
+
+    def leftovers(self):
+        out = super().leftovers()
+        return out + [p for p in (self.vectors, self.partial_index) if p.exists()
+                      and p not in out]
+
+    def finish(self):
+        faiss = _faiss()
+        n = super().finish()
+        src = self.job.reader
+        X = np.load(self.vectors, mmap_mode="r")
+        d, p = self.job.d_out, src.params
+        if src.index_kind == "Flat":
+            index = faiss.IndexFlat(d, p["metric"])
+        elif src.index_kind == "IVFFlat":
+            index = faiss.IndexIVFFlat(faiss.IndexFlat(d, p["metric"]), d, p["nlist"],
+                                       p["metric"])
+            index.train(np.ascontiguousarray(X))
+            index.nprobe = p["nprobe"]
+        else:
+            index = faiss.IndexHNSWFlat(d, p["M"], p["metric"])
+            index.hnsw.efConstruction = p["efConstruction"]
+            index.hnsw.efSearch = p["efSearch"]
+        if p["wrapper"] is not None:
+            index = (faiss.IndexIDMap2 if p["wrapper"] == "IDMap2" else faiss.IndexIDMap)(index)
+        for rows in iter_batches(n, 65536):
+            chunk = np.ascontiguousarray(X[rows])
+            if p["wrapper"] is not None:
+                index.add_with_ids(chunk, src.ids[rows])
+            else:
+                index.add(chunk)
+        del X
+        faiss.write_index(index, str(self.partial_index))
+        with open(self.partial_index, "rb") as f:
+            os.fsync(f.fileno())
+        self._built = index
+        return int(index.ntotal)
+
+    def fetch(self, positions, rows=None):
+        faiss = _faiss()
+        owner = faiss.read_index(str(self.partial_index))
+        index = faiss.downcast_index(owner)
+        ids = None
+        if isinstance(index, (faiss.IndexIDMap, faiss.IndexIDMap2)):
+            ids = faiss.vector_to_array(index.id_map)
+            index = faiss.downcast_index(index.index)
+        if isinstance(index, faiss.IndexIVFFlat):
+            index.make_direct_map()
+        vecs = np.stack([index.reconstruct(int(i)) for i in positions])
+        del owner
+        rows = [{"id": int(ids[i]) if ids is not None else int(i)} for i in positions]
+        return vecs, rows
+
+    def publish(self, replace):
+        self.partial = self.partial_index
+        backup = super().publish(replace)
+        self.vectors.unlink(missing_ok=True)
+        return backup
+
+
+def restore(address):
+    path = address.path
+    backup = path.with_name(f"{path.name[: -len('.faiss')]}-skalign-backup.faiss")
+    if not backup.exists():
+        raise StoreError(f"{path}: no backup {backup.name} to restore; a backup is kept only by "
+                         "`skalign translate --replace`.")
+    swap_paths(path, backup)
+    return backup

@@ -1,0 +1,367 @@
+"""PostgreSQL tables with a pgvector column:
+``postgresql://USER[:PASSWORD]@HOST:PORT/DB?table=TABLE&column=COLUMN`` (``?host=/socket/dir``
+for a Unix socket; ``TABLE`` may be ``SCHEMA.TABLE``).
+
+Rows are read in primary-key order (else physical order) through a server-side binary cursor
+in one REPEATABLE READ snapshot. The output is a table in the same database made ``LIKE`` the
+source (defaults, constraints, every other column as it is) with the vector column as
+``vector(d_out)``, filled by one binary ``COPY`` per batch, each in its own transaction (so the
+shadow's row count is the committed count), then given the source's primary key and indexes —
+HNSW/IVFFlat with the same operator class and options — and renamed into place in one
+transaction; with ``--replace`` the existing ``OUTPUT`` is renamed to ``OUTPUT_skalign_backup`` in
+that same transaction. A session-level advisory lock keyed on the output keeps a second run out
+(PostgreSQL drops it when the session ends, also after SIGKILL).
+"""
+
+from __future__ import annotations
+
+import re
+from contextlib import contextmanager
+
+import numpy as np
+
+from ..exceptions import StoreError
+from ._common import backup_name, resume_point, shadow_name, shadow_prefix
+
+__all__ = ["Reader", "Writer", "restore"]
+
+
+def _connect(address, autocommit=True):
+    import psycopg
+    from pgvector.psycopg import register_vector
+
+    try:
+        conn = psycopg.connect(address.url, connect_timeout=5, autocommit=autocommit)
+    except psycopg.Error as exc:
+        text = " ".join(str(exc).split())
+        low = text.lower()
+        if "password authentication failed" in low or ("role" in low and "does not exist" in low) \
+                or "no password supplied" in low or "authentication failed" in low:
+            fix = "wrong credentials; check USER and PASSWORD in the address (or ~/.pgpass)"
+        elif "database" in low and "does not exist" in low:
+            fix = "no such database; check DB in the address"
+        else:
+            fix = "cannot reach the server; check HOST, PORT (or host=/socket/dir) and that " \
+                  "PostgreSQL runs"
+        detail = re.sub(r"password=\S+", "password=***", text)[:160]
+        raise StoreError(f"{address}: {fix} ({detail}).") from None
+    try:
+        register_vector(conn)
+    except psycopg.ProgrammingError:
+        conn.close()
+        raise StoreError(f"{address}: the database has no pgvector extension; run CREATE "
+                         "EXTENSION vector, or check the database.") from None
+    return conn
+
+
+def _split(name):
+    schema, _, table = name.rpartition(".")
+    return schema or None, table
+
+
+def _ident(name):
+    from psycopg import sql
+
+    schema, table = _split(name)
+    return sql.Identifier(schema, table) if schema else sql.Identifier(table)
+
+
+def _regclass(conn, name):
+    return conn.execute("SELECT to_regclass(%s)::oid", (_qualified(name),)).fetchone()[0]
+
+
+def _qualified(name):
+    schema, table = _split(name)
+    return f'"{schema}"."{table}"' if schema else f'"{table}"'
+
+
+def _columns(conn, oid):
+    return conn.execute(
+        "SELECT attname, atttypid::int, format_type(atttypid, atttypmod), atttypmod FROM "
+        "pg_attribute WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+        (oid,)).fetchall()
+
+
+def _primary_key(conn, oid):
+    rows = conn.execute(
+        "SELECT a.attname FROM pg_index i JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(n, o)"
+        " ON true JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.n "
+        "WHERE i.indrelid = %s AND i.indisprimary ORDER BY k.o", (oid,)).fetchall()
+    return [r[0] for r in rows]
+
+
+def _stack(vectors):
+    """pgvector's binary loader gives ``Vector`` objects (or arrays in older versions)."""
+    return np.asarray(np.stack([v.to_numpy() if hasattr(v, "to_numpy") else v
+                                for v in vectors]), dtype=np.float32)
+
+
+class Reader:
+    kind = "pgvector"
+    schema = None
+    dtype = np.dtype(np.float32)
+
+    def __init__(self, address, column=None):
+        from psycopg import sql
+
+        self.address = address
+        self.conn = conn = _connect(address)
+        self.oid = _regclass(conn, address.name)
+        if self.oid is None:
+            names = [r[0] for r in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname NOT IN ('pg_catalog', "
+                "'information_schema') ORDER BY 1").fetchall()]
+            raise StoreError(f"{address}: no table {address.name!r} (tables: "
+                             f"{', '.join(names) or 'none'}); fix ?table=.")
+        self.columns = _columns(conn, self.oid)
+        vector_cols = [c[0] for c in self.columns if c[2].startswith("vector")]
+        wanted = address.column or column
+        if wanted is None:
+            if len(vector_cols) != 1:
+                raise StoreError(f"{address}: {'no' if not vector_cols else 'several'} vector "
+                                 f"columns ({', '.join(vector_cols)}); name one with &column=.")
+            wanted = vector_cols[0]
+        names = [c[0] for c in self.columns]
+        if wanted not in names:
+            raise StoreError(f"{address}: no column {wanted!r} in {address.name} (vector "
+                             f"columns: {', '.join(vector_cols) or 'none'}); fix &column=.")
+        if wanted not in vector_cols:
+            typ = self.columns[names.index(wanted)][2]
+            raise StoreError(f"{address}: column {wanted!r} is {typ}, not a pgvector vector; "
+                             f"fix &column= ({', '.join(vector_cols) or 'no vector columns'}).")
+        self.column, self.names = wanted, names
+        self.vindex = names.index(wanted)
+        self.key = _primary_key(conn, self.oid)
+        self.n_rows = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(
+            _ident(address.name))).fetchone()[0]
+        typmod = self.columns[self.vindex][3]
+        if typmod > 0:
+            self.dim = int(typmod)
+        else:
+            row = conn.execute(sql.SQL("SELECT vector_dims({}) FROM {} LIMIT 1").format(
+                sql.Identifier(wanted), _ident(address.name))).fetchone()
+            self.dim = int(row[0]) if row else 0
+
+    def order_by(self):
+        from psycopg import sql
+
+        if self.key:
+            return sql.SQL(", ").join(sql.Identifier(k) for k in self.key)
+        return sql.SQL("ctid")
+
+    def batches(self, batch_size, start=0):
+        from psycopg import sql
+
+        conn = _connect(self.address, autocommit=False)
+        try:
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            query = sql.SQL("SELECT {} FROM {} ORDER BY {} OFFSET %s").format(
+                sql.SQL(", ").join(sql.Identifier(n) for n in self.names),
+                _ident(self.address.name), self.order_by())
+            with conn.cursor(name="skalign_read", binary=True) as cur:
+                cur.itersize = batch_size
+                cur.execute(query, (int(start),))
+                while True:
+                    rows = cur.fetchmany(batch_size)
+                    if not rows:
+                        break
+                    vectors = [r[self.vindex] for r in rows]
+                    if any(v is None for v in vectors):
+                        raise StoreError(f"{self.address}: column {self.column!r} has NULL "
+                                         "vectors; drop or re-embed those rows first.")
+                    yield _stack(vectors), rows, None
+        finally:
+            conn.close()
+
+    def row(self, rows, k):
+        return {n: v for i, (n, v) in enumerate(zip(self.names, rows[k])) if i != self.vindex}
+
+    def read_all(self):
+        parts = [v for v, _, _ in self.batches(8192)]
+        return np.concatenate(parts) if parts else np.empty((0, self.dim), np.float32)
+
+
+class Writer:
+    normalizes = False
+
+    def __init__(self, address, job):
+        self.address, self.job, self.display = address, job, address.display
+        self.src = job.reader
+        self.conn = _connect(address)
+        schema, table = _split(address.name)
+        if len(shadow_name(table, "0" * 12)) > 63:
+            raise StoreError(f"{address}: table name too long for its shadow "
+                             f"({len(table)} characters, at most 42); choose a shorter name.")
+
+    @contextmanager
+    def lock(self):
+        key = f"skalign:{self.address.identity}"
+        conn = _connect(self.address)
+        try:
+            got = conn.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))",
+                               (key,)).fetchone()[0]
+            if not got:
+                raise StoreError(f"{self.display}: another skalign translate is writing this "
+                                 "table; wait for it to finish (or stop it, then run the same "
+                                 "command again to resume).")
+            yield self
+        finally:
+            conn.close()  # ends the session, so releases the lock
+
+    def exists(self):
+        return _regclass(self.conn, self.address.name) is not None
+
+    def _table(self, name):
+        schema, _ = _split(self.address.name)
+        return f"{schema}.{name}" if schema else name
+
+    def begin(self, fp):
+        from psycopg import sql
+
+        schema, table = _split(self.address.name)
+        self.fp = fp
+        self.shadow = self._table(shadow_name(table, fp))
+        leftovers = self.conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = coalesce(%s, current_schema()) "
+            "AND starts_with(tablename, %s) AND tablename <> %s AND tablename <> %s",
+            (schema, shadow_prefix(table), shadow_name(table, fp), backup_name(table))).fetchall()
+        for (name,) in leftovers:
+            self.conn.execute(sql.SQL("DROP TABLE {}").format(_ident(self._table(name))))
+        if _regclass(self.conn, self.shadow) is not None:
+            n = self.conn.execute(sql.SQL("SELECT count(*) FROM {}").format(
+                _ident(self.shadow))).fetchone()[0]
+            return resume_point(n, self.src.n_rows, self.job.batch_size)
+        with self.conn.transaction():
+            self.conn.execute(sql.SQL(
+                "CREATE TABLE {} (LIKE {} INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING "
+                "COMMENTS INCLUDING STORAGE INCLUDING COMPRESSION)").format(
+                    _ident(self.shadow), _ident(self.src.address.name)))
+            self.conn.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN {} TYPE vector({})").format(
+                _ident(self.shadow), sql.Identifier(self.src.column),
+                sql.Literal(int(self.job.d_out))))
+        return 0
+
+    def write_unit(self, out, rows, shard, start):
+        from psycopg import sql
+
+        v = self.src.vindex
+        types = [c[1] for c in self.src.columns]
+        query = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
+            _ident(self.shadow), sql.SQL(", ").join(sql.Identifier(n) for n in self.src.names))
+        with self.conn.transaction(), self.conn.cursor() as cur:
+            with cur.copy(query) as copy:
+                copy.set_types(types)
+                for row, vec in zip(rows, out):
+                    row = list(row)
+                    row[v] = vec
+                    copy.write_row(row)
+
+    def _index_statements(self):
+        """The source's indexes (vector ones with their operator class and options) and
+        primary key, as statements on the shadow table, with names unique to this job."""
+        from psycopg import sql
+
+        out = []
+        if self.src.key:
+            out.append(sql.SQL("ALTER TABLE {} ADD PRIMARY KEY ({})").format(
+                _ident(self.shadow), sql.SQL(", ").join(sql.Identifier(k) for k in self.src.key)))
+        defs = self.conn.execute(
+            "SELECT c.relname, pg_get_indexdef(i.indexrelid) FROM pg_index i JOIN pg_class c ON "
+            "c.oid = i.indexrelid WHERE i.indrelid = %s AND NOT i.indisprimary ORDER BY 1",
+            (self.src.oid,)).fetchall()
+        for k, (_, definition) in enumerate(defs):
+            name = f"{_split(self.shadow)[1]}_i{k}"
+            body = definition.split(" USING ", 1)[1]
+            unique = "UNIQUE " if definition.startswith("CREATE UNIQUE") else ""
+            out.append(sql.SQL("CREATE {}INDEX IF NOT EXISTS {} ON {} USING {}").format(
+                sql.SQL(unique), sql.Identifier(name), _ident(self.shadow), sql.SQL(body)))
+        return out
+
+    def finish(self):
+        from psycopg import sql
+
+        has_pk = self.conn.execute(
+            "SELECT count(*) FROM pg_index WHERE indrelid = to_regclass(%s) AND indisprimary",
+            (_qualified(self.shadow),)).fetchone()[0]
+        for stmt in self._index_statements():
+            if has_pk and stmt.as_string(self.conn).startswith("ALTER TABLE"):
+                continue
+            self.conn.execute(stmt)
+        return self.conn.execute(sql.SQL("SELECT count(*) FROM {}").format(
+            _ident(self.shadow))).fetchone()[0]
+
+    def fetch(self, positions, rows):
+        from psycopg import sql
+
+        cols = sql.SQL(", ").join(sql.Identifier(n) for n in self.src.names)
+        got = []
+        for pos, row in zip(positions, rows):
+            if self.src.key:
+                cond = sql.SQL(" AND ").join(
+                    sql.SQL("{} = %s").format(sql.Identifier(k)) for k in self.src.key)
+                r = self.conn.execute(sql.SQL("SELECT {} FROM {} WHERE {}").format(
+                    cols, _ident(self.shadow), cond), [row[k] for k in self.src.key]).fetchone()
+            else:
+                r = self.conn.execute(sql.SQL("SELECT {} FROM {} ORDER BY ctid OFFSET %s LIMIT 1")
+                                      .format(cols, _ident(self.shadow)), (int(pos),)).fetchone()
+            if r is None:
+                raise StoreError(f"{self.display}: verification failed: a row is missing from "
+                                 "the translation; it was not published.")
+            got.append(r)
+        vecs = _stack([r[self.src.vindex] for r in got])
+        return vecs, [self.src.row(got, k) for k in range(len(got))]
+
+    def publish(self, replace):
+        from psycopg import sql
+
+        schema, table = _split(self.address.name)
+        backup = None
+        with self.conn.transaction():
+            if self.exists():
+                if not replace:
+                    raise StoreError(f"{self.display}: exists; pass --replace.")
+                bname = backup_name(table)
+                self.conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(
+                    _ident(self._table(bname))))
+                self.conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(
+                    _ident(self.address.name), sql.Identifier(bname)))
+                backup = self.address.with_name(self._table(bname))
+            self.conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(
+                _ident(self.shadow), sql.Identifier(table)))
+        return backup
+
+    def discard(self):
+        from psycopg import sql
+
+        if getattr(self, "shadow", None):
+            self.conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(_ident(self.shadow)))
+
+    def close(self):
+        pass
+
+
+def restore(address):
+    from psycopg import sql
+
+    schema, table = _split(address.name)
+    bname = backup_name(table)
+    qual = (lambda n: f"{schema}.{n}" if schema else n)
+    conn = _connect(address)
+    try:
+        if _regclass(conn, qual(bname)) is None:
+            raise StoreError(f"{address}: no backup table {bname} to restore; a backup is kept "
+                             "only by `skalign translate --replace`.")
+        swap = f"{table}_skalign_swap"
+        with conn.transaction():  # one transaction: readers see the old or the new, never none
+            present = _regclass(conn, address.name) is not None
+            if present:
+                conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(
+                    _ident(address.name), sql.Identifier(swap)))
+            conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(
+                _ident(qual(bname)), sql.Identifier(table)))
+            if present:
+                conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(
+                    _ident(qual(swap)), sql.Identifier(bname)))
+    finally:
+        conn.close()
+    return address.with_name(qual(bname))

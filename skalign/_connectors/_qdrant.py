@@ -1,0 +1,286 @@
+"""Qdrant collections: ``qdrant:DIR/COLLECTION`` (local mode) and
+``qdrant+http://HOST:PORT/COLLECTION``, ``?vector=NAME`` for a named vector.
+
+Rows are points in id order (``scroll``): the point id, the payload, every other named vector
+(copied as it is) and the translated vector. The output is written to a shadow collection
+``OUTPUT_skalign_<job>`` with the source's vector parameters at the new size (same distance,
+HNSW and quantization settings), in whole batches (``upsert``, idempotent: a resumed run writes
+the interrupted batch again), and published as the alias ``OUTPUT`` — one atomic alias update.
+With ``--replace`` an ``OUTPUT`` that is already an alias is switched atomically and its old
+target kept under the alias ``OUTPUT_skalign_backup``; a real collection ``OUTPUT`` (e.g. the
+source itself) is first copied to ``OUTPUT_skalign_backup_<job>``, then dropped, then ``OUTPUT``
+made an alias of the translation (the name resolves to nothing for the instant between the
+last two steps).
+"""
+
+from __future__ import annotations
+
+import atexit
+
+import numpy as np
+
+from ..exceptions import StoreError
+from ._common import backup_name, lock_for, resume_point, shadow_name, shadow_prefix
+
+__all__ = ["Reader", "Writer", "restore"]
+
+_CLIENTS = {}
+
+
+def _client(address):
+    """One client per database: local mode allows a single client per folder."""
+    from qdrant_client import QdrantClient
+
+    key = address.identity[1]
+    if key in _CLIENTS:
+        return _CLIENTS[key]
+    try:
+        if address.path is not None:
+            if not address.path.is_dir():
+                raise StoreError(f"{address}: no Qdrant folder {address.path}; check the path "
+                                 "(qdrant:DIR/COLLECTION).")
+            client = QdrantClient(path=str(address.path))
+        else:
+            client = QdrantClient(url=address.url, timeout=10, check_compatibility=False)
+            client.get_collections()
+    except StoreError:
+        raise
+    except RuntimeError as exc:  # the local folder is locked by another process
+        if "already accessed" in str(exc):
+            raise StoreError(f"{address}: another process (e.g. another skalign translate) uses "
+                             f"{address.path}; wait for it to finish.") from None
+        raise StoreError(f"{address}: cannot open ({str(exc).splitlines()[0]}).") from None
+    except Exception as exc:  # connection refused, timeouts, HTTP errors
+        msg = " ".join(str(exc).split())[:200] or type(exc).__name__
+        raise StoreError(f"{address}: cannot reach the Qdrant server ({msg}); check HOST:PORT "
+                         "and that the server runs.") from None
+    if not _CLIENTS:
+        atexit.register(_close_all)
+    _CLIENTS[key] = client
+    return client
+
+
+def _close_all():
+    while _CLIENTS:
+        _CLIENTS.popitem()[1].close()
+
+
+def _aliases(client):
+    return {a.alias_name: a.collection_name for a in client.get_aliases().aliases}
+
+
+def _exists(client, name):
+    return client.collection_exists(name) or name in _aliases(client)
+
+
+def _vector_params(address, info):
+    vectors = info.config.params.vectors
+    if isinstance(vectors, dict):
+        if address.column is None:
+            if len(vectors) != 1:
+                raise StoreError(f"{address}: the collection has named vectors "
+                                 f"{', '.join(sorted(vectors))}; choose one with ?vector=NAME.")
+            return next(iter(vectors)), vectors
+        if address.column not in vectors:
+            raise StoreError(f"{address}: no vector named {address.column!r} (named vectors: "
+                             f"{', '.join(sorted(vectors)) or 'none'}); fix ?vector=NAME.")
+        return address.column, vectors
+    if address.column is not None:
+        raise StoreError(f"{address}: the collection has one unnamed vector; drop "
+                         "?vector=NAME.")
+    return None, vectors
+
+
+class Reader:
+    kind = "qdrant"
+    schema = None
+    dtype = np.dtype(np.float32)
+
+    def __init__(self, address, column=None):
+        self.address, self.client = address, _client(address)
+        if not _exists(self.client, address.name):
+            names = sorted(c.name for c in self.client.get_collections().collections)
+            raise StoreError(f"{address}: no collection {address.name!r} (collections: "
+                             f"{', '.join(names) or 'none'}); check the name.")
+        self.info = self.client.get_collection(address.name)
+        self.vector, self.vectors_config = _vector_params(address, self.info)
+        params = self.vectors_config[self.vector] if self.vector else self.vectors_config
+        self.params = params
+        self.column = self.vector
+        self.dim = int(params.size)
+        self.n_rows = int(self.client.count(address.name, exact=True).count)
+
+    def _vec(self, point):
+        return point.vector[self.vector] if self.vector else point.vector
+
+    def batches(self, batch_size, start=0):
+        offset, seen = None, 0
+        while True:
+            points, offset = self.client.scroll(
+                self.address.name, limit=batch_size, offset=offset, with_payload=True,
+                with_vectors=True if seen + batch_size > start else False)
+            if not points:
+                return
+            seen += len(points)
+            if seen > start:
+                yield np.asarray([self._vec(p) for p in points], dtype=np.float32), points, None
+            if offset is None:
+                return
+
+    def row(self, points, k):
+        p = points[k]
+        others = {n: v for n, v in p.vector.items() if n != self.vector} if self.vector else {}
+        return {"id": p.id, "payload": p.payload, "vectors": others}
+
+    def read_all(self):
+        parts = [v for v, _, _ in self.batches(4096)]
+        return np.concatenate(parts) if parts else np.empty((0, self.dim), np.float32)
+
+
+class Writer:
+    def __init__(self, address, job):
+        from qdrant_client import models
+
+        self.models, self.address, self.job = models, address, job
+        self.client = _client(address)
+        self.display = address.display
+        self.src = job.reader
+        self.normalizes = self.src.params.distance == models.Distance.COSINE
+
+    def lock(self):
+        return lock_for(self.address, self.address.path)
+
+    def exists(self):
+        return _exists(self.client, self.address.name)
+
+    def _drop_leftovers(self, keep=None):
+        live = set(_aliases(self.client).values())
+        prefix = shadow_prefix(self.address.name)
+        for c in self.client.get_collections().collections:
+            if c.name.startswith(prefix) and c.name != keep and c.name not in live:
+                self.client.delete_collection(c.name)
+
+    def begin(self, fp):
+        self.shadow = shadow_name(self.address.name, fp)
+        self._drop_leftovers(keep=self.shadow)
+        if self.client.collection_exists(self.shadow):
+            count = self.client.count(self.shadow, exact=True).count
+            return resume_point(count, self.src.n_rows, self.job.batch_size)
+        params = self.src.params.model_copy(update={"size": self.job.d_out})
+        if self.src.vector:
+            config = dict(self.src.vectors_config)
+            config[self.src.vector] = params
+        else:
+            config = params
+        info = self.src.info.config
+        self.client.create_collection(
+            self.shadow, vectors_config=config,
+            sparse_vectors_config=info.params.sparse_vectors,
+            on_disk_payload=info.params.on_disk_payload)
+        return 0
+
+    def write_unit(self, out, points, shard, start):
+        models = self.models
+        if self.src.vector:
+            names = list(points[0].vector)
+            vectors = {n: [p.vector[n] for p in points] for n in names}
+            vectors[self.src.vector] = out.tolist()
+        else:
+            vectors = out.tolist()
+        self.client.upsert(self.shadow, points=models.Batch(
+            ids=[p.id for p in points], vectors=vectors, payloads=[p.payload for p in points]),
+            wait=True)
+
+    def finish(self):
+        return int(self.client.count(self.shadow, exact=True).count)
+
+    def fetch(self, positions, rows):
+        got = self.client.retrieve(self.shadow, ids=[r["id"] for r in rows], with_payload=True,
+                                   with_vectors=True)
+        by_id = {p.id: p for p in got}
+        missing = [r["id"] for r in rows if r["id"] not in by_id]
+        if missing:
+            raise StoreError(f"{self.display}: verification failed: point {missing[0]} is "
+                             "missing from the translation; it was not published.")
+        pts = [by_id[r["id"]] for r in rows]
+        vecs = np.asarray([self.src._vec(p) for p in pts], dtype=np.float32)
+        return vecs, [self.src.row([p], 0) for p in pts]
+
+    def _copy(self, name, target):
+        """Copy collection ``name`` into a new collection ``target`` (for the backup)."""
+        info = self.client.get_collection(name).config
+        self.client.create_collection(target, vectors_config=info.params.vectors,
+                                      sparse_vectors_config=info.params.sparse_vectors)
+        offset = None
+        while True:
+            points, offset = self.client.scroll(name, limit=1024, offset=offset,
+                                                with_payload=True, with_vectors=True)
+            if points:
+                self.client.upsert(target, points=[self.models.PointStruct(
+                    id=p.id, vector=p.vector, payload=p.payload) for p in points], wait=True)
+            if offset is None:
+                break
+        if self.client.count(target, exact=True).count != self.client.count(name,
+                                                                             exact=True).count:
+            raise StoreError(f"{self.display}: copying {name} for the backup lost points; "
+                             "nothing was replaced.")
+
+    def publish(self, replace):
+        m, name = self.models, self.address.name
+        bname = backup_name(name)
+        aliases = _aliases(self.client)
+        ops, backup, drop = [], None, []
+        if name in aliases or self.client.collection_exists(name):
+            if not replace:
+                raise StoreError(f"{self.display}: exists; pass --replace.")
+            if name in aliases:
+                old = aliases[name]
+            else:  # a real collection: copied, then dropped so that the name can be an alias
+                old = f"{bname}_{self.shadow.rsplit('_', 1)[1]}"
+                if self.client.collection_exists(old):
+                    self.client.delete_collection(old)
+                self._copy(name, old)
+                self.client.delete_collection(name)
+            if bname in aliases:
+                ops.append(m.DeleteAliasOperation(delete_alias=m.DeleteAlias(alias_name=bname)))
+                if aliases[bname] not in (old, self.shadow):
+                    drop.append(aliases[bname])
+            ops.append(m.CreateAliasOperation(create_alias=m.CreateAlias(
+                collection_name=old, alias_name=bname)))
+            if name in aliases:
+                ops.append(m.DeleteAliasOperation(delete_alias=m.DeleteAlias(alias_name=name)))
+            backup = self.address.with_name(bname)
+        ops.append(m.CreateAliasOperation(create_alias=m.CreateAlias(
+            collection_name=self.shadow, alias_name=name)))
+        self.client.update_collection_aliases(change_aliases_operations=ops)
+        for c in drop:  # the backup of an earlier --replace: one backup is kept
+            self.client.delete_collection(c)
+        return backup
+
+    def discard(self):
+        if getattr(self, "shadow", None) and self.client.collection_exists(self.shadow):
+            self.client.delete_collection(self.shadow)
+
+    def close(self):
+        pass
+
+
+def restore(address):
+    from qdrant_client import models as m
+
+    client = _client(address)
+    name, bname = address.name, backup_name(address.name)
+    with lock_for(address, address.path):
+        aliases = _aliases(client)
+        if bname not in aliases or name not in aliases:
+            raise StoreError(f"{address}: no backup alias {bname} to restore; a backup is kept "
+                             "only by `skalign translate --replace`.")
+        a, b = aliases[name], aliases[bname]
+        client.update_collection_aliases(change_aliases_operations=[
+            m.DeleteAliasOperation(delete_alias=m.DeleteAlias(alias_name=name)),
+            m.DeleteAliasOperation(delete_alias=m.DeleteAlias(alias_name=bname)),
+            m.CreateAliasOperation(create_alias=m.CreateAlias(collection_name=b, alias_name=name)),
+            m.CreateAliasOperation(create_alias=m.CreateAlias(collection_name=a,
+                                                              alias_name=bname)),
+        ])
+    return address.with_name(bname)

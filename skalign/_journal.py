@@ -1,0 +1,106 @@
+"""Crash safety shared by every store: one writer per output (a lock), a fsynced journal of the
+rows committed so far in the shadow output, and the fingerprint that says whether a leftover
+shadow belongs to the same job (then it is resumed) or to another one (then it is removed).
+
+No skalign module is imported here, so the store modules and the connectors can both use it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+from pathlib import Path
+
+from .exceptions import StoreError
+
+__all__ = ["FileLock", "fingerprint", "read_journal", "write_journal", "write_durably"]
+
+
+def fingerprint(model, source, output, batch_size, column):
+    """A short hash of everything that decides the output's bytes."""
+    h = hashlib.sha256()
+    try:
+        h.update(pickle.dumps(model, protocol=4))
+    except (AttributeError, TypeError, pickle.PicklingError):  # e.g. a class defined locally
+        h.update(f"{type(model).__module__}.{type(model).__qualname__}".encode())
+        for key, value in sorted(vars(model).items()):
+            h.update(key.encode())
+            h.update(value.tobytes() if hasattr(value, "tobytes") else repr(value).encode())
+    h.update(json.dumps([str(source), str(output), int(batch_size), column]).encode())
+    return h.hexdigest()[:32]
+
+
+def fsync_dir(path):
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_durably(path, data):
+    """Write ``data`` (bytes) to ``path`` atomically and durably (fsync, rename, fsync dir)."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".new")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def write_journal(path, **state):
+    write_durably(path, json.dumps(state, sort_keys=True).encode())
+
+
+def read_journal(path):
+    """The journal's dict, or ``None`` when there is none or it is unreadable."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+class FileLock:
+    """An exclusive, non-blocking ``flock`` on ``path``; the second holder fails at once.
+
+    The kernel drops the lock when its process dies (SIGKILL included), so a crashed run never
+    blocks the next one; the lock file itself is removed when the lock is released normally.
+    """
+
+    def __init__(self, path, what):
+        self.path, self.what, self._fd = Path(path), what, None
+
+    def __enter__(self):
+        import fcntl
+
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                pid = os.read(fd, 32).decode().strip() or "?"
+            finally:
+                os.close(fd)
+            raise StoreError(
+                f"{self.what}: another skalign translate (pid {pid}) is writing this output; "
+                "wait for it to finish (or stop it, then run the same command again to resume)."
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            self.path.unlink(missing_ok=True)
+        finally:
+            os.close(self._fd)
+            self._fd = None
+        return False

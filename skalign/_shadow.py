@@ -1,0 +1,198 @@
+"""Shadow outputs on the file system, shared by the file stores and the FAISS connector.
+
+Every output is written under a hidden name in the destination's folder (so the final rename is
+atomic), committed batch by batch with a fsynced journal beside it, and renamed into place when
+complete; ``--replace`` keeps the previous output as ``STEM-skalign-backup SUFFIX``.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+from contextlib import contextmanager
+from glob import escape as glob_escape
+from pathlib import Path
+
+import numpy as np
+
+from ._journal import FileLock, fsync_dir, read_journal, write_journal
+from .exceptions import StoreError
+
+__all__ = ["FileShadow", "NpyShadow", "atomic_file", "check_parent", "remove_path",
+           "replace_path", "swap_paths", "tmp_sibling"]
+
+
+def tmp_sibling(path, suffix=""):
+    """A fresh hidden name next to ``path`` (same folder, so the final rename is atomic)."""
+    stem = path.name[: -len(suffix)] if suffix and path.name.endswith(suffix) else path.name
+    return path.with_name(f".{stem}.tmp-{os.getpid()}-{secrets.token_hex(4)}{suffix}")
+
+
+def remove_path(path):
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    elif path.exists() or path.is_symlink():
+        path.unlink(missing_ok=True)
+
+
+def replace_path(tmp, path):
+    """Move ``tmp`` to ``path``, replacing a file or folder already there."""
+    if path.is_dir() and not path.is_symlink():
+        old = tmp_sibling(path, ".old")
+        os.rename(path, old)
+        os.rename(tmp, path)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, path)
+
+
+def check_parent(path):
+    if not path.parent.is_dir():
+        raise StoreError(f"{path}: folder {path.parent} does not exist; create it first.")
+
+
+@contextmanager
+def atomic_file(path, suffix=""):
+    """Yield a temporary path next to ``path``; rename it to ``path`` if the block succeeds.
+
+    On any exception the temporary file (or folder) is removed and the exception re-raised.
+    """
+    path = Path(path)
+    check_parent(path)
+    tmp = tmp_sibling(path, suffix)
+    try:
+        yield tmp
+        replace_path(tmp, path)
+    except BaseException:
+        remove_path(tmp)
+        raise
+
+
+def _fsync(f):
+    f.flush()
+    os.fsync(f.fileno())
+
+
+class FileShadow:
+    """What the file outputs share: the shadow (``.NAME.skalign-partial``), its journal, the
+    lock, and the backup (``STEM-skalign-backup SUFFIX``) that ``--replace`` keeps.
+
+    A writer's life: :meth:`begin` (resume a leftover shadow of the same job, or remove it and
+    start afresh) returns the committed row count; :meth:`write` appends one batch and commits
+    it durably; :meth:`finish` closes the shadow; :meth:`fetch` reads rows back for the
+    verification; :meth:`publish` renames the shadow into place.
+    """
+
+    suffix = ""
+
+    def __init__(self, path, job):
+        self.path, self.job = Path(path), job
+        name, suffix = self.path.name, self.suffix
+        stem = name[: -len(suffix)] if suffix and name.endswith(suffix) else name
+        self.partial = self.path.with_name(f".{name}.skalign-partial{suffix}")
+        self.journal = self.path.with_name(f".{name}.skalign-journal")
+        self.lock_path = self.path.with_name(f".{name}.skalign-lock")
+        self.backup = self.path.with_name(f"{stem}-skalign-backup{suffix}")
+        self.display = str(self.path)
+
+    def lock(self):
+        return FileLock(self.lock_path, self.display)
+
+    def exists(self):
+        return self.path.exists()
+
+    def leftovers(self):
+        """Shadows of crashed runs: this layout's, and the older ``.NAME.tmp-PID-HEX`` names."""
+        name, suffix = self.path.name, self.suffix
+        stem = name[: -len(suffix)] if suffix and name.endswith(suffix) else name
+        old = list(self.path.parent.glob(f".{glob_escape(stem)}.tmp-*")) if stem else []
+        journal_new = self.journal.with_name(self.journal.name + ".new")
+        return [p for p in (self.partial, self.journal, journal_new) if p.exists()] + old
+
+    def discard(self):
+        for p in self.leftovers():
+            remove_path(p)
+
+    def _resumable(self, fp):
+        state = read_journal(self.journal)
+        if state is None or state.get("fingerprint") != fp or not self.partial.exists():
+            self.discard()
+            return None
+        return state
+
+    def publish(self, replace):
+        """Rename the shadow to the output; an existing output becomes the backup."""
+        backup = None
+        if self.path.exists() or self.path.is_symlink():
+            if not replace:  # checked before starting; re-checked in case it appeared since
+                raise StoreError(f"{self.path}: exists; pass --replace (keeps it as a backup).")
+            remove_path(self.backup)
+            os.rename(self.path, self.backup)
+            backup = self.backup
+        os.rename(self.partial, self.path)
+        fsync_dir(self.path.parent)
+        self.journal.unlink(missing_ok=True)
+        return backup
+
+
+class NpyShadow(FileShadow):
+    """The shadow is a full-size ``.npy`` filled in order; the journal holds the committed rows."""
+
+    suffix = ".npy"
+
+    def begin(self, fp):
+        job = self.job
+        self.fp = fp
+        self.row_bytes = 4 * job.d_out
+        state = self._resumable(fp)
+        if state is not None:
+            mm = np.load(self.partial, mmap_mode="r")
+            if mm.shape == (job.reader.n_rows, job.d_out) and mm.dtype == np.float32:
+                self.offset, self.rows = mm.offset, int(state["rows"])
+                del mm
+                self._file = open(self.partial, "r+b")
+                return self.rows
+            del mm
+            self.discard()
+        mm = np.lib.format.open_memmap(
+            self.partial, mode="w+", dtype=np.float32, shape=(job.reader.n_rows, job.d_out)
+        )
+        self.offset, self.rows = mm.offset, 0
+        del mm
+        self._file = open(self.partial, "r+b")
+        write_journal(self.journal, fingerprint=fp, rows=0)
+        return 0
+
+    def write_unit(self, out, rb, shard, start):
+        if start != self.rows:  # pragma: no cover - a reader that skipped or repeated rows
+            raise StoreError(f"{self.path}: internal error, row {start} after {self.rows}.")
+        # sequential writes after the header: the page cache, not this process, holds the data
+        self._file.seek(self.offset + start * self.row_bytes)
+        self._file.write(np.ascontiguousarray(out, dtype=np.float32).data)
+        _fsync(self._file)
+        self.rows += len(out)
+        write_journal(self.journal, fingerprint=self.fp, rows=self.rows)
+
+    def finish(self):
+        self._file.close()
+        return self.rows
+
+    def fetch(self, positions, rows=None):
+        return np.load(self.partial, mmap_mode="r")[positions].copy(), None
+
+    def close(self):
+        f = getattr(self, "_file", None)
+        if f is not None and not f.closed:
+            f.close()
+
+
+def swap_paths(a, b):
+    """Exchange two files or folders (three renames; ``a`` may be missing)."""
+    tmp = tmp_sibling(a, ".swap")
+    if a.exists() or a.is_symlink():
+        os.rename(a, tmp)
+    os.rename(b, a)
+    if tmp.exists() or tmp.is_symlink():
+        os.rename(tmp, b)
+    fsync_dir(a.parent)

