@@ -295,8 +295,9 @@ SAFETY:
 def _parser():
     parser = argparse.ArgumentParser(
         prog="skalign",
-        description="Fit, apply and evaluate embedding-space aligners on vector stores "
-        "(.npy, Parquet files or shard folders, LanceDB tables DIR/TABLE.lance).",
+        description="Plan, fit, apply and evaluate embedding-space aligners on vector stores "
+        "(.npy, Parquet files or shard folders, LanceDB tables, FAISS indexes, PostgreSQL/"
+        "pgvector, Chroma, Qdrant; `skalign translate --help` lists the address forms).",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
