@@ -64,8 +64,8 @@ class _SkipModules(importlib.abc.MetaPathFinder):
 def _import_skops():
     """``skops.io``, imported without importing torch, dask or cupy.
 
-    At import, ``skops.io`` lists scikit-learn's estimators with
-    :func:`sklearn.utils.all_estimators`, whose package walk imports every subpackage of
+    At import, ``skops.io`` lists scikit-learn's estimators with scikit-learn's own estimator
+    discovery, whose package walk imports every subpackage of
     scikit-learn, including the array-API adapters for torch, dask and cupy, which import those
     frameworks (torch alone takes seconds). The adapters hold no estimators, so they are skipped
     during that walk (the walk ignores packages that fail to import) unless their framework is
@@ -111,7 +111,7 @@ def save(estimator, path):
     Parameters
     ----------
     estimator : fitted skalign estimator
-        Any public skalign estimator (:func:`skalign.utils.all_estimators`), fitted.
+        Any public skalign estimator, fitted.
     path : str or path-like
         Destination, conventionally ending in ``.skops``. Written to a temporary name in the
         same folder and renamed at the end, so an interrupted save never leaves a truncated file.
