@@ -233,7 +233,8 @@ class AnchorBootstrapper(BaseAligner):
         random half of the discovered pairs translates the source rows of the other half; the
         share of them whose mutual CSLS nearest neighbour, among the target-pool rows not used
         in that fit, is the partner the discovery gave them. On the development data right
-        discoveries score 0.9–1.0 and failed ones 0.0–0.35 (user guide); NaN without pools.
+        discoveries score 0.9–1.0 and failed ones 0.0–0.35 (user guide); NaN without pools or
+        when fewer than two pairs were discovered (``n_anchors`` at most the number of seeds).
     certificate_margin_ : float
         Mean CSLS margin (best minus second best) of those held-out rows.
     restarts_ : list of dict
@@ -617,8 +618,9 @@ class AnchorBootstrapper(BaseAligner):
         ``est`` (unfitted) is refitted on the seeds plus a random half of the discovered pairs
         and must find the other half's partners among the target rows it was not fitted on.
         """
-        if pool is None or pool.X is None or pool.y is None:
-            self.certificate_ = float("nan")  # nothing was discovered: no pools
+        if pool is None or pool.X is None or pool.y is None or len(self.anchor_pairs_) < 2:
+            # nothing to certify: no pools, or n_anchors left no room for discovered pairs
+            self.certificate_ = float("nan")
             self.certificate_margin_ = float("nan")
             return
         n_seed = len(self.source_anchors_) - len(self.anchor_pairs_)
