@@ -5,8 +5,9 @@ Bootstrapping 300 parallel anchors from 15 seed pairs
 
 Two digits encoders (``mlp-a`` and ``cnn``) embed the same 1,797 images. We pretend only 15
 image pairs are known, hand both collections to :class:`~skalign.AnchorBootstrapper` as
-*unpaired* pools (the target pool shuffled), and let it discover 285 more pairs in rounds:
-relative representations with respect to all anchors found so far, CSLS mutual nearest
+*unpaired* pools (the target pool shuffled), and let it discover 285 more pairs in rounds
+(``discovery="rounds"``; with fewer than 25 seeds the default is self-learning, see the user
+guide): relative representations with respect to all anchors found so far, CSLS mutual nearest
 neighbours, the most confident pairs accepted, repeat. We then compare relative representations
 (cosine to the anchors) of the two encoders built from 300 ground-truth anchors (GT: random
 items), the 15 seeds only (Seed) and the seeds plus the discovered anchors (Discovered), with the
@@ -27,7 +28,7 @@ rng = np.random.default_rng(0)
 perm = rng.permutation(n)  # the target pool is shuffled: pairing unknown
 seed = rng.choice(n, 15, replace=False)
 
-boot = AnchorBootstrapper(n_anchors=300, random_state=0)
+boot = AnchorBootstrapper(n_anchors=300, discovery="rounds", random_state=0)
 boot.fit(A[seed], B[seed], unpaired=UnpairedPool(X=A, y=B[perm]))
 for r in boot.rounds_:  # the anchor set grows and settles
     print(f"round {r['round']}: {r['n_anchors']:4d} anchors, {r['n_mutual']:4d} mutual pairs, "

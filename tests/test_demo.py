@@ -43,17 +43,34 @@ def _cells_but_fit_time(line):
     return re.split(r"\s{2,}", line.strip())[:-1]
 
 
+def _same_cell(readme, printed):
+    """Equal text, or numbers within 0.005: the BLAS kernel of the CPU (OPENBLAS_CORETYPE) moves
+    the classifier's accuracy by a test digit or two, not the README's story."""
+    try:
+        return abs(float(readme) - float(printed)) <= 0.005
+    except ValueError:
+        return readme == printed
+
+
 def test_readme_table_is_what_the_demo_prints(demo):
     """Every cell of the README's demo table but the fit times (which vary by machine) is the
     demo's own output, so the README cannot drift from the code."""
     _, lines = demo
     block = re.search(r"```text\n(method .+?)\n```", README, re.S)
     assert block, "README has no demo table"
-    readme_rows = block.group(1).splitlines()
-    printed = lines[1:]
-    assert [_cells_but_fit_time(r) for r in readme_rows] == [
-        _cells_but_fit_time(r) for r in printed
-    ], "README demo table is stale; paste the output of `.venv/bin/python -m skalign`"
+    readme_rows = [_cells_but_fit_time(r) for r in block.group(1).splitlines()]
+    printed = [_cells_but_fit_time(r) for r in lines[1:]]
+    assert len(readme_rows) == len(printed) and all(
+        len(a) == len(b) and all(_same_cell(x, y) for x, y in zip(a, b))
+        for a, b in zip(readme_rows, printed)
+    ), ("README demo table is stale; paste the output of `.venv/bin/python -m skalign`\n"
+        + "\n".join(lines[1:]))
+
+
+def test_readme_check_tolerates_only_rounding():
+    """Negative control for the comparison above: a changed cell of 0.01 is caught."""
+    assert _same_cell("0.967", "0.965") and not _same_cell("0.967", "0.957")
+    assert not _same_cell("Procrustes", "Ridge")
 
 
 def test_demo_command_line(capsys):
