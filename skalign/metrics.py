@@ -367,7 +367,9 @@ def retrieval_retention(index, translated_index=None, queries=None, translated_q
     discount = 1.0 / torch.log2(torch.arange(2, k + 2, device=dev, dtype=torch.float64))
     recall = np.empty(len(queries))
     ndcg = np.empty(len(queries))
-    for rows in iter_batches(len(queries), 4096):
+    # per row: k×k comparisons and k float64 hits; each row's scores are independent of the block
+    block = batch_size or default_batch_size(k * k, 2 * k)
+    for rows in iter_batches(len(queries), block):
         hit = (S[rows].unsqueeze(2) == R[rows].unsqueeze(1)).any(dim=2).double()
         recall[rows] = as_numpy(hit.sum(dim=1) / k)
         ndcg[rows] = as_numpy((hit * discount).sum(dim=1) / discount.sum())
