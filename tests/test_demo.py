@@ -43,34 +43,57 @@ def _cells_but_fit_time(line):
     return re.split(r"\s{2,}", line.strip())[:-1]
 
 
-def _same_cell(readme, printed):
-    """Equal text, or numbers within 0.005: the BLAS kernel of the CPU (OPENBLAS_CORETYPE) moves
-    the classifier's accuracy by a test digit or two, not the README's story."""
+#: The demo's columns are means over its held-out digits (719 with the defaults; the demo's first
+#: line says how many). Which OpenBLAS kernel the CPU gets (``OPENBLAS_CORETYPE``: Haswell,
+#: SkylakeX, ...) changes float sums in the last bits, and a classifier near its boundary then
+#: flips a digit or two: measured 2 digits (0.188 -> 0.185 stitched accuracy) between the
+#: Haswell and SkylakeX kernels. A cell may therefore differ from the README by at most
+#: ``MAX_FLIPPED_DIGITS`` held-out digits plus the rounding of both 3-decimal numbers; a change
+#: that matters to the README's story moves far more digits than that.
+MAX_FLIPPED_DIGITS = 3
+
+
+def _tolerance(n_test):
+    return MAX_FLIPPED_DIGITS / n_test + 0.001
+
+
+def _n_test(header):
+    return int(re.search(r"\((\d+) held-out digits", header).group(1))
+
+
+def _same_cell(readme, printed, tol):
+    """Equal text, or numbers within ``tol`` (see ``MAX_FLIPPED_DIGITS``)."""
     try:
-        return abs(float(readme) - float(printed)) <= 0.005
+        return abs(float(readme) - float(printed)) <= tol
     except ValueError:
         return readme == printed
 
 
 def test_readme_table_is_what_the_demo_prints(demo):
     """Every cell of the README's demo table but the fit times (which vary by machine) is the
-    demo's own output, so the README cannot drift from the code."""
+    demo's own output within the CPU-kernel tolerance above, so the README cannot drift from
+    the code and the test holds on any x86-64 CPU."""
     _, lines = demo
+    tol = _tolerance(_n_test(lines[0]))
     block = re.search(r"```text\n(method .+?)\n```", README, re.S)
     assert block, "README has no demo table"
     readme_rows = [_cells_but_fit_time(r) for r in block.group(1).splitlines()]
     printed = [_cells_but_fit_time(r) for r in lines[1:]]
     assert len(readme_rows) == len(printed) and all(
-        len(a) == len(b) and all(_same_cell(x, y) for x, y in zip(a, b))
+        len(a) == len(b) and all(_same_cell(x, y, tol) for x, y in zip(a, b))
         for a, b in zip(readme_rows, printed)
     ), ("README demo table is stale; paste the output of `.venv/bin/python -m skalign`\n"
         + "\n".join(lines[1:]))
 
 
-def test_readme_check_tolerates_only_rounding():
-    """Negative control for the comparison above: a changed cell of 0.01 is caught."""
-    assert _same_cell("0.967", "0.965") and not _same_cell("0.967", "0.957")
-    assert not _same_cell("Procrustes", "Ridge")
+def test_readme_check_tolerates_only_kernel_noise(demo):
+    """Negative control for the comparison above: 3 flipped digits pass, 7 (0.01) are caught."""
+    n = _n_test(demo[1][0])
+    assert n == 719
+    tol = _tolerance(n)
+    assert _same_cell("0.188", "0.185", tol) and _same_cell("0.967", "0.963", tol)
+    assert not _same_cell("0.967", "0.957", tol) and not _same_cell("0.188", "0.181", tol)
+    assert not _same_cell("Procrustes", "Ridge", tol)
 
 
 def test_demo_command_line(capsys):
