@@ -97,8 +97,11 @@ def run_cli(argv, env, kill_after=None):
 def compare(backend, model, source, out):
     ids, X, fields = source
     oids, V, ofields = out
+    if backend.name == "qdrant":  # a cosine collection keeps directions: compare those
+        X = X / np.linalg.norm(X, axis=1, keepdims=True)
+        V = V / np.linalg.norm(V, axis=1, keepdims=True)
     T = np.asarray(model.transform(X), np.float32)
-    if backend.name == "qdrant":  # cosine collection: stored and compared as directions
+    if backend.name == "qdrant":
         T /= np.linalg.norm(T, axis=1, keepdims=True)
     same_ids = bool(np.array_equal(ids, oids))
     kept = same_ids and (fields == ofields)

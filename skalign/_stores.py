@@ -746,8 +746,9 @@ def _verify(job, writer, model, n, positions, sources, rows):
         return
     got, got_rows = writer.fetch(positions, rows)
     want = np.asarray(model.transform(np.stack(sources)), dtype=np.float32)
-    if getattr(writer, "normalizes", False):  # cosine engines store directions
+    if getattr(writer, "normalizes", False):  # cosine engines keep directions: compare those
         want = want / np.maximum(np.linalg.norm(want, axis=1, keepdims=True), 1e-30)
+        got = got / np.maximum(np.linalg.norm(got, axis=1, keepdims=True), 1e-30)
     scale = np.maximum(1.0, np.abs(want).max(axis=1, keepdims=True))
     if got.shape != want.shape or not np.all(np.abs(got - want) <= 1e-5 * scale + 1e-6):
         raise StoreError(f"{where}: verification failed: sampled rows differ from the model's "

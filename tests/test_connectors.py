@@ -276,3 +276,35 @@ def test_cli_replace_and_restore(tmp_path, capsys, data):
     assert "restored" in capsys.readouterr().out
     status, err = _cli(capsys, "restore", str(tmp_path / "none.npy"))
     assert status == 2 and "no backup none-skalign-backup.npy" in err[0]
+
+
+def test_qdrant_cosine_directions_survive_reopening_the_folder(tmp_path):
+    """Qdrant's local mode normalises a cosine vector in memory but writes it to disk as given,
+    so a reopened folder (another process) returns raw vectors. The translation reads and
+    writes directions, so it is the same whether the source was written by this client or
+    reopened, and the output reads back the same in memory and from disk."""
+    pytest.importorskip("qdrant_client")
+    from skalign._connectors import _qdrant
+
+    rng = np.random.default_rng(1)
+    X = (rng.normal(size=(40, 16)) * rng.uniform(0.5, 8, size=(40, 1))).astype(np.float32)
+    # an offset makes transform(c x) point elsewhere than transform(x) for c != 1
+    model = ProcrustesAligner(normalize=False).fit(X, rng.normal(size=(40, 24)) + 3.0)
+    b = Qdrant()
+    src = b.make(tmp_path, X)
+    _qdrant._close_all()  # reopened from disk, as the benchmark's other process sees it
+    ids, raw, _ = b.read(src)
+    assert np.ptp(np.linalg.norm(raw, axis=1)) > 1  # the folder holds the raw vectors
+    translate(model, src, b.output(tmp_path), batch_size=16)
+    in_memory = b.read(b.output(tmp_path))[1]
+    _qdrant._close_all()
+    on_disk = b.read(b.output(tmp_path))[1]
+    unit = raw / np.linalg.norm(raw, axis=1, keepdims=True)
+    T = np.asarray(model.transform(unit), np.float32)
+    T /= np.linalg.norm(T, axis=1, keepdims=True)
+    np.testing.assert_allclose(on_disk, T, atol=1e-5)
+    np.testing.assert_allclose(in_memory, T, atol=1e-5)
+    # the raw vectors' translation points elsewhere: the check above tells the two apart
+    R = np.asarray(model.transform(raw), np.float32)
+    assert np.abs(R / np.linalg.norm(R, axis=1, keepdims=True) - T).max() > 0.01
+    _qdrant._close_all()
