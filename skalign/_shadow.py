@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._journal import FileLock, fsync_dir, read_journal, write_journal
+from ._journal import CommitClock, FileLock, fsync_dir, read_journal, write_journal
 from .exceptions import StoreError
 
 __all__ = ["FileShadow", "NpyShadow", "atomic_file", "check_parent", "remove_path",
@@ -95,6 +95,7 @@ class FileShadow:
         self.lock_path = self.path.with_name(f".{name}.skalign-lock")
         self.backup = self.path.with_name(f"{stem}-skalign-backup{suffix}")
         self.display = str(self.path)
+        self.clock = CommitClock()
 
     def lock(self):
         return FileLock(self.lock_path, self.display)
@@ -170,11 +171,19 @@ class NpyShadow(FileShadow):
         # sequential writes after the header: the page cache, not this process, holds the data
         self._file.seek(self.offset + start * self.row_bytes)
         self._file.write(np.ascontiguousarray(out, dtype=np.float32).data)
-        _fsync(self._file)
         self.rows += len(out)
+        if self.clock.due():
+            self.commit()
+
+    def commit(self):
+        """Make the rows written so far durable, then record them in the journal: a rerun
+        after a crash resumes there (rows written after it are written again)."""
+        _fsync(self._file)
         write_journal(self.journal, fingerprint=self.fp, rows=self.rows)
+        self.clock.reset()
 
     def finish(self):
+        _fsync(self._file)
         self._file.close()
         return self.rows
 
