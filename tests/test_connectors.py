@@ -308,3 +308,55 @@ def test_qdrant_cosine_directions_survive_reopening_the_folder(tmp_path):
     R = np.asarray(model.transform(raw), np.float32)
     assert np.abs(R / np.linalg.norm(R, axis=1, keepdims=True) - T).max() > 0.01
     _qdrant._close_all()
+
+
+@pytest.mark.parametrize("wrapper", [None, "IDMap", "IDMap2"])
+@pytest.mark.parametrize("metric", ["L2", "IP"])
+def test_faiss_flat_layout_is_the_file_faiss_writes(wrapper, metric):
+    """The in-place FAISS writer lays the file out itself: its bytes must be exactly those of
+    ``faiss.serialize_index`` for the same index."""
+    faiss = pytest.importorskip("faiss")
+    from skalign._connectors._faiss import flat_layout
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(7, 5)).astype(np.float32)
+    ids = rng.permutation(100)[:7].astype(np.int64)
+    m = faiss.METRIC_L2 if metric == "L2" else faiss.METRIC_INNER_PRODUCT
+    index = faiss.IndexFlat(5, m)
+    if wrapper is None:
+        index.add(X)
+    else:
+        index = getattr(faiss, f"Index{wrapper}")(index)
+        index.add_with_ids(X, ids)
+    head, tail = flat_layout(5, 7, m, wrapper, ids)
+    assert head + X.tobytes() + tail == faiss.serialize_index(index).tobytes()
+
+
+@pytest.mark.parametrize("kind", ["IVFFlat", "HNSWFlat"])
+def test_faiss_index_types_that_are_built_again(tmp_path, kind, data):
+    """IVF and HNSW indexes are built again on the translated vectors (IVF trained again with
+    the same ``nlist``), same type, metric and ids; the vectors are the translation."""
+    faiss = pytest.importorskip("faiss")
+    X, model = data
+    if kind == "IVFFlat":
+        inner = faiss.IndexIVFFlat(faiss.IndexFlatL2(16), 16, 4, faiss.METRIC_L2)
+        inner.train(X)
+        inner.nprobe = 3
+    else:
+        inner = faiss.IndexHNSWFlat(16, 8, faiss.METRIC_INNER_PRODUCT)
+    index = faiss.IndexIDMap2(inner)
+    ids = np.arange(len(X), dtype=np.int64) * 5 + 2
+    index.add_with_ids(X, ids)
+    faiss.write_index(index, str(tmp_path / "src.faiss"))
+    translate(model, str(tmp_path / "src.faiss"), str(tmp_path / "out.faiss"), batch_size=100)
+    out = faiss.read_index(str(tmp_path / "out.faiss"))
+    assert isinstance(out, faiss.IndexIDMap2)
+    got = faiss.downcast_index(out.index)
+    assert type(got) is type(faiss.downcast_index(inner)) and got.metric_type == inner.metric_type
+    np.testing.assert_array_equal(faiss.vector_to_array(out.id_map), ids)
+    if kind == "IVFFlat":
+        assert got.nlist == 4 and got.nprobe == 3 and got.d == 24
+        got.make_direct_map()
+    V = np.stack([got.reconstruct(i) for i in range(len(X))])
+    np.testing.assert_allclose(V, model.transform(X), atol=1e-5)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.faiss", "src.faiss"]
