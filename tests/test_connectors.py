@@ -360,3 +360,32 @@ def test_faiss_index_types_that_are_built_again(tmp_path, kind, data):
     V = np.stack([got.reconstruct(i) for i in range(len(X))])
     np.testing.assert_allclose(V, model.transform(X), atol=1e-5)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.faiss", "src.faiss"]
+
+
+def test_pgvector_copy_stream_parsed_whatever_the_chunks():
+    """The binary COPY parser gives the same batches however the stream is cut into chunks
+    (libpq hands over one row per chunk; nothing promises it)."""
+    import struct
+
+    from skalign._connectors._pgvector import _SIGNATURE, _TRAILER, _parse_copy, _raw_vectors
+
+    rng = np.random.default_rng(3)
+    V = rng.normal(size=(23, 4)).astype(np.float32)
+    rows = []
+    for i, v in enumerate(V):
+        doc = None if i % 5 == 0 else f"doc {i}".encode() * (i % 3)
+        vec = struct.pack(">hh", 4, 0) + v.astype(">f4").tobytes()
+        fields = [struct.pack(">q", i), doc, vec]
+        rows.append(struct.pack(">h", 3) + b"".join(
+            struct.pack(">i", -1) if f is None else struct.pack(">i", len(f)) + f
+            for f in fields))
+    stream = _SIGNATURE + b"".join(rows) + _TRAILER
+    cuts = np.sort(rng.choice(np.arange(1, len(stream)), size=60, replace=False))
+    pieces = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)])]
+    for chunks in ([stream], [_SIGNATURE, *rows, _TRAILER], pieces):
+        batches = list(_parse_copy(iter(chunks), 2, 5, "where", "emb"))
+        assert [len(b) for b in batches] == [5, 5, 5, 5, 3]
+        got = np.concatenate([_raw_vectors(b, 4, "where") for b in batches])
+        np.testing.assert_array_equal(got, V)
+        kept = [b.buf[rs:vs] for b in batches for rs, vs, _, _ in b.spans]
+        assert kept == [r[:-(4 + 4 + 4 * 4)] for r in rows]  # all but the vector field
