@@ -505,7 +505,10 @@ class _ParquetWriter(FileShadow):
     def finish(self):
         self._close_unit()
         self._commit()
-        if not self.folder:
+        if not self.folder and len(self.parts) == 1:  # the one part is the output: a link
+            self.partial.unlink(missing_ok=True)
+            os.link(self.work / self.parts[0][0], self.partial)
+        elif not self.folder:
             # join the parts into the one output file, row group by row group (plain-encoded
             # vectors: reading and writing them again is little more than a copy)
             writer = self._parquet_writer(self.partial)
@@ -842,7 +845,7 @@ def translate_store(model, src, dst, *, column=None, batch_size=None, progress=F
     name = lambda a: Path(a).name if isinstance(a, Path) else display(a)  # noqa: E731
     with writer.lock():
         fp = fingerprint(model, display(job.src), display(job.dst), batch_size, job.out_column)
-        start = writer.begin(fp)
+        start = resumed_from = writer.begin(fp)
         bar = _progress(reader.n_rows, progress, f"{name(job.src)} -> {name(job.dst)}")
         if bar is not None and start:
             bar.update(start)
@@ -879,16 +882,19 @@ def translate_store(model, src, dst, *, column=None, batch_size=None, progress=F
             writer.close()
             if bar is not None:
                 bar.close()
-    return TranslationResult(reader.n_rows, display(backup) if backup is not None else None)
+    return TranslationResult(reader.n_rows, display(backup) if backup is not None else None,
+                             resumed_from)
 
 
 class TranslationResult(int):
     """The number of rows translated (an ``int``), with ``backup``: where ``--replace`` kept the
-    previous output (``None`` if there was none)."""
+    previous output (``None`` if there was none), and ``resumed_from``: the rows a crashed run
+    had committed, which this one did not translate again (0 for a fresh start)."""
 
-    def __new__(cls, n, backup=None):
+    def __new__(cls, n, backup=None, resumed_from=0):
         self = super().__new__(cls, n)
         self.backup = backup
+        self.resumed_from = int(resumed_from)
         return self
 
 
