@@ -1,8 +1,9 @@
 """Every store ``skalign translate`` reads and writes: correctness, throughput against the
 engine's own bulk load, peak memory, and crash recovery (issue 20).
 
-``python benchmarks/bench_stores.py [--quick] [--rows N] [--kills K] [--backends a,b]
-[--csv benchmarks/results/stores.csv]``
+``python benchmarks/bench_stores.py [--quick] [--rows N | --sizes npy=1e5,chroma=2e4]
+[--kills K] [--backends a,b] [--csv benchmarks/results/stores.csv]`` (also writes
+``stores_machine.csv``: cores, load average, sizes)
 
 Per backend (npy, parquet, parquet-dir, lance, faiss, chroma, qdrant, pgvector):
 
@@ -18,9 +19,14 @@ Per backend (npy, parquet, parquet-dir, lance, faiss, chroma, qdrant, pgvector):
 4. Baseline: the engine's own bulk load of the same output vectors with the same fields, timed
    in this process (``np.save``/``pq.write_table``/LanceDB ``create_table``, ``add_with_ids``,
    batched ``add``/``upsert``, binary ``COPY``); ratio = translate rows/s ÷ bulk-load rows/s.
+   ``transform_s``: ``model.transform`` of the same rows in the same batches on one thread, the
+   floor any translation pays; ``ratio_transform_then_bulk`` = (transform + bulk load) ÷
+   translate, i.e. against a script that translates in memory and bulk loads the result.
 5. Kill study: ``--kills`` times, the command is started, SIGKILLed at a seeded random moment
-   within its measured duration, run again to completion, and compared with the uninterrupted
-   output (identical arrays and fields), with no temporary file, table or collection left.
+   of its translation (after the measured start-up), run again to completion, and compared with
+   the uninterrupted output (identical arrays and fields), with no temporary file, table or
+   collection left; ``resumed_in_time``: the rerun took at most the uninterrupted time × the
+   share of rows left after the row it reports resuming at, + 10 % of the uninterrupted time.
 
 Targets: output = transform (≤ 1e-5), 100 % of ids/fields kept, source unchanged, ratio ≥ 0.8,
 peak RSS < 1.5 GB, K/K kills resumed identically with 0 leftovers. Sizes of the issue: 10^6
@@ -134,6 +140,35 @@ def compare(backend, model, source, out):
     return float(np.abs(V - T).max()) if V.shape == T.shape else float("inf"), kept
 
 
+def transform_time(model, X):
+    """Seconds of ``model.transform`` over ``X`` in the batches ``skalign translate`` uses, on
+    one thread as the command runs: the floor any translation of the store pays."""
+    from threadpoolctl import threadpool_limits
+
+    from skalign._stores import default_batch_size, output_dim
+
+    batch = default_batch_size(X.shape[1], output_dim(model))
+    with threadpool_limits(1):
+        t0 = time.perf_counter()
+        for lo in range(0, len(X), batch):
+            model.transform(X[lo:lo + batch])
+        return time.perf_counter() - t0
+
+
+def resumed_in_time(text, n, full_s):
+    """Whether a rerun after a kill took at most the remaining work + 10 %: its time ≤ the
+    uninterrupted time × (rows left ÷ rows) + 0.1 × the uninterrupted time (a rerun that found
+    the output published counts as in time)."""
+    if "already exists" in text:
+        return True
+    took = re.search(r" in ([\d.]+) s", text)
+    if took is None:
+        return False
+    start = re.search(r"resumed at row (\d+)", text)
+    left = n - (int(start.group(1)) if start else 0)
+    return float(took.group(1)) <= full_s * left / n + 0.1 * full_s
+
+
 def leftovers(backend, root):
     inv = backend.inventory(root)
     bad = [x for x in inv if any(w in x for w in ("partial", "journal", "lock", ".tmp-"))]
@@ -169,27 +204,30 @@ def bench_backend(backend, n, kills, model_path, model, X, workdir, env, seed):
         t0 = time.perf_counter()
         backend.bulk_load(root, result[0], result[1])
         bulk = time.perf_counter() - t0
+        floor = transform_time(model, source[1])
         row.update(bulk_load_s=round(bulk, 2), bulk_rows_per_s=round(n / bulk),
-                   ratio=round(bulk / secs, 2))
+                   ratio=round(bulk / secs, 2), transform_s=round(floor, 2),
+                   ratio_transform_then_bulk=round((floor + bulk) / secs, 2))
         _close_clients()
         rng = np.random.default_rng(seed)
-        resumed = identical = clean = mid_run = 0
+        resumed = identical = clean = mid_run = timely = 0
         for k in range(kills):
             target = backend.output(root, f"kill{k}")
             status, _, _, _ = run_cli(["translate", model_path, src, target], env,
-                                      kill_after=rng.uniform(0.05, 1.0) * wall)
+                                      kill_after=(wall - secs) + rng.uniform(0, 1) * secs)
             mid_run += status is None
             status, _, _, text = run_cli(["translate", model_path, src, target], env)
             # 0: resumed and finished; "already exists": the kill landed after the publish
             resumed += status == 0 or "already exists" in text
+            timely += resumed_in_time(text, n, secs)
             got = backend.read(target)
             _close_clients()
             identical += bool(np.array_equal(got[0], result[0])
                               and np.array_equal(got[1], result[1]) and got[2] == result[2])
             clean += not leftovers(backend, root)
             _drop(backend, root, target)
-        row.update(kills=kills, killed_mid_run=mid_run, resumed=resumed, identical=identical,
-                   no_leftovers=clean)
+        row.update(kills=kills, killed_mid_run=mid_run, resumed=resumed,
+                   resumed_in_time=timely, identical=identical, no_leftovers=clean)
     finally:
         _close_clients()
         if backend.name == "pgvector":
@@ -226,13 +264,19 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--rows", type=int, help="one size for every backend")
+    ap.add_argument("--sizes", help="sizes of some backends, e.g. npy=1e5,chroma=2e4")
     ap.add_argument("--kills", type=int, help="SIGKILLs per backend (default 10, quick 2)")
     ap.add_argument("--backends", default="npy,parquet,parquet-dir,lance,faiss,chroma,qdrant,"
                     "pgvector")
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--csv", default=str(ROOT / "benchmarks" / "results" / "stores.csv"))
     args = ap.parse_args()
-    sizes = QUICK if args.quick else FULL
+    load_start = os.getloadavg()[0]
+    sizes = dict(QUICK if args.quick else FULL)
+    for item in (args.sizes or "").split(","):
+        if item:
+            name, rows = item.split("=")
+            sizes[name] = int(float(rows))
     kills = args.kills if args.kills is not None else (2 if args.quick else 10)
     names = args.backends.split(",")
     n_max = max(args.rows or sizes[b] for b in names)
@@ -268,7 +312,18 @@ def main():
         w = csv.DictWriter(f, fieldnames=keys)
         w.writeheader()
         w.writerows(rows)
-    print(f"wrote {args.csv}")
+    # the machine, for the guide's prose (``:fig:`` figures): a ``key,value`` file beside it
+    summary = Path(args.csv).with_name(Path(args.csv).stem + "_machine.csv")
+    with open(summary, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["key", "value"])
+        w.writerows([("cpu_count", float(os.cpu_count())),
+                     ("load_avg_1min_start", load_start),
+                     ("load_avg_1min_end", os.getloadavg()[0]),
+                     ("kills", float(kills))]
+                    + [(f"rows_{r['backend'].replace('-', '_')}", float(r["rows"]))
+                       for r in rows])
+    print(f"wrote {args.csv} and {summary}")
 
 
 if __name__ == "__main__":
