@@ -282,6 +282,7 @@ def main():
     n_max = max(args.rows or sizes[b] for b in names)
     model, X = make_model_and_rows(n_max)
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="bench-stores-"))
+    workdir.mkdir(parents=True, exist_ok=True)
     from skalign.io import save
 
     model_path = str(save(model, workdir / "model.skops"))
