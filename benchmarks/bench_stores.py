@@ -301,10 +301,15 @@ def main():
                                 seed=i)
             rows.append(row)
             print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
+            write_results(args, rows, load_start, kills)  # after each backend: a long run
+            # stopped part-way keeps what it measured
     finally:
         if server is not None:
             server.cleanup()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def write_results(args, rows, load_start, kills):
     keys = list(rows[0])
     for r in rows:
         keys += [k for k in r if k not in keys]

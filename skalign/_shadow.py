@@ -1,8 +1,9 @@
 """Shadow outputs on the file system, shared by the file stores and the FAISS connector.
 
 Every output is written under a hidden name in the destination's folder (so the final rename is
-atomic), committed batch by batch with a fsynced journal beside it, and renamed into place when
-complete; ``--replace`` keeps the previous output as ``STEM-skalign-backup SUFFIX``.
+atomic), committed about every ``COMMIT_SECONDS`` (the data fsynced, then a fsynced journal
+beside it saying how far it reaches), and renamed into place when complete; ``--replace`` keeps
+the previous output as ``STEM-skalign-backup SUFFIX``.
 """
 
 from __future__ import annotations
@@ -79,9 +80,9 @@ class FileShadow:
     lock, and the backup (``STEM-skalign-backup SUFFIX``) that ``--replace`` keeps.
 
     A writer's life: :meth:`begin` (resume a leftover shadow of the same job, or remove it and
-    start afresh) returns the committed row count; :meth:`write` appends one batch and commits
-    it durably; :meth:`finish` closes the shadow; :meth:`fetch` reads rows back for the
-    verification; :meth:`publish` renames the shadow into place.
+    start afresh) returns the committed row count; :meth:`write_unit` appends one batch and
+    commits durably when a commit is due; :meth:`finish` closes the shadow; :meth:`fetch`
+    reads rows back for the verification; :meth:`publish` renames the shadow into place.
     """
 
     suffix = ""
@@ -141,6 +142,7 @@ class NpyShadow(FileShadow):
     """The shadow is a full-size ``.npy`` filled in order; the journal holds the committed rows."""
 
     suffix = ".npy"
+    pipelined = True  # writes and fsyncs release the GIL
 
     def begin(self, fp):
         job = self.job

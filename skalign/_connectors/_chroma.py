@@ -92,6 +92,7 @@ def _part(values, lo, step):
 
 class Writer:
     normalizes = False  # Chroma keeps the embeddings as given, whatever the space
+    pipelined = True  # Chroma's Rust core writes without the GIL
 
     def __init__(self, address, job):
         self.address, self.job, self.display = address, job, address.display

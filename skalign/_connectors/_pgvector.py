@@ -92,6 +92,18 @@ def _parse_copy(chunks, vindex, batch_size, where, column):
         yield RawRows(bytes(acc[:pos]), spans)
 
 
+def _copy_rows(pgconn):
+    """The data of a ``COPY ... TO STDOUT`` psycopg has started, straight from libpq (one
+    blocking call a row; iterating psycopg's ``Copy`` costs a generator and a wait a row, most of
+    the read's time). The parser stops at the stream's trailer, which comes before libpq's end
+    of copy, so psycopg still finishes the ``COPY`` when its block exits."""
+    while True:
+        nbytes, data = pgconn.get_copy_data(0)
+        if nbytes <= 0:  # the end (or an error, which psycopg raises when the block exits)
+            return
+        yield data
+
+
 def _raw_vectors(raw, dim, where):
     """The vectors of a :class:`RawRows` batch (pgvector's binary form: int16 dimensions,
     int16 unused, big-endian float32 values)."""
@@ -238,9 +250,9 @@ class Reader:
                             "(FORMAT BINARY)").format(
                 sql.SQL(", ").join(sql.Identifier(n) for n in self.names),
                 _ident(self.address.name), self.order_by(), sql.Literal(int(start)))
-            with conn.cursor() as cur, cur.copy(query) as copy:
-                for raw in _parse_copy(copy, self.vindex, batch_size, self.address,
-                                       self.column):
+            with conn.cursor() as cur, cur.copy(query):
+                for raw in _parse_copy(_copy_rows(conn.pgconn), self.vindex, batch_size,
+                                       self.address, self.column):
                     yield _raw_vectors(raw, self.dim, self.address), raw, None
         finally:
             conn.close()
@@ -278,6 +290,7 @@ class Reader:
 
 class Writer:
     normalizes = False
+    pipelined = True  # its own connection; a COPY waits on the server without the GIL
 
     def __init__(self, address, job):
         self.address, self.job, self.display = address, job, address.display

@@ -157,6 +157,8 @@ class Reader:
 
 
 class Writer:
+    pipelined = False  # the local mode's SQLite connection belongs to its thread
+
     def __init__(self, address, job):
         from qdrant_client import models
 
