@@ -1,8 +1,9 @@
 """Every store ``skalign translate`` reads and writes: correctness, throughput against the
 engine's own bulk load, peak memory, and crash recovery (issue 20).
 
-``python benchmarks/bench_stores.py [--quick] [--rows N] [--kills K] [--backends a,b]
-[--csv benchmarks/results/stores.csv]``
+``python benchmarks/bench_stores.py [--quick] [--rows N | --sizes npy=1e5,chroma=2e4]
+[--kills K] [--backends a,b] [--csv benchmarks/results/stores.csv]`` (also writes
+``stores_machine.csv``: cores, load average, sizes)
 
 Per backend (npy, parquet, parquet-dir, lance, faiss, chroma, qdrant, pgvector):
 
@@ -18,9 +19,14 @@ Per backend (npy, parquet, parquet-dir, lance, faiss, chroma, qdrant, pgvector):
 4. Baseline: the engine's own bulk load of the same output vectors with the same fields, timed
    in this process (``np.save``/``pq.write_table``/LanceDB ``create_table``, ``add_with_ids``,
    batched ``add``/``upsert``, binary ``COPY``); ratio = translate rows/s ÷ bulk-load rows/s.
+   ``transform_s``: ``model.transform`` of the same rows in the same batches on one thread, the
+   floor any translation pays; ``ratio_transform_then_bulk`` = (transform + bulk load) ÷
+   translate, i.e. against a script that translates in memory and bulk loads the result.
 5. Kill study: ``--kills`` times, the command is started, SIGKILLed at a seeded random moment
-   within its measured duration, run again to completion, and compared with the uninterrupted
-   output (identical arrays and fields), with no temporary file, table or collection left.
+   of its translation (after the measured start-up), run again to completion, and compared with
+   the uninterrupted output (identical arrays and fields), with no temporary file, table or
+   collection left; ``resumed_in_time``: the rerun took at most the uninterrupted time × the
+   share of rows left after the row it reports resuming at, + 10 % of the uninterrupted time.
 
 Targets: output = transform (≤ 1e-5), 100 % of ids/fields kept, source unchanged, ratio ≥ 0.8,
 peak RSS < 1.5 GB, K/K kills resumed identically with 0 leftovers. Sizes of the issue: 10^6
@@ -76,33 +82,91 @@ def make_model_and_rows(n, seed=0):
     return model, X
 
 
+def _peak_rss(pid):
+    """The process's own high-water resident set (``VmHWM``, MiB), or 0 once it is gone.
+
+    Not ``wait4``'s ``ru_maxrss``: after a fork it starts from the parent's resident set (the
+    benchmark holds the whole input), which is not the child's use."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
 def run_cli(argv, env, kill_after=None):
-    """``python -m skalign ...``: (status or None if killed, wall s, peak RSS MiB, stdout)."""
+    """``python -m skalign ...``: (status or None if killed, wall s, peak RSS MiB, output).
+
+    The output goes to a file (a pipe could fill up and stall the child); the peak RSS is
+    polled every 20 ms until the child exits."""
     t0 = time.perf_counter()
-    p = subprocess.Popen([sys.executable, "-m", "skalign", *argv], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, env=env, cwd=ROOT)
-    if kill_after is not None:
-        try:
-            p.wait(kill_after)
-        except subprocess.TimeoutExpired:
-            os.kill(p.pid, signal.SIGKILL)
-    _, status, usage = os.wait4(p.pid, 0)
-    out = p.stdout.read().decode() + p.stderr.read().decode()
+    with tempfile.TemporaryFile() as log:
+        p = subprocess.Popen([sys.executable, "-m", "skalign", *argv], stdout=log,
+                             stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        peak = 0.0
+        while True:
+            peak = max(peak, _peak_rss(p.pid))
+            pid, status = os.waitpid(p.pid, os.WNOHANG)
+            if pid:
+                break
+            if kill_after is not None and time.perf_counter() - t0 >= kill_after:
+                os.kill(p.pid, signal.SIGKILL)
+                _, status = os.waitpid(p.pid, 0)
+                break
+            time.sleep(0.02)
+        p.returncode = 0  # reaped here; keeps Popen from waiting again
+        log.seek(0)
+        out = log.read().decode()
     wall = time.perf_counter() - t0
     killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
     code = None if killed else os.waitstatus_to_exitcode(status)
-    return code, wall, usage.ru_maxrss / 1024, out
+    return code, wall, peak, out
 
 
 def compare(backend, model, source, out):
     ids, X, fields = source
     oids, V, ofields = out
+    if backend.name == "qdrant":  # a cosine collection keeps directions: compare those
+        X = X / np.linalg.norm(X, axis=1, keepdims=True)
+        V = V / np.linalg.norm(V, axis=1, keepdims=True)
     T = np.asarray(model.transform(X), np.float32)
-    if backend.name == "qdrant":  # cosine collection: stored and compared as directions
+    if backend.name == "qdrant":
         T /= np.linalg.norm(T, axis=1, keepdims=True)
     same_ids = bool(np.array_equal(ids, oids))
     kept = same_ids and (fields == ofields)
     return float(np.abs(V - T).max()) if V.shape == T.shape else float("inf"), kept
+
+
+def transform_time(model, X):
+    """Seconds of ``model.transform`` over ``X`` in the batches ``skalign translate`` uses, on
+    one thread as the command runs: the floor any translation of the store pays."""
+    from threadpoolctl import threadpool_limits
+
+    from skalign._stores import default_batch_size, output_dim
+
+    batch = default_batch_size(X.shape[1], output_dim(model))
+    with threadpool_limits(1):
+        t0 = time.perf_counter()
+        for lo in range(0, len(X), batch):
+            model.transform(X[lo:lo + batch])
+        return time.perf_counter() - t0
+
+
+def resumed_in_time(text, n, full_s):
+    """Whether a rerun after a kill took at most the remaining work + 10 %: its time ≤ the
+    uninterrupted time × (rows left ÷ rows) + 0.1 × the uninterrupted time (a rerun that found
+    the output published counts as in time)."""
+    if "already exists" in text:
+        return True
+    took = re.search(r" in ([\d.]+) s", text)
+    if took is None:
+        return False
+    start = re.search(r"resumed at row (\d+)", text)
+    left = n - (int(start.group(1)) if start else 0)
+    return float(took.group(1)) <= full_s * left / n + 0.1 * full_s
 
 
 def leftovers(backend, root):
@@ -140,27 +204,30 @@ def bench_backend(backend, n, kills, model_path, model, X, workdir, env, seed):
         t0 = time.perf_counter()
         backend.bulk_load(root, result[0], result[1])
         bulk = time.perf_counter() - t0
+        floor = transform_time(model, source[1])
         row.update(bulk_load_s=round(bulk, 2), bulk_rows_per_s=round(n / bulk),
-                   ratio=round(bulk / secs, 2))
+                   ratio=round(bulk / secs, 2), transform_s=round(floor, 2),
+                   ratio_transform_then_bulk=round((floor + bulk) / secs, 2))
         _close_clients()
         rng = np.random.default_rng(seed)
-        resumed = identical = clean = mid_run = 0
+        resumed = identical = clean = mid_run = timely = 0
         for k in range(kills):
             target = backend.output(root, f"kill{k}")
             status, _, _, _ = run_cli(["translate", model_path, src, target], env,
-                                      kill_after=rng.uniform(0.05, 1.0) * wall)
+                                      kill_after=(wall - secs) + rng.uniform(0, 1) * secs)
             mid_run += status is None
             status, _, _, text = run_cli(["translate", model_path, src, target], env)
             # 0: resumed and finished; "already exists": the kill landed after the publish
             resumed += status == 0 or "already exists" in text
+            timely += resumed_in_time(text, n, secs)
             got = backend.read(target)
             _close_clients()
             identical += bool(np.array_equal(got[0], result[0])
                               and np.array_equal(got[1], result[1]) and got[2] == result[2])
             clean += not leftovers(backend, root)
             _drop(backend, root, target)
-        row.update(kills=kills, killed_mid_run=mid_run, resumed=resumed, identical=identical,
-                   no_leftovers=clean)
+        row.update(kills=kills, killed_mid_run=mid_run, resumed=resumed,
+                   resumed_in_time=timely, identical=identical, no_leftovers=clean)
     finally:
         _close_clients()
         if backend.name == "pgvector":
@@ -197,18 +264,25 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--rows", type=int, help="one size for every backend")
+    ap.add_argument("--sizes", help="sizes of some backends, e.g. npy=1e5,chroma=2e4")
     ap.add_argument("--kills", type=int, help="SIGKILLs per backend (default 10, quick 2)")
     ap.add_argument("--backends", default="npy,parquet,parquet-dir,lance,faiss,chroma,qdrant,"
                     "pgvector")
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--csv", default=str(ROOT / "benchmarks" / "results" / "stores.csv"))
     args = ap.parse_args()
-    sizes = QUICK if args.quick else FULL
+    load_start = os.getloadavg()[0]
+    sizes = dict(QUICK if args.quick else FULL)
+    for item in (args.sizes or "").split(","):
+        if item:
+            name, rows = item.split("=")
+            sizes[name] = int(float(rows))
     kills = args.kills if args.kills is not None else (2 if args.quick else 10)
     names = args.backends.split(",")
     n_max = max(args.rows or sizes[b] for b in names)
     model, X = make_model_and_rows(n_max)
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="bench-stores-"))
+    workdir.mkdir(parents=True, exist_ok=True)
     from skalign.io import save
 
     model_path = str(save(model, workdir / "model.skops"))
@@ -227,10 +301,15 @@ def main():
                                 seed=i)
             rows.append(row)
             print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
+            write_results(args, rows, load_start, kills)  # after each backend: a long run
+            # stopped part-way keeps what it measured
     finally:
         if server is not None:
             server.cleanup()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def write_results(args, rows, load_start, kills):
     keys = list(rows[0])
     for r in rows:
         keys += [k for k in r if k not in keys]
@@ -239,7 +318,18 @@ def main():
         w = csv.DictWriter(f, fieldnames=keys)
         w.writeheader()
         w.writerows(rows)
-    print(f"wrote {args.csv}")
+    # the machine, for the guide's prose (``:fig:`` figures): a ``key,value`` file beside it
+    summary = Path(args.csv).with_name(Path(args.csv).stem + "_machine.csv")
+    with open(summary, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["key", "value"])
+        w.writerows([("cpu_count", float(os.cpu_count())),
+                     ("load_avg_1min_start", load_start),
+                     ("load_avg_1min_end", os.getloadavg()[0]),
+                     ("kills", float(kills))]
+                    + [(f"rows_{r['backend'].replace('-', '_')}", float(r["rows"]))
+                       for r in rows])
+    print(f"wrote {args.csv} and {summary}")
 
 
 if __name__ == "__main__":

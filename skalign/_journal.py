@@ -11,11 +11,33 @@ import hashlib
 import json
 import os
 import pickle
+import time
 from pathlib import Path
 
 from .exceptions import StoreError
 
-__all__ = ["FileLock", "fingerprint", "read_journal", "write_journal", "write_durably"]
+__all__ = ["COMMIT_SECONDS", "CommitClock", "FileLock", "fingerprint", "read_journal",
+           "write_journal", "write_durably"]
+
+#: Seconds of work between two durable commits (fsync of the data, then of the journal). A
+#: crash loses at most this much work plus one batch; committing every batch instead would
+#: make each batch wait for the disk.
+COMMIT_SECONDS = 1.0
+
+
+class CommitClock:
+    """When the next durable commit is due: ``COMMIT_SECONDS`` after the last one (read when
+    the clock starts, so a test can set it to 0 to commit every batch)."""
+
+    def __init__(self):
+        self.seconds = COMMIT_SECONDS
+        self.last = time.monotonic()
+
+    def due(self):
+        return time.monotonic() - self.last >= self.seconds
+
+    def reset(self):
+        self.last = time.monotonic()
 
 
 def fingerprint(model, source, output, batch_size, column):

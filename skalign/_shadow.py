@@ -1,8 +1,9 @@
 """Shadow outputs on the file system, shared by the file stores and the FAISS connector.
 
 Every output is written under a hidden name in the destination's folder (so the final rename is
-atomic), committed batch by batch with a fsynced journal beside it, and renamed into place when
-complete; ``--replace`` keeps the previous output as ``STEM-skalign-backup SUFFIX``.
+atomic), committed about every ``COMMIT_SECONDS`` (the data fsynced, then a fsynced journal
+beside it saying how far it reaches), and renamed into place when complete; ``--replace`` keeps
+the previous output as ``STEM-skalign-backup SUFFIX``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._journal import FileLock, fsync_dir, read_journal, write_journal
+from ._journal import CommitClock, FileLock, fsync_dir, read_journal, write_journal
 from .exceptions import StoreError
 
 __all__ = ["FileShadow", "NpyShadow", "atomic_file", "check_parent", "remove_path",
@@ -79,9 +80,9 @@ class FileShadow:
     lock, and the backup (``STEM-skalign-backup SUFFIX``) that ``--replace`` keeps.
 
     A writer's life: :meth:`begin` (resume a leftover shadow of the same job, or remove it and
-    start afresh) returns the committed row count; :meth:`write` appends one batch and commits
-    it durably; :meth:`finish` closes the shadow; :meth:`fetch` reads rows back for the
-    verification; :meth:`publish` renames the shadow into place.
+    start afresh) returns the committed row count; :meth:`write_unit` appends one batch and
+    commits durably when a commit is due; :meth:`finish` closes the shadow; :meth:`fetch`
+    reads rows back for the verification; :meth:`publish` renames the shadow into place.
     """
 
     suffix = ""
@@ -95,6 +96,7 @@ class FileShadow:
         self.lock_path = self.path.with_name(f".{name}.skalign-lock")
         self.backup = self.path.with_name(f"{stem}-skalign-backup{suffix}")
         self.display = str(self.path)
+        self.clock = CommitClock()
 
     def lock(self):
         return FileLock(self.lock_path, self.display)
@@ -140,6 +142,7 @@ class NpyShadow(FileShadow):
     """The shadow is a full-size ``.npy`` filled in order; the journal holds the committed rows."""
 
     suffix = ".npy"
+    pipelined = True  # writes and fsyncs release the GIL
 
     def begin(self, fp):
         job = self.job
@@ -170,11 +173,19 @@ class NpyShadow(FileShadow):
         # sequential writes after the header: the page cache, not this process, holds the data
         self._file.seek(self.offset + start * self.row_bytes)
         self._file.write(np.ascontiguousarray(out, dtype=np.float32).data)
-        _fsync(self._file)
         self.rows += len(out)
+        if self.clock.due():
+            self.commit()
+
+    def commit(self):
+        """Make the rows written so far durable, then record them in the journal: a rerun
+        after a crash resumes there (rows written after it are written again)."""
+        _fsync(self._file)
         write_journal(self.journal, fingerprint=self.fp, rows=self.rows)
+        self.clock.reset()
 
     def finish(self):
+        _fsync(self._file)
         self._file.close()
         return self.rows
 

@@ -329,8 +329,8 @@ def _parser():
     tr.add_argument("--column", metavar="NAME", help="vector column of a Parquet/LanceDB input "
                     "(default: the only list-of-floats column, or vector/embedding)")
     tr.add_argument("--batch-size", type=_positive_int, metavar="N",
-                    help="rows per batch, the unit of commit and resume (default: about 128 MiB "
-                    "of float32 per batch)")
+                    help="rows per batch, the unit of commit and resume in databases (default: "
+                    "about 128 MiB of float32 per batch, at most 8192 rows for a database)")
     tr.add_argument("--replace", action="store_true", help="allow an existing OUTPUT (or "
                     "OUTPUT = INPUT): swap the translation in, keep the previous one as a backup "
                     "(`skalign restore OUTPUT` puts it back)")
@@ -477,7 +477,8 @@ def cmd_translate(args, out):
 
         out(f"translated {n} rows {model.n_features_in_}-d -> {output_dim(model)}-d: "
             f"{display(args.input)} -> {display(args.output)} in {secs:.2f} s "
-            f"({n / max(secs, 1e-9):,.0f} rows/s)")
+            f"({n / max(secs, 1e-9):,.0f} rows/s)"
+            + (f", resumed at row {n.resumed_from}" if getattr(n, "resumed_from", 0) else ""))
         if getattr(n, "backup", None):
             out(f"previous {display(args.output)} kept as {n.backup}; `skalign restore "
                 f"{args.output}` puts it back")

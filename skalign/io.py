@@ -274,7 +274,8 @@ def translate(model, input, output, *, column=None, batch_size=None, progress=Fa
     number.
 
     The input is never modified. The output is written in the shadow — a hidden file or folder
-    next to it, a ``…_skalign_partial`` table or collection — committed batch by batch,
+    next to it, a ``…_skalign_partial`` table or collection — committed as it goes (each
+    batch in a database or LanceDB; about every second, fsynced, in the other files),
     verified (row count; a sample of rows translated again and compared, with their ids and
     fields) and only then published under its name. After a crash (even SIGKILL) the same call
     resumes from the last committed batch and removes what the crashed run left; a second call
@@ -310,7 +311,8 @@ def translate(model, input, output, *, column=None, batch_size=None, progress=Fa
     -------
     n_rows : int
         Number of rows translated (an ``int`` whose ``backup`` attribute names the backup
-        ``replace`` kept, or ``None``).
+        ``replace`` kept, or ``None``, and ``resumed_from`` the rows a crashed run had
+        committed and this call did not translate again, 0 for a fresh start).
     """
     from ._stores import translate_store
 

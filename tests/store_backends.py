@@ -67,7 +67,8 @@ class Parquet:
         ids = np.asarray(t["id"])
         order = np.argsort(ids)
         V = np.asarray(t["emb"].combine_chunks().flatten()).reshape(len(t), -1)
-        return ids[order], V[order], [t["doc"].to_pylist()[i] for i in order]
+        docs = t["doc"].to_pylist()  # once: inside the comprehension it made reading quadratic
+        return ids[order], V[order], [docs[i] for i in order]
 
     def inventory(self, root):
         return sorted(os.listdir(root))
@@ -110,7 +111,8 @@ class Lance(Parquet):
         ids = np.asarray(t["id"])
         order = np.argsort(ids)
         V = np.asarray(t["emb"].combine_chunks().flatten()).reshape(len(t), -1)
-        return ids[order], V[order], [t["doc"].to_pylist()[i] for i in order]
+        docs = t["doc"].to_pylist()  # once: inside the comprehension it made reading quadratic
+        return ids[order], V[order], [docs[i] for i in order]
 
     def inventory(self, root):
         return sorted(os.listdir(root)) + sorted(os.listdir(root / "db"))

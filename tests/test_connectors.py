@@ -276,3 +276,116 @@ def test_cli_replace_and_restore(tmp_path, capsys, data):
     assert "restored" in capsys.readouterr().out
     status, err = _cli(capsys, "restore", str(tmp_path / "none.npy"))
     assert status == 2 and "no backup none-skalign-backup.npy" in err[0]
+
+
+def test_qdrant_cosine_directions_survive_reopening_the_folder(tmp_path):
+    """Qdrant's local mode normalises a cosine vector in memory but writes it to disk as given,
+    so a reopened folder (another process) returns raw vectors. The translation reads and
+    writes directions, so it is the same whether the source was written by this client or
+    reopened, and the output reads back the same in memory and from disk."""
+    pytest.importorskip("qdrant_client")
+    from skalign._connectors import _qdrant
+
+    rng = np.random.default_rng(1)
+    X = (rng.normal(size=(40, 16)) * rng.uniform(0.5, 8, size=(40, 1))).astype(np.float32)
+    # an offset makes transform(c x) point elsewhere than transform(x) for c != 1
+    model = ProcrustesAligner(normalize=False).fit(X, rng.normal(size=(40, 24)) + 3.0)
+    b = Qdrant()
+    src = b.make(tmp_path, X)
+    _qdrant._close_all()  # reopened from disk, as the benchmark's other process sees it
+    ids, raw, _ = b.read(src)
+    assert np.ptp(np.linalg.norm(raw, axis=1)) > 1  # the folder holds the raw vectors
+    translate(model, src, b.output(tmp_path), batch_size=16)
+    in_memory = b.read(b.output(tmp_path))[1]
+    _qdrant._close_all()
+    on_disk = b.read(b.output(tmp_path))[1]
+    unit = raw / np.linalg.norm(raw, axis=1, keepdims=True)
+    T = np.asarray(model.transform(unit), np.float32)
+    T /= np.linalg.norm(T, axis=1, keepdims=True)
+    np.testing.assert_allclose(on_disk, T, atol=1e-5)
+    np.testing.assert_allclose(in_memory, T, atol=1e-5)
+    # the raw vectors' translation points elsewhere: the check above tells the two apart
+    R = np.asarray(model.transform(raw), np.float32)
+    assert np.abs(R / np.linalg.norm(R, axis=1, keepdims=True) - T).max() > 0.01
+    _qdrant._close_all()
+
+
+@pytest.mark.parametrize("wrapper", [None, "IDMap", "IDMap2"])
+@pytest.mark.parametrize("metric", ["L2", "IP"])
+def test_faiss_flat_layout_is_the_file_faiss_writes(wrapper, metric):
+    """The in-place FAISS writer lays the file out itself: its bytes must be exactly those of
+    ``faiss.serialize_index`` for the same index."""
+    faiss = pytest.importorskip("faiss")
+    from skalign._connectors._faiss import flat_layout
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(7, 5)).astype(np.float32)
+    ids = rng.permutation(100)[:7].astype(np.int64)
+    m = faiss.METRIC_L2 if metric == "L2" else faiss.METRIC_INNER_PRODUCT
+    index = faiss.IndexFlat(5, m)
+    if wrapper is None:
+        index.add(X)
+    else:
+        index = getattr(faiss, f"Index{wrapper}")(index)
+        index.add_with_ids(X, ids)
+    head, tail = flat_layout(5, 7, m, wrapper, ids)
+    assert head + X.tobytes() + tail == faiss.serialize_index(index).tobytes()
+
+
+@pytest.mark.parametrize("kind", ["IVFFlat", "HNSWFlat"])
+def test_faiss_index_types_that_are_built_again(tmp_path, kind, data):
+    """IVF and HNSW indexes are built again on the translated vectors (IVF trained again with
+    the same ``nlist``), same type, metric and ids; the vectors are the translation."""
+    faiss = pytest.importorskip("faiss")
+    X, model = data
+    if kind == "IVFFlat":
+        inner = faiss.IndexIVFFlat(faiss.IndexFlatL2(16), 16, 4, faiss.METRIC_L2)
+        inner.train(X)
+        inner.nprobe = 3
+    else:
+        inner = faiss.IndexHNSWFlat(16, 8, faiss.METRIC_INNER_PRODUCT)
+    index = faiss.IndexIDMap2(inner)
+    ids = np.arange(len(X), dtype=np.int64) * 5 + 2
+    index.add_with_ids(X, ids)
+    faiss.write_index(index, str(tmp_path / "src.faiss"))
+    translate(model, str(tmp_path / "src.faiss"), str(tmp_path / "out.faiss"), batch_size=100)
+    out = faiss.read_index(str(tmp_path / "out.faiss"))
+    assert isinstance(out, faiss.IndexIDMap2)
+    got = faiss.downcast_index(out.index)
+    assert type(got) is type(faiss.downcast_index(inner)) and got.metric_type == inner.metric_type
+    np.testing.assert_array_equal(faiss.vector_to_array(out.id_map), ids)
+    if kind == "IVFFlat":
+        assert got.nlist == 4 and got.nprobe == 3 and got.d == 24
+        got.make_direct_map()
+    V = np.stack([got.reconstruct(i) for i in range(len(X))])
+    np.testing.assert_allclose(V, model.transform(X), atol=1e-5)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.faiss", "src.faiss"]
+
+
+def test_pgvector_copy_stream_parsed_whatever_the_chunks():
+    """The binary COPY parser gives the same batches however the stream is cut into chunks
+    (libpq hands over one row per chunk; nothing promises it)."""
+    import struct
+
+    from skalign._connectors._pgvector import _SIGNATURE, _TRAILER, _parse_copy, _raw_vectors
+
+    rng = np.random.default_rng(3)
+    V = rng.normal(size=(23, 4)).astype(np.float32)
+    rows = []
+    for i, v in enumerate(V):
+        doc = None if i % 5 == 0 else f"doc {i}".encode() * (i % 3)
+        vec = struct.pack(">hh", 4, 0) + v.astype(">f4").tobytes()
+        fields = [struct.pack(">q", i), doc, vec]
+        rows.append(struct.pack(">h", 3) + b"".join(
+            struct.pack(">i", -1) if f is None else struct.pack(">i", len(f)) + f
+            for f in fields))
+    stream = _SIGNATURE + b"".join(rows) + _TRAILER
+    cuts = np.sort(rng.choice(np.arange(1, len(stream)), size=60, replace=False))
+    pieces = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)])]
+    for chunks in ([stream], [_SIGNATURE, *rows, _TRAILER], pieces):
+        batches = list(_parse_copy(iter(chunks), 2, 5, "where", "emb"))
+        assert [len(b) for b in batches] == [5, 5, 5, 5, 3]
+        got = np.concatenate([_raw_vectors(b, 4, "where") for b in batches])
+        np.testing.assert_array_equal(got, V)
+        kept = [b.buf[rs:vs] for b in batches for rs, vs, _, _ in b.spans]
+        assert kept == [r[:-(4 + 4 + 4 * 4)] for r in rows]  # all but the vector field

@@ -4,6 +4,8 @@ import re
 import tomllib
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 CI = (ROOT / ".ci" / "run").read_text()
@@ -105,3 +107,35 @@ def test_readme_tour_runs():
     assert ns["boot"].anchor_pairs_.shape == (285, 2)
     assert ns["gera"].score(A[te], B[te]) > 0.58  # chance: 1/719; measured 0.63
     assert ns["ensemble"].score(ns["views"][te], labels[te]) > 0.9
+
+
+def test_ci_constraints_pin_every_dependency_of_chromadb():
+    """chromadb pulls in some 80 packages; CI is reproducible only if each is pinned, at the
+    version installed here (the environment CI builds from this file)."""
+    import importlib.metadata as md
+
+    pytest.importorskip("chromadb")
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    pins = {}
+    for line in (ROOT / "ci" / "constraints.txt").read_text().splitlines():
+        if "==" in line and not line.startswith("#"):
+            name, version = line.split("==")
+            pins[canonicalize_name(name)] = version.strip()
+    seen, todo = set(), ["chromadb"]
+    while todo:
+        for text in md.distribution(todo.pop()).requires or []:
+            req = Requirement(text)
+            name = canonicalize_name(req.name)
+            if name in seen or (req.marker is not None and not req.marker.evaluate({"extra": ""})):
+                continue
+            try:
+                md.distribution(name)
+            except md.PackageNotFoundError:  # an optional dependency not installed
+                continue
+            seen.add(name)
+            todo.append(name)
+    assert len(seen) > 50
+    assert sorted(seen - set(pins)) == []
+    assert {n: md.version(n) for n in seen} == {n: pins[n] for n in seen}

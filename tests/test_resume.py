@@ -31,7 +31,11 @@ _CTX.set_forkserver_preload(["skalign.cli", "skalign._stores", "skalign._procrus
 
 def _translate_child(argv, conn):
     """``skalign`` with ``argv``; reports each batch it translates, then the exit status and the
-    number of rows it translated."""
+    number of rows it translated. Every batch is committed (not only after
+    ``COMMIT_SECONDS``), so the batch a kill lands in says how much a rerun may skip."""
+    from skalign import _journal
+
+    _journal.COMMIT_SECONDS = 0
     calls = []
     transform = ProcrustesAligner.transform
 
@@ -140,8 +144,10 @@ def test_sigkill_then_same_command_resumes_to_an_identical_result(tmp_path, back
                     kill_at_batch=second - first + 1) is None
     status, rows = in_child(_translate_child, ["translate", path, src, out] + opts)
     assert status == 0
-    # resumed: at most the batches after the last commit were translated again
-    assert rows <= n - (second - 2) * batch, (rows, second)
+    # resumed: at most the batches after the last commit were translated again. A kill as the
+    # k-th batch is translated loses it and, written behind it in a thread, the (k-1)-th:
+    # the first kill leaves at least first - 2 batches, the second at least second - 3
+    assert rows <= n - (second - 3) * batch, (rows, second)
     got = call(_read, backend, out)
     np.testing.assert_array_equal(got[0], reference[0])
     np.testing.assert_array_equal(got[1], reference[1])
@@ -212,3 +218,50 @@ def test_second_concurrent_run_fails_at_once_postgres(tmp_path, postgres):
     assert b.inventory(tmp_path) == ["src"]
     translate(model, src, out)
     assert b.inventory(tmp_path) == ["out", "src"]
+
+
+def _lance_files(table_dir):
+    import lancedb
+
+    db = lancedb.connect(os.path.dirname(table_dir))
+    stats = db.open_table(os.path.basename(table_dir)[: -len(".lance")]).stats()
+    data = sorted(os.listdir(os.path.join(table_dir, "data")))
+    return data, stats["fragment_stats"]["num_fragments"]
+
+
+def test_lance_data_of_an_uncommitted_add_is_not_published(tmp_path):
+    """An ``add`` killed before its commit leaves a data file and a transaction file in the
+    shadow table that no version references; the rerun removes them, so the published table
+    holds exactly its fragments' files."""
+    pytest.importorskip("lancedb")
+    import shutil
+
+    from store_backends import Lance
+
+    backend = Lance()
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(600, 16)).astype(np.float32)
+    model = ProcrustesAligner().fit(X[:100], rng.normal(size=(100, 24)))
+    path = str(save(model, tmp_path / "m.skops"))
+    src = call(_make, backend, tmp_path, X)
+    out = backend.output(tmp_path, "out")
+    opts = ["--batch-size", "60", "--quiet"]
+    assert in_child(_translate_child, ["translate", path, src, out] + opts,
+                    kill_at_batch=4) is None
+    shadow = tmp_path / "db" / "out-skalign-partial.lance"
+    data = sorted((shadow / "data").iterdir())
+    committed = len(data)  # the third add, written behind the fourth batch, may be cut off
+    assert committed in (2, 3)
+    # what the fourth add, killed before its commit, leaves: its data and transaction files
+    stray = [shadow / "data" / ("0" * 30 + "deadbeef" * 2 + "00.lance"),
+             shadow / "_transactions" / "4-00000000-0000-0000-0000-000000000000.txn"]
+    shutil.copy(data[0], stray[0])
+    shutil.copy(next((shadow / "_transactions").iterdir()), stray[1])
+    status, rows = in_child(_translate_child, ["translate", path, src, out] + opts)
+    assert status == 0 and rows == 600 - committed * 60  # resumed after the last commit
+    published = tmp_path / "db" / "out.lance"
+    files, fragments = call(_lance_files, str(published))
+    assert stray[0].name not in files and len(files) == fragments == 10
+    assert not (published / "_transactions" / stray[1].name).exists()
+    got = call(_read, backend, out)
+    np.testing.assert_allclose(got[1], model.transform(X), atol=1e-5)

@@ -4,10 +4,11 @@
 Rows are records in Chroma's own order (``get`` with ``offset``): the id, the document, the
 metadata and the translated embedding. The output is a shadow collection
 ``OUTPUT_skalign_<job>`` with the source's metadata and HNSW configuration (so the same
-distance space), filled batch by batch with ``upsert`` (idempotent: a resumed run writes the
-interrupted batch again) and renamed to ``OUTPUT`` when verified. Chroma has no atomic swap:
-with ``--replace`` the existing ``OUTPUT`` is renamed to ``OUTPUT_skalign_backup`` first, then
-the translation to ``OUTPUT`` (the name resolves to nothing between the two renames).
+distance space), filled batch by batch with ``add`` in pieces of Chroma's largest batch
+(``upsert`` for the batch a crashed run had begun, which a resumed run writes again) and
+renamed to ``OUTPUT`` when verified. Chroma has no atomic swap: with ``--replace`` the existing
+``OUTPUT`` is renamed to ``OUTPUT_skalign_backup`` first, then the translation to ``OUTPUT``
+(the name resolves to nothing between the two renames).
 """
 
 from __future__ import annotations
@@ -85,8 +86,13 @@ class Reader:
         return np.concatenate(parts) if parts else np.empty((0, self.dim), np.float32)
 
 
+def _part(values, lo, step):
+    return None if values is None else values[lo:lo + step]
+
+
 class Writer:
     normalizes = False  # Chroma keeps the embeddings as given, whatever the space
+    pipelined = True  # Chroma's Rust core writes without the GIL
 
     def __init__(self, address, job):
         self.address, self.job, self.display = address, job, address.display
@@ -106,9 +112,14 @@ class Writer:
             if n.startswith(shadow_prefix(self.address.name)) and n not in (
                     self.shadow, backup_name(self.address.name)):
                 self.client.delete_collection(n)
+        self._max_batch = int(self.client.get_max_batch_size())
         if self.shadow in names:
             self.collection = self.client.get_collection(self.shadow, embedding_function=None)
-            return resume_point(self.collection.count(), self.src.n_rows, self.job.batch_size)
+            count = self.collection.count()
+            start = resume_point(count, self.src.n_rows, self.job.batch_size)
+            self._upsert_next = count > start  # the interrupted batch is partly there
+            return start
+        self._upsert_next = False
         src = self.src.collection
         config = src.configuration or {}
         kwargs = {"configuration": {"hnsw": config["hnsw"]}} if config.get("hnsw") else {}
@@ -117,8 +128,15 @@ class Writer:
         return 0
 
     def write_unit(self, out, got, shard, start):
-        self.collection.upsert(ids=got["ids"], embeddings=out, documents=got["documents"],
-                               metadatas=got["metadatas"])
+        """``add`` in pieces of Chroma's largest batch; ``upsert`` for a batch a crashed run
+        had begun (batches are written in order, so only the first one resumed)."""
+        write = self.collection.upsert if self._upsert_next else self.collection.add
+        self._upsert_next = False
+        step = self._max_batch
+        for lo in range(0, len(out), step):
+            write(ids=got["ids"][lo:lo + step], embeddings=out[lo:lo + step],
+                  documents=_part(got["documents"], lo, step),
+                  metadatas=_part(got["metadatas"], lo, step))
 
     def finish(self):
         return int(self.collection.count())

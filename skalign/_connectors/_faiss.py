@@ -3,19 +3,25 @@
 Read: an index whose stored vectors are exact — ``IndexFlat`` (L2 or inner product),
 ``IndexIVFFlat``, ``IndexHNSWFlat``, each possibly inside ``IndexIDMap``/``IndexIDMap2`` (whose
 ids are kept). Compressed indexes (PQ, SQ, LSH …) cannot give their vectors back and are refused.
-Write: the translated vectors go to a shadow ``.npy`` committed batch by batch (resumable like
-an ``.npy`` output); at the end the same index type is built on them — trained again on the
-translated vectors where the type needs training (IVF: the same ``nlist``, k-means seeded), with
-the same metric, HNSW ``M`` and ids — written to a hidden file and renamed into place.
+Write: a Flat index (L2 or inner product, possibly inside ``IndexIDMap``/``IDMap2``) is
+written in place — the shadow is the index file itself, laid out at its full size from the start
+(header, the vectors, the ids), filled batch by batch and committed like an ``.npy`` output, so
+nothing is written twice and memory stays bounded. Other types: the translated vectors go to a
+shadow ``.npy`` committed the same way; at the end the same index type is built on them —
+trained again on the translated vectors where the type needs training (IVF: the same ``nlist``,
+k-means seeded), with the same metric, HNSW ``M`` and ids — written to a hidden file and renamed
+into place.
 """
 
 from __future__ import annotations
 
 import os
+import struct
 
 import numpy as np
 
 from .._backend import iter_batches
+from .._journal import write_journal
 from .._shadow import NpyShadow, swap_paths
 from ..exceptions import StoreError
 
@@ -96,7 +102,97 @@ class Reader:
             (0, self.dim), np.float32)
 
 
-class Writer(NpyShadow):
+def Writer(address, job):
+    """The writer for ``job``: a Flat index is written in place, any other type built at the
+    end."""
+    p = job.reader.params
+    if job.reader.index_kind == "Flat" and flat_layout(1, 1, p["metric"], p["wrapper"],
+                                                       np.zeros(1, np.int64)) is not None:
+        return _FlatWriter(address, job)
+    return _BuildWriter(address, job)
+
+
+_HEADER = 37  # fourcc, d, ntotal, two dummies, is_trained, metric (faiss/impl/index_write.cpp)
+
+
+def flat_layout(d, n, metric, wrapper, ids):
+    """``(head, tail)``: the bytes of a ``d``-dimensional Flat index of ``n`` vectors (inside
+    ``wrapper``, ``"IDMap"``/``"IDMap2"`` or ``None``, with ``ids``) before and after its
+    ``n * d`` float32 vectors, as ``faiss.write_index`` lays them out; ``None`` where that
+    layout is not the one this code knows (another metric, another faiss file format)."""
+    faiss = _faiss()
+    if metric not in (faiss.METRIC_L2, faiss.METRIC_INNER_PRODUCT):
+        return None  # metrics with an argument add a field to the header
+    index = faiss.IndexFlat(d, metric)
+    if wrapper is not None:
+        index = (faiss.IndexIDMap2 if wrapper == "IDMap2" else faiss.IndexIDMap)(index)
+    empty = faiss.serialize_index(index).tobytes()
+    k = 2 if wrapper is not None else 1
+    if len(empty) != _HEADER * k + 8 * k or empty[_HEADER * (k - 1):][:3] != b"IxF":
+        return None
+    head = bytearray(empty[: _HEADER * k + 8])
+    for j in range(k):  # ntotal of the wrapper and of the flat index
+        head[_HEADER * j + 8: _HEADER * j + 16] = struct.pack("<q", n)
+    head[_HEADER * k: _HEADER * k + 8] = struct.pack("<Q", n * d)  # the float count
+    tail = b"" if wrapper is None else struct.pack("<Q", n) + np.asarray(
+        ids, dtype="<i8").tobytes()
+    return bytes(head), tail
+
+
+class _FlatWriter(NpyShadow):
+    """The shadow is the index file at its full size; the vectors are filled in order."""
+
+    suffix = ".faiss"
+
+    def __init__(self, address, job):
+        super().__init__(address.path, job)
+        self.address = address
+
+    def begin(self, fp):
+        job, src = self.job, self.job.reader
+        n, d = src.n_rows, job.d_out
+        ids = src.ids if src.ids is not None else np.arange(n, dtype=np.int64)
+        head, tail = flat_layout(d, n, src.params["metric"], src.params["wrapper"], ids)
+        self.fp, self.row_bytes, self.offset = fp, 4 * d, len(head)
+        size = len(head) + n * d * 4 + len(tail)
+        state = self._resumable(fp)
+        if state is not None and self.partial.stat().st_size == size:
+            self.rows = int(state["rows"])
+            self._file = open(self.partial, "r+b")
+            return self.rows
+        self.discard()
+        with open(self.partial, "wb") as f:
+            f.write(head)
+            f.truncate(size)
+            f.seek(size - len(tail))
+            f.write(tail)
+        self._file = open(self.partial, "r+b")
+        self.rows = 0
+        write_journal(self.journal, fingerprint=fp, rows=0)
+        return 0
+
+    def fetch(self, positions, rows=None):
+        # memory-mapped: faiss parses the whole file but reads only the rows asked for
+        return _fetch(self.partial, positions, _faiss().IO_FLAG_MMAP_IFC)
+
+
+def _fetch(path, positions, flags=0):
+    faiss = _faiss()
+    owner = faiss.read_index(str(path), flags)
+    index = faiss.downcast_index(owner)
+    ids = None
+    if isinstance(index, (faiss.IndexIDMap, faiss.IndexIDMap2)):
+        ids = faiss.vector_to_array(index.id_map)
+        index = faiss.downcast_index(index.index)
+    if isinstance(index, faiss.IndexIVFFlat):
+        index.make_direct_map()
+    vecs = np.stack([index.reconstruct(int(i)) for i in positions])
+    del owner
+    rows = [{"id": int(ids[i]) if ids is not None else int(i)} for i in positions]
+    return vecs, rows
+
+
+class _BuildWriter(NpyShadow):
     """The vectors in a shadow ``.npy`` (resumable), then the index built and renamed in."""
 
     suffix = ".faiss"
@@ -149,19 +245,7 @@ class Writer(NpyShadow):
         return int(index.ntotal)
 
     def fetch(self, positions, rows=None):
-        faiss = _faiss()
-        owner = faiss.read_index(str(self.partial_index))
-        index = faiss.downcast_index(owner)
-        ids = None
-        if isinstance(index, (faiss.IndexIDMap, faiss.IndexIDMap2)):
-            ids = faiss.vector_to_array(index.id_map)
-            index = faiss.downcast_index(index.index)
-        if isinstance(index, faiss.IndexIVFFlat):
-            index.make_direct_map()
-        vecs = np.stack([index.reconstruct(int(i)) for i in positions])
-        del owner
-        rows = [{"id": int(ids[i]) if ids is not None else int(i)} for i in positions]
-        return vecs, rows
+        return _fetch(self.partial_index, positions)
 
     def publish(self, replace):
         self.partial = self.partial_index

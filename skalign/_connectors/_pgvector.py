@@ -2,11 +2,14 @@
 ``postgresql://USER[:PASSWORD]@HOST:PORT/DB?table=TABLE&column=COLUMN`` (``?host=/socket/dir``
 for a Unix socket; ``TABLE`` may be ``SCHEMA.TABLE``).
 
-Rows are read in primary-key order (else physical order) through a server-side binary cursor
+Rows are read in primary-key order (else physical order) by one binary ``COPY ... TO STDOUT``
 in one REPEATABLE READ snapshot. The output is a table in the same database made ``LIKE`` the
 source (defaults, constraints, every other column as it is) with the vector column as
-``vector(d_out)``, filled by one binary ``COPY`` per batch, each in its own transaction (so the
-shadow's row count is the committed count), then given the source's primary key and indexes —
+``vector(d_out)``, filled by one binary ``COPY ... FROM STDIN`` per batch, each in its own
+transaction (so the shadow's row count is the committed count). The rows pass through as
+PostgreSQL sent them — every other column's bytes copied, only the vector's replaced — so no
+value is converted to Python and back (only the sampled rows the verification compares). Then
+the table is given the source's primary key and indexes —
 HNSW/IVFFlat with the same operator class and options — and renamed into place in one
 transaction; with ``--replace`` the existing ``OUTPUT`` is renamed to ``OUTPUT_skalign_backup`` in
 that same transaction. A session-level advisory lock keyed on the output keeps a second run out
@@ -16,6 +19,7 @@ that same transaction. A session-level advisory lock keyed on the output keeps a
 from __future__ import annotations
 
 import re
+import struct
 from contextlib import contextmanager
 
 import numpy as np
@@ -24,6 +28,93 @@ from ..exceptions import StoreError
 from ._common import backup_name, resume_point, shadow_name, shadow_prefix
 
 __all__ = ["Reader", "Writer", "restore"]
+
+#: the start of a binary COPY stream (signature, flags, no header extension), and its end
+_SIGNATURE = b"PGCOPY\n\xff\r\n\x00" + bytes(8)
+_TRAILER = b"\xff\xff"
+
+
+class RawRows:
+    """A batch of rows as a binary COPY stream holds them: ``buf`` and, per row, the offsets of
+    the row, of its vector field (its length word) and of the end of both."""
+
+    def __init__(self, buf, spans):
+        self.buf, self.spans = buf, spans
+
+    def __len__(self):
+        return len(self.spans)
+
+
+def _parse_copy(chunks, vindex, batch_size, where, column):
+    """Batches of :class:`RawRows` from the chunks of a binary ``COPY ... TO STDOUT``."""
+    unpack_h, unpack_i = struct.Struct(">h").unpack_from, struct.Struct(">i").unpack_from
+    acc = bytearray()  # the rows of the batch being gathered, then what has come of the next
+    pos, spans, started = 0, [], False
+    for chunk in chunks:
+        acc += chunk
+        if not started:
+            if len(acc) < 19 or len(acc) < 19 + unpack_i(acc, 15)[0]:
+                continue
+            if bytes(acc[:11]) != _SIGNATURE[:11]:
+                raise StoreError(f"{where}: unexpected COPY data from the server.")
+            del acc[:19 + unpack_i(acc, 15)[0]]
+            started = True
+        end = len(acc)
+        while pos + 2 <= end:
+            (nf,) = unpack_h(acc, pos)
+            if nf == -1:  # the trailer
+                if spans:
+                    yield RawRows(bytes(acc[:pos]), spans)
+                return
+            p, vs, ve = pos + 2, 0, 0
+            for i in range(nf):
+                if p + 4 > end:
+                    p = end + 1
+                    break
+                (ln,) = unpack_i(acc, p)
+                if i == vindex:
+                    if ln < 0:
+                        raise StoreError(f"{where}: column {column!r} has NULL vectors; drop or "
+                                         "re-embed those rows first.")
+                    vs = p
+                p += 4 + max(ln, 0)
+                if i == vindex:
+                    ve = p
+            if p > end:  # the row continues in the next chunk
+                break
+            spans.append((pos, vs, ve, p))
+            pos = p
+            if len(spans) == batch_size:
+                yield RawRows(bytes(acc[:pos]), spans)
+                del acc[:pos]
+                pos, spans, end = 0, [], len(acc)
+    if spans:
+        yield RawRows(bytes(acc[:pos]), spans)
+
+
+def _copy_rows(pgconn):
+    """The data of a ``COPY ... TO STDOUT`` psycopg has started, straight from libpq (one
+    blocking call a row; iterating psycopg's ``Copy`` costs a generator and a wait a row, most of
+    the read's time). The parser stops at the stream's trailer, which comes before libpq's end
+    of copy, so psycopg still finishes the ``COPY`` when its block exits."""
+    while True:
+        nbytes, data = pgconn.get_copy_data(0)
+        if nbytes <= 0:  # the end (or an error, which psycopg raises when the block exits)
+            return
+        yield data
+
+
+def _raw_vectors(raw, dim, where):
+    """The vectors of a :class:`RawRows` batch (pgvector's binary form: int16 dimensions,
+    int16 unused, big-endian float32 values)."""
+    buf = raw.buf
+    parts = [buf[vs + 4: ve] for _, vs, ve, _ in raw.spans]
+    sizes = {ve - vs - 4 for _, vs, ve, _ in raw.spans}
+    if sizes != {4 + 4 * dim}:
+        raise StoreError(f"{where}: vectors of another length than {dim} in the table; all "
+                         "vectors must have the same length.")
+    return np.frombuffer(b"".join(parts), dtype=">f4").reshape(len(parts), dim + 1)[:, 1:] \
+        .astype(np.float32)
 
 
 def _connect(address, autocommit=True):
@@ -155,26 +246,42 @@ class Reader:
         conn = _connect(self.address, autocommit=False)
         try:
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            query = sql.SQL("SELECT {} FROM {} ORDER BY {} OFFSET %s").format(
+            query = sql.SQL("COPY (SELECT {} FROM {} ORDER BY {} OFFSET {}) TO STDOUT "
+                            "(FORMAT BINARY)").format(
                 sql.SQL(", ").join(sql.Identifier(n) for n in self.names),
-                _ident(self.address.name), self.order_by())
-            with conn.cursor(name="skalign_read", binary=True) as cur:
-                cur.itersize = batch_size
-                cur.execute(query, (int(start),))
-                while True:
-                    rows = cur.fetchmany(batch_size)
-                    if not rows:
-                        break
-                    vectors = [r[self.vindex] for r in rows]
-                    if any(v is None for v in vectors):
-                        raise StoreError(f"{self.address}: column {self.column!r} has NULL "
-                                         "vectors; drop or re-embed those rows first.")
-                    yield _stack(vectors), rows, None
+                _ident(self.address.name), self.order_by(), sql.Literal(int(start)))
+            with conn.cursor() as cur, cur.copy(query):
+                for raw in _parse_copy(_copy_rows(conn.pgconn), self.vindex, batch_size,
+                                       self.address, self.column):
+                    yield _raw_vectors(raw, self.dim, self.address), raw, None
         finally:
             conn.close()
 
     def row(self, rows, k):
+        """Row ``k`` of a batch without its vector, decoded as psycopg decodes binary values."""
+        if isinstance(rows, RawRows):
+            rows = [self._decode(rows, k)]
+            k = 0
         return {n: v for i, (n, v) in enumerate(zip(self.names, rows[k])) if i != self.vindex}
+
+    def _decode(self, raw, k):
+        from psycopg.pq import Format
+
+        if not hasattr(self, "_loaders"):
+            self._loaders = [self.conn.adapters.get_loader(c[1], Format.BINARY)(c[1], self.conn)
+                             for c in self.columns]
+        buf, (start, _, _, _) = raw.buf, raw.spans[k]
+        (nf,) = struct.unpack_from(">h", buf, start)
+        p, out = start + 2, []
+        for i in range(nf):
+            (ln,) = struct.unpack_from(">i", buf, p)
+            p += 4
+            if i == self.vindex or ln < 0:
+                out.append(None)
+            else:
+                out.append(self._loaders[i].load(buf[p:p + ln]))
+            p += max(ln, 0)
+        return out
 
     def read_all(self):
         parts = [v for v, _, _ in self.batches(8192)]
@@ -183,6 +290,7 @@ class Reader:
 
 class Writer:
     normalizes = False
+    pipelined = True  # its own connection; a COPY waits on the server without the GIL
 
     def __init__(self, address, job):
         self.address, self.job, self.display = address, job, address.display
@@ -241,20 +349,27 @@ class Writer:
                 sql.Literal(int(self.job.d_out))))
         return 0
 
-    def write_unit(self, out, rows, shard, start):
+    def write_unit(self, out, raw, shard, start):
         from psycopg import sql
 
-        v = self.src.vindex
-        types = [c[1] for c in self.src.columns]
+        d = self.job.d_out
+        # each row's vector field: length word, int16 dimensions, int16 unused, the values
+        vec = np.empty((len(out), d + 2), dtype=">f4")
+        vec[:, 2:] = out
+        words = vec.view(">i4")
+        words[:, 0] = 4 + 4 * d
+        vec.view(">i2")[:, 2:4] = (d, 0)
+        vec = vec.tobytes()
+        width = 4 * (d + 2)
+        buf, parts = raw.buf, [_SIGNATURE]
+        for k, (rs, vs, ve, re_) in enumerate(raw.spans):
+            parts += (buf[rs:vs], vec[k * width:(k + 1) * width], buf[ve:re_])
+        parts.append(_TRAILER)
         query = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
             _ident(self.shadow), sql.SQL(", ").join(sql.Identifier(n) for n in self.src.names))
         with self.conn.transaction(), self.conn.cursor() as cur:
             with cur.copy(query) as copy:
-                copy.set_types(types)
-                for row, vec in zip(rows, out):
-                    row = list(row)
-                    row[v] = vec
-                    copy.write_row(row)
+                copy.write(b"".join(parts))
 
     def _index_statements(self):
         """The source's indexes (vector ones with their operator class and options) and
@@ -295,15 +410,16 @@ class Writer:
 
         cols = sql.SQL(", ").join(sql.Identifier(n) for n in self.src.names)
         got = []
+        cur = self.conn.cursor(binary=True)  # values decoded as the source's sampled rows
         for pos, row in zip(positions, rows):
             if self.src.key:
                 cond = sql.SQL(" AND ").join(
                     sql.SQL("{} = %s").format(sql.Identifier(k)) for k in self.src.key)
-                r = self.conn.execute(sql.SQL("SELECT {} FROM {} WHERE {}").format(
+                r = cur.execute(sql.SQL("SELECT {} FROM {} WHERE {}").format(
                     cols, _ident(self.shadow), cond), [row[k] for k in self.src.key]).fetchone()
             else:
-                r = self.conn.execute(sql.SQL("SELECT {} FROM {} ORDER BY ctid OFFSET %s LIMIT 1")
-                                      .format(cols, _ident(self.shadow)), (int(pos),)).fetchone()
+                r = cur.execute(sql.SQL("SELECT {} FROM {} ORDER BY ctid OFFSET %s LIMIT 1")
+                                .format(cols, _ident(self.shadow)), (int(pos),)).fetchone()
             if r is None:
                 raise StoreError(f"{self.display}: verification failed: a row is missing from "
                                  "the translation; it was not published.")

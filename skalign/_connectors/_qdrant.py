@@ -65,6 +65,19 @@ def _close_all():
         _CLIENTS.popitem()[1].close()
 
 
+def _models():
+    from qdrant_client import models
+
+    return models
+
+
+def unit_rows(X):
+    """Rows of ``X`` scaled to unit length (zero rows left as they are), as Qdrant stores a
+    cosine vector."""
+    norms = np.linalg.norm(X, axis=1, keepdims=True)
+    return (X / np.where(norms > 0, norms, 1)).astype(np.float32, copy=False)
+
+
 def _aliases(client):
     return {a.alias_name: a.collection_name for a in client.get_aliases().aliases}
 
@@ -107,6 +120,11 @@ class Reader:
         params = self.vectors_config[self.vector] if self.vector else self.vectors_config
         self.params = params
         self.column = self.vector
+        # Qdrant keeps the direction of a cosine vector only: the server stores it normalised,
+        # while the local mode normalises it in memory but writes it to disk as given (so a
+        # reopened folder returns raw vectors). Reading directions makes the translation the
+        # same whichever way the points were written or are read.
+        self.cosine = params.distance == _models().Distance.COSINE
         self.dim = int(params.size)
         self.n_rows = int(self.client.count(address.name, exact=True).count)
 
@@ -123,7 +141,8 @@ class Reader:
                 return
             seen += len(points)
             if seen > start:
-                yield np.asarray([self._vec(p) for p in points], dtype=np.float32), points, None
+                vectors = np.asarray([self._vec(p) for p in points], dtype=np.float32)
+                yield (unit_rows(vectors) if self.cosine else vectors), points, None
             if offset is None:
                 return
 
@@ -138,6 +157,8 @@ class Reader:
 
 
 class Writer:
+    pipelined = False  # the local mode's SQLite connection belongs to its thread
+
     def __init__(self, address, job):
         from qdrant_client import models
 
@@ -184,12 +205,17 @@ class Writer:
         if self.src.vector:
             names = list(points[0].vector)
             vectors = {n: [p.vector[n] for p in points] for n in names}
-            vectors[self.src.vector] = out.tolist()
+            vectors[self.src.vector] = self._stored(out).tolist()
         else:
-            vectors = out.tolist()
+            vectors = self._stored(out).tolist()
         self.client.upsert(self.shadow, points=models.Batch(
             ids=[p.id for p in points], vectors=vectors, payloads=[p.payload for p in points]),
             wait=True)
+
+    def _stored(self, out):
+        """What is written: directions in a cosine collection (what a server keeps), so the
+        local mode's folder holds the same vectors as its memory."""
+        return unit_rows(out) if self.normalizes else out
 
     def finish(self):
         return int(self.client.count(self.shadow, exact=True).count)
