@@ -126,9 +126,11 @@ def main(argv=None):
     table = []
     kind = "disjoint texts" if args.disjoint else "same texts"
     rows = min(args.pool, 1500) if args.disjoint else args.pool
-    print(f"\npools of {rows} texts per side ({kind}), {len(args.states)} random states; "
-          "medians")
-    print(f"{'pair':32s} {'method':42s} {'top-1':>6s} {'MRR':>6s} {'success':>8s} {'fit s':>6s}")
+    n_states = len({r["state"] for r in runs})
+    print(f"\npools of {rows} texts per side ({kind}), up to {n_states} random states per "
+          "pair (column states); medians")
+    print(f"{'pair':32s} {'method':42s} {'top-1':>6s} {'MRR':>6s} {'success':>8s} {'fit s':>6s} "
+          f"{'states':>6s}")
     for source, target in ENCODER_PAIRS:
         methods = dict.fromkeys(r["method"] for r in runs if r["source"] == source
                                 and r["target"] == target)
@@ -148,7 +150,8 @@ def main(argv=None):
             }
             table.append(summary)
             print(f"{summary['pair']:32s} {method:42s} {summary['top1']:6.3f} "
-                  f"{summary['mrr']:6.3f} {summary['success']:>8s} {summary['seconds']!s:>6s}")
+                  f"{summary['mrr']:6.3f} {summary['success']:>8s} {summary['seconds']!s:>6s} "
+                  f"{len(rs):6d}")
     write_csv(Path(args.out), table)
     return table
 

@@ -47,7 +47,7 @@ def main(argv=None):
     E = load(args.data)
     runs = read_runs(args.out) if args.resume and Path(args.out).exists() else []
     done = {(r["source"], r["target"], r["n_pool"], r["n_seed"], r["state"]) for r in runs}
-    cases = [(s, t, False) for s, t in ENCODER_PAIRS] + [(s, t, True) for s, t in ENCODER_PAIRS]
+    cases = [(s, t, True) for s, t in ENCODER_PAIRS] + [(s, t, False) for s, t in ENCODER_PAIRS]
     for source, target, impossible in cases:
         for n_pool in args.pools:
             for n_seed in (args.seeds if not impossible else args.seeds[:1]):
