@@ -2,7 +2,10 @@
 
 Each draw splits the 4,000 texts of ``docstrings_en.npz`` at random into a pool (its first
 ``n_pool`` rows) and 1,000 held-out evaluation texts; the target pool holds the same texts as
-the source pool, shuffled. Top-1 and MRR count, for each held-out source text, the rank of its
+the source pool, shuffled. With ``disjoint=True`` the 3,000 texts left after the held-out ones
+are cut in two halves: the source pool is the first half's source embeddings, the target pool
+the second half's target embeddings (no text on both sides; at most 1,500 rows per side).
+Top-1 and MRR count, for each held-out source text, the rank of its
 own target among all 1,000 held-out targets by cosine, both sides centred on their own mean.
 """
 
@@ -24,16 +27,28 @@ def load(path):
     return {k: Z[k].astype(np.float32) for k in Z.files}
 
 
-def draw(E, source, target, state, n_pool, impossible=False):
-    """Pools, the true partner of every source-pool row, and the held-out texts."""
+def draw(E, source, target, state, n_pool, impossible=False, disjoint=False):
+    """Pools, the true partner of every source-pool row, and the held-out texts.
+
+    Returns ``X, Y, partner, Xe, Ye, Xt, Yt``: the pools, the target-pool row of each source-pool
+    row (-1 for disjoint pools), the held-out pairs, and both embeddings of the source-pool texts
+    (true pairs: the seed pairs and the ceiling's training pairs).
+    """
     rng = np.random.default_rng(state)
     rows = rng.permutation(len(E[source]))
-    pool, held = rows[:n_pool], rows[-N_EVAL:]
-    shuffle = rng.permutation(n_pool)
-    X, Y = E[source][pool], E[target][pool][shuffle]
+    held = rows[-N_EVAL:]
+    if disjoint:
+        half = min(n_pool, (len(rows) - N_EVAL) // 2)
+        pool, other = rows[:half], rows[half:2 * half]
+        X, Y = E[source][pool], E[target][other]
+        partner = np.full(half, -1)
+    else:
+        pool = rows[:n_pool]
+        shuffle = rng.permutation(n_pool)
+        X, Y = E[source][pool], E[target][pool][shuffle]
+        partner = np.argsort(shuffle)  # target-pool row of source-pool row i
     if impossible:  # nothing to find: random vectors of the target's width
         Y = rng.standard_normal(Y.shape).astype(np.float32)
-    partner = np.argsort(shuffle)  # target-pool row of source-pool row i
     return X, Y, partner, E[source][held], E[target][held], E[source][pool], E[target][pool]
 
 
@@ -57,9 +72,15 @@ def ceiling(X_pairs, Y_pairs, Xe, Ye):
     return top1_mrr(Ye, ProcrustesAligner().fit(X_pairs[:1000], Y_pairs[:1000]).transform(Xe))
 
 
-def fit_skalign(X, Y, partner, n_seed, state, **params):
-    """AnchorBootstrapper from ``n_seed`` true pairs (pool rows 0..n_seed-1) and the pools."""
-    seeds = (X[:n_seed], Y[partner[:n_seed]]) if n_seed else (None, None)
+def fit_skalign(X, Y, partner, n_seed, state, Yt=None, **params):
+    """AnchorBootstrapper from ``n_seed`` true pairs (source-pool rows 0..n_seed-1) and the pools.
+
+    The seeds' targets are ``Yt[:n_seed]`` (the target embeddings of the source-pool texts;
+    needed for disjoint pools), else their partners in ``Y``. ``exact`` (the share of discovered
+    pairs that are true pairs) is NaN for disjoint pools.
+    """
+    seed_y = Yt[:n_seed] if Yt is not None else Y[partner[:n_seed]]
+    seeds = (X[:n_seed], seed_y) if n_seed else (None, None)
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -69,4 +90,6 @@ def fit_skalign(X, Y, partner, n_seed, state, **params):
     warned = any(issubclass(w.category, DiscoveryFailedWarning) for w in caught)
     src, tgt = boot.anchor_pairs_.T
     exact = float(np.mean(partner[src] == tgt)) if len(src) else 0.0
+    if len(partner) and partner[0] < 0:
+        exact = float("nan")
     return boot, seconds, warned, exact

@@ -18,8 +18,8 @@ from ._certificate import CERTIFICATE_THRESHOLD, alignment_certificate, split_ha
 from ._compat import Interval, StrOptions, _fit_context
 from ._matching import csls_match, relative_factors, sinkhorn_match
 from ._optim import LossHistory
-from ._self_learning import self_learn
-from ._signatures import seed_profiles, similarity_signatures
+from ._self_learning import csls_scores, self_learn, soft_self_learn
+from ._signatures import principal_basis, seed_profiles, similarity_signatures
 from ._sinkhorn import SinkhornError
 from .base import BaseAligner, UnpairedPool, check_min_pairs, check_unpaired
 from .exceptions import AnchorConsistencyWarning, DiscoveryFailedWarning
@@ -32,6 +32,9 @@ _ROUNDS_MIN_SEEDS = 25  # discovery="auto": fewer seeds start from signatures + 
 _SIGNATURE_ROWS = 4000  # rows per side for the signature start (a random subset of a larger pool)
 _CERTIFICATE_ROWS = 5000  # source rows the certificate is computed on
 _MIN_POOL_ROWS = 50  # zero-pair mode: rows per pool at least
+_SOFT_TEMPERATURE = 0.1  # softmax temperature of the soft self-learning (CSLS units)
+_SOFT_COMPONENTS = 128  # the soft self-learning runs on the top principal components of each pool
+_SOFT_MAX_ITER = 150
 
 
 def _default_estimator():
@@ -82,12 +85,17 @@ class AnchorBootstrapper(BaseAligner):
     * ``"self_learning"`` (zero to a few seeds): each pool row gets an isometry-invariant
       *similarity signature* (the sorted row of :math:`\sqrt{Z Z^\top}`, vecmap's unsupervised
       start [2]_), concatenated with its cosines to the seed rows when there are seeds; the
-      mutual CSLS nearest neighbours of these profiles are the first pseudo-pairs. Then
+      CSLS scores of these profiles start a *soft* self-learning on the top 128 principal
+      components of each pool: the orthogonal map is fitted on every candidate pair weighted by
+      the softmax (temperature 0.1) of its CSLS score, the scores are recomputed under the map,
+      until the objective stalls (a weak start, 1–2 % of rows paired right, takes off where
+      hard pairs stay stuck). Its mutual CSLS pairs are the first pseudo-pairs of the
       self-learning with stochastic dictionary induction [2]_: fit the orthogonal map on the
       pseudo-pairs (seeds weighted 5×), re-pair all rows by CSLS with each score kept with
       probability :math:`p` (0.1, doubled whenever the objective stalls for 3 iterations), until
-      it stalls at :math:`p = 1`. Up to ``n_restarts`` starts (new random draws; when the widths
-      match and there are no seeds, the second start is the identity map) are run until one
+      it stalls at :math:`p = 1`. Up to ``n_restarts`` starts (later ones from a random 80 % of
+      the rows; when the widths match and there are no seeds, the second start is the identity
+      map) are run until one
       passes the certificate; the best is kept. The final pairs are the mutual CSLS nearest
       neighbours under the learned map. Memory: dense :math:`n \times m` scores over at most
       ``max_candidates`` rows per side.
@@ -239,7 +247,8 @@ class AnchorBootstrapper(BaseAligner):
         Mean CSLS margin (best minus second best) of those held-out rows.
     restarts_ : list of dict
         Self-learning only, one entry per start: ``start`` (``"signatures"``,
-        ``"signatures+seeds"`` or ``"identity"``), ``n_start_pairs``, ``objective``,
+        ``"signatures+seeds"`` or ``"identity"``), ``n_soft_iter`` (iterations of the soft
+        self-learning; 0 for the identity), ``n_start_pairs``, ``objective``,
         ``certificate`` (the same held-out share for the learned orthogonal map), ``n_iter``,
         ``seconds``.
     rounds_ : list of dict
@@ -547,31 +556,45 @@ class AnchorBootstrapper(BaseAligner):
         best = None
         for r in range(self.n_restarts):
             t0 = time.perf_counter()
+            n_soft = 0
             if identity and r == 1:  # same width and nothing to go on: the identity is a start
                 kind, a, b = "identity", *self._mutual_pairs(XS, YS)
             else:
                 kind = "signatures" + ("+seeds" if len(LX) else "")
-                ix = self._subset(len(XS), _SIGNATURE_ROWS, gen)
-                iy = self._subset(len(YS), _SIGNATURE_ROWS, gen)
+                # a later start draws 80 % of the rows, or the same rows would repeat the first
+                rows = _SIGNATURE_ROWS if r == 0 else int(0.8 * min(len(XS), len(YS),
+                                                                    _SIGNATURE_ROWS))
+                ix = self._subset(len(XS), rows, gen)
+                iy = self._subset(len(YS), rows, gen)
                 width = min(len(ix), len(iy))
                 U = similarity_signatures(XS[ix], width)
                 V = similarity_signatures(YS[iy], width)
                 if len(LX):
                     U = torch.cat([U, seed_profiles(XS[ix], LX)], 1)
                     V = torch.cat([V, seed_profiles(YS[iy], LY)], 1)
-                a, b = self._mutual_pairs(U, V)
-                a, b = ix[a], iy[b]
+                C = csls_scores(U @ V.T, self.csls_n_neighbors)
                 del U, V
+                # fewer, stronger directions: the soft votes of a weak start are mostly noise
+                XR, YR = self._principal(XS[ix], LX), self._principal(YS[iy], LY)
+                W, soft = soft_self_learn(XR[0], YR[0], C, XR[1], YR[1],
+                                          temperature=_SOFT_TEMPERATURE,
+                                          csls_n_neighbors=self.csls_n_neighbors,
+                                          max_iter=_SOFT_MAX_ITER)
+                del C
+                n_soft = len(soft)
+                a, b = self._mutual_pairs(XR[0] @ W, YR[0])
+                a, b = ix[a], iy[b]
             W, history, objective = self_learn(XS, YS, a, b, LX, LY,
                                                csls_n_neighbors=self.csls_n_neighbors,
                                                generator=gen)
             cert = self._held_out_orthogonal(XS, YS, W, LX, LY, gen)
-            info = {"restart": r + 1, "start": kind, "n_start_pairs": len(a),
-                    "objective": objective, "certificate": cert["score"],
+            info = {"restart": r + 1, "start": kind, "n_soft_iter": n_soft,
+                    "n_start_pairs": len(a), "objective": objective, "certificate": cert["score"],
                     "n_iter": len(history), "seconds": time.perf_counter() - t0}
             self.restarts_.append(info)
             if self.verbose:
-                print(f"[AnchorBootstrapper] restart {r + 1}: {kind} start, {len(a)} pairs, "
+                print(f"[AnchorBootstrapper] restart {r + 1}: {kind} start, {n_soft} soft "
+                      f"iterations, {len(a)} pairs, "
                       f"{len(history)} iterations, objective {objective:.4f}, certificate "
                       f"{cert['score']:.3f} ({info['seconds']:.1f} s)")
             if best is None or cert["score"] > best[0]:
@@ -598,6 +621,12 @@ class AnchorBootstrapper(BaseAligner):
         new_index = torch.cumsum(rest.long(), 0) - 1
         return alignment_certificate(XS[a[test]] @ W_half, YS[rest], new_index[b[test]],
                                      k=self.csls_n_neighbors, batch_size=self.batch_size)
+
+    @staticmethod
+    def _principal(Z, L):
+        """``Z`` and the seed rows ``L`` on ``Z``'s top principal components, unit rows."""
+        B = principal_basis(Z, _SOFT_COMPONENTS)
+        return row_normalize(Z @ B.T), row_normalize(L @ B.T)
 
     def _mutual_pairs(self, U, V):
         """Mutual CSLS nearest neighbours of ``U`` and ``V`` (rows compared by inner product)."""

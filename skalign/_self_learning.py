@@ -14,6 +14,20 @@ for ``patience`` iterations :math:`p` doubles, and the loop stops when it stalls
 :math:`p = 1`. Dropping entries at random lets a poor start escape the local optimum it would
 otherwise lock into: on the development data five seed pairs take MiniLM → multilingual-e5
 from 4 % of pool rows paired to 98 %.
+
+Without seeds the start can be too weak for that (1–2 % of rows paired right between encoder
+families). :func:`soft_self_learn` runs first there: the same alternation with the hard
+pseudo-pairs replaced by the soft correspondence of the CSLS scores :math:`C`,
+:math:`P^{\rightarrow} = \operatorname{softmax}_j(C_{ij}/\tau)`,
+:math:`P^{\leftarrow} = \operatorname{softmax}_i(C_{ij}/\tau)`,
+
+.. math:: W = \operatorname{polar}\big(X^\top P^{\rightarrow} Y + (P^{\leftarrow\top} X)^\top Y
+          + w\,L_X^\top L_Y\big),
+
+so every candidate partner votes with its weight instead of only the (mostly wrong) best one
+(in the spirit of Wasserstein–Procrustes, Grave et al. AISTATS 2019). From the signature start
+of MiniLM → multilingual-e5 (1.6 % right) it reaches 99.8 % in about 30 iterations where the
+hard loop stays below 5 %.
 """
 
 from __future__ import annotations
@@ -24,7 +38,7 @@ import torch
 
 from ._backend import polar
 
-__all__ = ["csls_scores", "self_learn"]
+__all__ = ["csls_scores", "self_learn", "soft_self_learn"]
 
 _DROPPED = -1e4
 
@@ -71,10 +85,7 @@ def self_learn(XP, YP, a, b, LX=None, LY=None, *, seed_weight=5.0, csls_n_neighb
         if seeds is not None:
             M = M + seeds
         W = polar(M.double()).to(XP.dtype)
-        # the narrower side carries the product: n·m·min(d_x, d_y)
-        S = XP @ (YP @ W.T).T if W.shape[0] < W.shape[1] else (XP @ W) @ YP.T
-        C = csls_scores(S, csls_n_neighbors)
-        del S
+        C = csls_scores(_orthogonal_scores(XP, YP, W), csls_n_neighbors)
         objective = float(C.max(1).values.mean())
         if p < 1:
             keep = torch.rand(C.shape, generator=generator, device=C.device,
@@ -96,3 +107,67 @@ def self_learn(XP, YP, a, b, LX=None, LY=None, *, seed_weight=5.0, csls_n_neighb
                 break
             p, stall = min(1.0, 2 * p), 0
     return best_W, history, best
+
+
+def _orthogonal_scores(XP, YP, W):
+    """:math:`(X W) Y^\top`, the narrower side carrying the product."""
+    return XP @ (YP @ W.T).T if W.shape[0] < W.shape[1] else (XP @ W) @ YP.T
+
+
+def soft_self_learn(XP, YP, C, LX=None, LY=None, *, seed_weight=5.0, temperature=0.1,
+                    start_temperature=0.05, csls_n_neighbors=10, tol=5e-5, patience=8,
+                    max_iter=100):
+    """Self-learning on soft correspondences, from the start scores ``C``; see the module notes.
+
+    Parameters
+    ----------
+    XP : tensor of shape (n, d_x)
+    YP : tensor of shape (m, d_y)
+        Centred, unit-norm pool rows.
+    C : tensor of shape (n, m)
+        Start scores (CSLS of the signature similarities); row ``i`` scores the targets of
+        source row ``i``.
+    LX, LY : tensors of shape (s, d_x), (s, d_y), optional
+        Seed pairs, with weight ``seed_weight`` each (a source row's soft pairs weigh 1 in all).
+    temperature : float, default=0.1
+        :math:`\tau` of the softmax over CSLS scores.
+    start_temperature : float, default=0.05
+        :math:`\tau` of the first step, on the start scores ``C``.
+    tol, patience : float, int
+        Stop when the objective (mean best CSLS score of the source rows) has not grown by
+        ``tol`` for ``patience`` iterations.
+
+    Returns
+    -------
+    W : tensor of shape (d_x, d_y)
+        The map of the last iteration.
+    history : list of dict
+        Per iteration: ``objective``, ``temperature``, ``seconds``.
+    """
+    seeds = None
+    if LX is not None and len(LX):
+        seeds = seed_weight * (LX.T @ LY)
+    best, stall, history = -float("inf"), 0, []
+    W, tau = None, start_temperature
+    for _ in range(max_iter):
+        t0 = time.perf_counter()
+        P = torch.softmax(C / tau, 1)
+        M = XP.T @ (P @ YP)
+        P = torch.softmax(C / tau, 0)
+        M = M + (P.T @ XP).T @ YP
+        del P
+        if seeds is not None:
+            M = M + seeds
+        W = polar(M.double()).to(XP.dtype)
+        C = csls_scores(_orthogonal_scores(XP, YP, W), csls_n_neighbors)
+        objective = float(C.max(1).values.mean())
+        history.append({"objective": objective, "temperature": tau,
+                        "seconds": time.perf_counter() - t0})
+        tau = temperature
+        if objective > best + tol:
+            best, stall = objective, 0
+        else:
+            stall += 1
+            if stall >= patience:
+                break
+    return W, history

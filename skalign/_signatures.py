@@ -14,7 +14,7 @@ import torch
 
 from ._backend import row_normalize
 
-__all__ = ["seed_profiles", "similarity_signatures"]
+__all__ = ["principal_basis", "seed_profiles", "similarity_signatures"]
 
 
 def similarity_signatures(Z, n_columns):
@@ -45,3 +45,9 @@ def similarity_signatures(Z, n_columns):
 def seed_profiles(Z, L):
     """Cosines of the pool rows to the seed rows ``L`` (relative representations), unit rows."""
     return row_normalize(Z @ L.T)
+
+
+def principal_basis(Z, n_components):
+    """The top ``n_components`` right singular vectors of ``Z``, as rows (all when fewer)."""
+    _, _, Vh = torch.linalg.svd(Z.double(), full_matrices=False)
+    return Vh[:n_components].to(Z.dtype)
