@@ -166,13 +166,13 @@ class LinearAligner(NormalizeMixin, BaseAligner):
     scoring : {None, "recall_retention"}, default=None
         How ``alpha="auto"`` chooses: ``None`` by leave-one-out squared error (above);
         ``"recall_retention"`` by 5-fold cross-validated recall@10 retention of the held-out
-        anchors' neighbourhoods (:func:`ridge_cv_retention`, the folds shuffled with seed 0),
-        which is what a migrated search index keeps. Squared error favours shrinkage, which
+        anchors' neighbourhoods (one SVD per fold, the folds shuffled with seed 0), which is
+        what a migrated search index keeps. Squared error favours shrinkage, which
         neighbourhoods do not need: on the development set (2,000 pairs of unit rows, held-out
-        store of 2,000) the retention choice kept 0.005-0.03 more of each top-10 than the
-        leave-one-out one (user guide, "Plan before you migrate"). With fewer than ``2 (k + 2)``
-        anchors per fold (under 48 pairs for two folds) the leave-one-out choice is used;
-        ``alpha_criterion_`` says which.
+        store of 2,000, six encoder pairs) the retention choice kept 0.000-0.017 more of each
+        top-10 than the leave-one-out one (``benchmarks/bench_migrate_peers.py``, ``linear``
+        rows before and after the change). With fewer than 24 anchors per fold (under 48
+        pairs) the leave-one-out choice is used; ``alpha_criterion_`` says which.
     center : bool, default=True
         Centre both spaces on their anchor means (an affine rather than a linear map).
     rtol : float, default=None

@@ -26,12 +26,13 @@ whose old and new vectors are both known, and none of which a map was fitted on.
   is then fitted on **all** known pairs, exactly as it would be for the migration, and scored on
   this store. A candidate that learns from the samples itself (the bootstrap) is cross-fitted
   over ``STORE_PARTS`` parts of the store, each fit without that part's rows in its samples.
-  On the development data (MiniLM, MPNet, multilingual-e5; 25-500 known pairs, samples of
-  2,000 texts) such pairs were right for 99.8-100 % of 1,100-1,900 discovered items, and the
-  estimates were within 0.05 of a separate store of 2,000 other texts in 71 of 72 cases (user
-  guide). The store holds the texts the pairing found, mutual nearest neighbours: if the
-  samples share only part of their items, the store is biased towards the items that are
-  easiest to match.
+  On the development data (MiniLM, MPNet, multilingual-e5, every ordered pair; 25-500 known
+  pairs, samples of 2,000 texts) 96-99.9 % of the 1,094-1,921 pairs discovered were right
+  (``benchmarks/plan_pseudo_pairs.py``), and every estimate was within 0.05 of the retention
+  measured on a separate store of 2,000 other texts (72 of 72, largest error 0.034;
+  ``benchmarks/bench_migrate_peers.py``). The store holds the items the pairing found, mutual
+  nearest neighbours: if the samples share only part of their items, it is biased towards the
+  items that are easiest to match.
 * *Cross-validation over the pairs* otherwise. The pairs are split into ``n_splits`` folds; each
   method is fitted on all folds but one, and the held-out fold is the evaluation store: its old
   vectors are translated (document side) or its new vectors mapped back (query side), and each

@@ -130,6 +130,25 @@ def test_bootstrap_never_sees_its_held_out_pairs(docstring_pair):
     np.testing.assert_array_equal(rest.y, B[perm[50:140]])
 
 
+def test_bootstrap_recommended_only_when_clearly_ahead():
+    from skalign.plan import Estimate, MigrationPlan, _recommend
+
+    def plan_with(boot):
+        plan = MigrationPlan(n_pairs=2000, n_unpaired_source=2000, n_unpaired_target=2000, k=10,
+                             normalized=True, row_norms={"source": 1.0, "target": 1.0},
+                             store_size=2000, confidence=0.95, min_recall=0.6,
+                             ceiling={"recall": 0.8})
+        for method, r in (("procrustes", 0.680), ("linear", 0.683), ("bootstrap", boot)):
+            plan.estimates.append(Estimate(method, "document", "", r, (r - 0.012, r + 0.012),
+                                           r, (r - 0.01, r + 0.01), 2000, False, 1.0))
+        return _recommend(plan, {})
+
+    tie = plan_with(0.690)  # ahead by 0.007, under half its interval (0.012)
+    assert tie["method"] == "linear"
+    assert any("needs no unpaired samples" in r for r in tie["reasons"])
+    assert plan_with(0.700)["method"] == "bootstrap"  # ahead by 0.017
+
+
 def test_unrelated_target_space_says_re_embed(docstring_pair):
     A, _, perm = docstring_pair
     X = A[perm[:300]]
