@@ -1,7 +1,7 @@
 """skalign against isotrieve and rebasis on real encoders: what a migration keeps of re-embedding.
 
 ``python benchmarks/bench_migrate_peers.py [NPZ] [--pairs 25 100 500 2000] [--csv OUT]
-[--doc-csv OUT] [--combos SRC:TGT ...] [--merge CSV ...] [--quick]``
+[--doc-csv OUT] [--summary-csv OUT] [--combos SRC:TGT ...] [--merge CSV ...] [--quick]``
 
 Data: ``../shared/data/docstrings_en.npz`` (4,000 real English sentences embedded by MiniLM,
 MPNet and multilingual-e5); every ordered pair of the three encoders. Per encoder pair one seeded
@@ -44,7 +44,8 @@ the summary and the user guide's table. The committed results were made with::
     OMP_NUM_THREADS=1 python benchmarks/bench_migrate_peers.py --combos minilm_l6:mpnet_base \
         minilm_l6:me5_small_q4 --csv a.csv    # likewise mpnet_base:*, me5_small_q4:*
     python benchmarks/bench_migrate_peers.py --merge a.csv b.csv c.csv \
-        --csv benchmarks/results/migrate_peers.csv --doc-csv doc/user_guide/migrate_peers.csv
+        --csv benchmarks/results/migrate_peers.csv --doc-csv doc/user_guide/migrate_peers.csv \
+        --summary-csv benchmarks/results/migrate_peers_summary.csv
 """
 
 import argparse
@@ -222,12 +223,23 @@ def run_pair(E, src, tgt, counts, seed=0, out=print):
 
 
 def summarise(rows, out=print):
-    """The issue's targets, checked on the rows."""
+    """The issue's targets, checked on the rows; returns them as ``{key: value}``."""
     sk = [r for r in rows if r["tool"] == "skalign"]
     close = [abs(r["predicted_recall"] - r["recall"]) <= 0.05 for r in sk]
+    figures = {"prediction_rows": len(close), "prediction_within_005": sum(close),
+               "prediction_median_abs_error": float(np.median(
+                   [abs(r["predicted_recall"] - r["recall"]) for r in sk]))}
     out(f"prediction within 0.05 of the held-out recall@10: {sum(close)}/{len(close)} rows "
-        f"({np.mean(close):.0%}); median |error| "
-        f"{np.median([abs(r['predicted_recall'] - r['recall']) for r in sk]):.3f}")
+        f"({np.mean(close):.0%}); median |error| {figures['prediction_median_abs_error']:.3f}")
+    for n in sorted({r["n_pairs"] for r in sk}):
+        err = [abs(r["predicted_recall"] - r["recall"]) for r in sk if r["n_pairs"] == n]
+        figures[f"prediction_within_005_n{n}"] = int(sum(e <= 0.05 for e in err))
+        figures[f"prediction_rows_n{n}"] = len(err)
+        figures[f"prediction_median_abs_error_n{n}"] = float(np.median(err))
+        figures[f"prediction_max_abs_error_n{n}"] = float(np.max(err))
+        out(f"  {n:>5} pairs: {sum(e <= 0.05 for e in err)}/{len(err)} within 0.05, median "
+            f"|error| {np.median(err):.3f}, max {np.max(err):.3f}")
+    n_ahead = n_cells = 0
     keys = sorted({(r["source"], r["target"]) for r in rows})
     for key in keys:
         peers2000 = [r["recall"] for r in rows if (r["source"], r["target"]) == key
@@ -240,11 +252,16 @@ def summarise(rows, out=print):
             if not rec:
                 continue
             best_peer = max(peers) if peers else float("nan")
+            n_cells += 1
+            n_ahead += bool(not peers or rec[0]["recall"] >= best_peer)
             line = (f"{key[0]} -> {key[1]} {n:>5} pairs: recommended {rec[0]['method']}/"
                     f"{rec[0]['side']} keeps {rec[0]['recall']:.3f}; best peer {best_peer:.3f}")
             if peers2000:
                 line += f"; best peer at the largest count {max(peers2000):.3f}"
             out(line)
+    figures.update(recommended_cells=n_cells, recommended_at_least_best_peer=n_ahead)
+    out(f"recommended method >= best peer in {n_ahead}/{n_cells} (encoder pair, pair count)")
+    return figures
 
 
 def write_doc_csv(rows, path):
@@ -282,6 +299,8 @@ def main(argv=None):
     p.add_argument("--encoders", nargs="+", default=list(ENCODERS))
     p.add_argument("--csv", default=None, help="write every row to this CSV")
     p.add_argument("--doc-csv", default=None, help="write the user guide's table to this CSV")
+    p.add_argument("--summary-csv", default=None,
+                   help="write the summary's figures (key,value) to this CSV, for the guide")
     p.add_argument("--combos", nargs="+", metavar="SRC:TGT",
                    help="only these ordered encoder pairs (to split the run over processes)")
     p.add_argument("--merge", nargs="+", metavar="CSV",
@@ -323,7 +342,12 @@ def finish(rows, args):
             w = csv.DictWriter(f, FIELDS)
             w.writeheader()
             w.writerows(rows)
-    summarise(rows)
+    figures = summarise(rows)
+    if args.summary_csv:
+        with open(args.summary_csv, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["key", "value"])
+            w.writerows(figures.items())
     if args.doc_csv:
         write_doc_csv(rows, args.doc_csv)
     return rows
