@@ -321,6 +321,22 @@ def _unit(A):
     return A / np.where(norms > 0, norms, 1.0)
 
 
+def _fit_both_ways(proto, X, Y, pool, sides):
+    """Fit ``proto`` old -> new, and new -> old too when queries are to be bridged and the fit
+    has no exact inverse. Returns ``(est, reverse or None, seconds, how queries are mapped)``."""
+    from sklearn.base import clone
+
+    est, secs = _fit(clone(proto), X, Y, pool)
+    reverse = None
+    if "query" in sides and not _has_inverse(est):
+        reverse, s = _fit(clone(proto), Y, X, _reverse_pool(pool))
+        secs += s
+    how = ("queries mapped back by inverse_transform (translate --direction inverse)"
+           if reverse is None else
+           "queries mapped by a map fitted new -> old (fit with --source/--target swapped)")
+    return est, reverse, secs, how
+
+
 def _fit(est, X, Y, unpaired):
     import inspect
     import warnings
@@ -360,7 +376,6 @@ def _has_inverse(est):
 
 def _cross_fit(name, X, Y, unpaired, sides, n_splits, random_state):
     """Per fold and side: (held-out rows, translated index, translated queries); fit s; how."""
-    from sklearn.base import clone
     from sklearn.model_selection import KFold
 
     proto = make_candidate(name, len(X), random_state)
@@ -371,15 +386,8 @@ def _cross_fit(name, X, Y, unpaired, sides, n_splits, random_state):
     for train, test in folds:
         # a candidate that learns from the unpaired samples must not find the held-out pairs
         pool = _pool_without(unpaired, X[test], Y[test]) if _uses_unpaired(proto) else unpaired
-        est, s = _fit(clone(proto), X[train], Y[train], pool)
+        est, reverse, s, how["query"] = _fit_both_ways(proto, X[train], Y[train], pool, sides)
         secs += s
-        reverse = None
-        if "query" in sides and not _has_inverse(est):
-            reverse, s = _fit(clone(proto), Y[train], X[train], _reverse_pool(pool))
-            secs += s
-        how["query"] = ("queries mapped back by inverse_transform (translate --direction "
-                        "inverse)" if reverse is None else "queries mapped by a map fitted new "
-                        "-> old (fit with --source/--target swapped)")
         for side in sides:
             index, queries = _sides(est, X[test], Y[test], side, reverse)
             out[side].append((test, index, queries))
@@ -461,8 +469,6 @@ def _store_fit(name, X, Y, unpaired, store, sides, random_state):
     (``transform_target``), are scored part by part, so that no fit meets an item it learnt
     from.
     """
-    from sklearn.base import clone
-
     from .base import UnpairedPool
 
     proto = make_candidate(name, len(X), random_state)
@@ -484,15 +490,8 @@ def _store_fit(name, X, Y, unpaired, store, sides, random_state):
             keep_q = np.ones(len(unpaired.y), bool)
             keep_q[store["target"][test]] = False
             pool = UnpairedPool(X=unpaired.X[keep_p], y=unpaired.y[keep_q])
-        est, s = _fit(clone(proto), X, Y, pool)
+        est, reverse, s, how["query"] = _fit_both_ways(proto, X, Y, pool, sides)
         secs += s
-        reverse = None
-        if "query" in sides and not _has_inverse(est):
-            reverse, s = _fit(clone(proto), Y, X, _reverse_pool(pool))
-            secs += s
-        how["query"] = ("queries mapped back by inverse_transform (translate --direction "
-                        "inverse)" if reverse is None else "queries mapped by a map fitted new "
-                        "-> old (fit with --source/--target swapped)")
         for side in sides:
             index, queries = _sides(est, P[test], Q[test], side, reverse)
             out[side].append((test, index, queries))
