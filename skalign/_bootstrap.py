@@ -161,6 +161,15 @@ class AnchorBootstrapper(BaseAligner):
         Anchors (seeds included) used for the relative representations during the rounds.
     max_rounds : int, default=10
         Rounds at most.
+    map_rounds : int, default=0
+        After discovery, rounds at most of pairing the pools *under the fitted map*: the source
+        candidates are translated by ``estimator_``, paired with the target pool by mutual CSLS
+        nearest neighbours, and ``estimator_`` is refitted on the seeds plus those pairs (all
+        of them with ``n_anchors="auto"``). A map fitted on thousands of discovered pairs pairs
+        the pools better than the relative representations did: with a retention-tuned ridge
+        inner estimator and 25 seeds, two rounds raised recall@10 retention by 0.01-0.03 on the
+        development data (:mod:`skalign.plan` uses ``map_rounds=2``). Ignored with
+        ``anchor_indices``; stops early when at most ``tol`` of the pairs are new.
     tol : float, default=0.01
         Stop when at most this fraction of the pairs to return (the ``n_anchors − s`` most
         confident mutual pairs, or those of ``anchor_indices``) were not already mutual pairs in
@@ -236,6 +245,11 @@ class AnchorBootstrapper(BaseAligner):
         Their target counterparts.
     discovery_ : str
         The discovery method used (``"auto"`` resolved).
+    map_rounds_ : list of dict
+        One entry per round of ``map_rounds`` run: ``round``, ``n_pairs`` (mutual pairs under
+        the map, the anchors refitted on), ``changed`` (share of them not among the previous
+        anchors), ``seconds``. The ``anchor_*`` and ``*_anchors_`` attributes hold the last
+        round's pairs.
     certificate_ : float
         The success certificate, in [0, 1]: a clone of ``estimator`` fitted on the seeds plus a
         random half of the discovered pairs translates the source rows of the other half; the
@@ -344,6 +358,7 @@ class AnchorBootstrapper(BaseAligner):
         "anchor_indices": ["array-like", None],
         "n_working_anchors": [Interval(Integral, 1, None, closed="left")],
         "max_rounds": [Interval(Integral, 1, None, closed="left")],
+        "map_rounds": [Interval(Integral, 0, None, closed="left")],
         "tol": [Interval(Real, 0, 1, closed="both")],
         "correspondence": [StrOptions({"csls", "sinkhorn", "cosine"})],
         "discovery": [StrOptions({"auto", "rounds", "self_learning"})],
@@ -365,17 +380,19 @@ class AnchorBootstrapper(BaseAligner):
     }
 
     def __init__(self, estimator=None, *, n_anchors="auto", anchor_indices=None,
-                 n_working_anchors=1000, max_rounds=10, tol=0.01, correspondence="csls",
-                 discovery="auto", n_restarts=3, min_certificate=CERTIFICATE_THRESHOLD,
-                 csls_n_neighbors=10, center=True, refine=False, refine_max_iter=250,
-                 refine_learning_rate=0.02, sinkhorn_reg=0.05, sinkhorn_max_iter=1000,
-                 sinkhorn_tol=1e-3, plan="auto", n_neighbors=64, max_candidates=10000,
-                 random_state=None, device="cpu", batch_size=None, verbose=0):
+                 n_working_anchors=1000, max_rounds=10, map_rounds=0, tol=0.01,
+                 correspondence="csls", discovery="auto", n_restarts=3,
+                 min_certificate=CERTIFICATE_THRESHOLD, csls_n_neighbors=10, center=True,
+                 refine=False, refine_max_iter=250, refine_learning_rate=0.02,
+                 sinkhorn_reg=0.05, sinkhorn_max_iter=1000, sinkhorn_tol=1e-3, plan="auto",
+                 n_neighbors=64, max_candidates=10000, random_state=None, device="cpu",
+                 batch_size=None, verbose=0):
         self.estimator = estimator
         self.n_anchors = n_anchors
         self.anchor_indices = anchor_indices
         self.n_working_anchors = n_working_anchors
         self.max_rounds = max_rounds
+        self.map_rounds = map_rounds
         self.tol = tol
         self.correspondence = correspondence
         self.discovery = discovery
@@ -510,8 +527,57 @@ class AnchorBootstrapper(BaseAligner):
 
         self.estimator_ = self._inner_estimator(est, gen).fit(self.source_anchors_,
                                                               self.target_anchors_)
+        self.map_rounds_ = []
+        if self.map_rounds and given is None and len(pick):
+            self._pair_under_map(X, y, Xp, Yp, cand, est, gen)
         self._certify(Xp, Yp, pool, gen, est)
         return self
+
+    def _pair_under_map(self, X, y, Xp, Yp, cand, est, gen):
+        """``map_rounds``: pair the pools again as the fitted map sees them, then refit.
+
+        The candidate rows are translated by ``estimator_`` and paired with the target pool by
+        mutual CSLS nearest neighbours (each side centred, as in discovery); ``estimator_`` is
+        refitted on the seeds plus those pairs. Stops early when at most ``tol`` of the pairs
+        are new.
+        """
+        dev = torch.device(self.device_)
+        Xc = np.asarray(Xp)[to_numpy(cand)]
+        V = to_tensor(Yp, dev)
+        V = row_normalize(V - V.mean(0) if self.center else V)
+        prev = set(map(tuple, self.anchor_pairs_.tolist()))
+        for r in range(self.map_rounds):
+            t0 = time.perf_counter()
+            U = to_tensor(np.asarray(self.estimator_.transform(Xc)), dev)
+            U = row_normalize(U - U.mean(0) if self.center else U)
+            match = csls_match(U, V, k=self.csls_n_neighbors, batch_size=self.batch_size)
+            mutual = torch.nonzero(match.mutual()).flatten()
+            order = torch.argsort(match.confidence[mutual], descending=True, stable=True)
+            if self.n_anchors != "auto":
+                order = order[:max(self.n_anchors - len(X), 0)]
+            pick = mutual[order]
+            if len(pick) < 2:
+                break
+            src_np = to_numpy(cand[pick]).astype(np.int64)
+            tgt_np = to_numpy(match.forward[pick]).astype(np.int64)
+            pairs = set(zip(src_np.tolist(), tgt_np.tolist()))
+            changed = len(pairs - prev) / len(pairs)
+            self.anchor_pairs_ = np.column_stack([src_np, tgt_np]).reshape(-1, 2)
+            self.anchor_confidence_ = to_numpy(match.confidence[pick]).astype(np.float64)
+            self.anchor_mutual_ = np.ones(len(pick), dtype=bool)
+            self.source_anchors_ = np.vstack([X, np.asarray(Xp)[src_np]])
+            self.target_anchors_ = np.vstack([y, np.asarray(Yp)[tgt_np]])
+            self.estimator_ = self._inner_estimator(est, gen).fit(self.source_anchors_,
+                                                                  self.target_anchors_)
+            info = {"round": r + 1, "n_pairs": len(pick), "changed": changed,
+                    "seconds": time.perf_counter() - t0}
+            self.map_rounds_.append(info)
+            if self.verbose:
+                print(f"[AnchorBootstrapper] map round {r + 1}: {len(pick)} mutual pairs under "
+                      f"the fitted map, {changed:.3f} new ({info['seconds']:.2f} s)")
+            if changed <= self.tol:
+                break
+            prev = pairs
 
     def _inner_estimator(self, est, gen):
         """Clone of ``est`` with this estimator's ``device``, and its ``random_state`` and

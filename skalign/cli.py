@@ -265,6 +265,28 @@ def parse_param(cls, item):
     )
 
 
+def _parse_nested(est, item):
+    """Parse ``OUTER__NAME=VALUE`` for the estimator held in ``est``'s parameter ``OUTER``.
+
+    The value is typed from that inner estimator's constraints (recursively for deeper keys).
+    """
+    key, text = item.split("=", 1)
+    outer, inner = key.strip().replace("-", "_").split("__", 1)
+    params = est.get_params(deep=False)
+    if outer not in params:
+        raise CommandError(f"{type(est).__name__} has no parameter {outer!r} (in --param "
+                           f"{item}).")
+    sub = params[outer]
+    if sub is None or not hasattr(sub, "get_params"):
+        raise CommandError(f"--param {item}: give the estimator first, e.g. --param "
+                           f"{outer}=linear, then its parameters as {outer}__NAME=VALUE.")
+    if "__" in inner:
+        name, value = _parse_nested(sub, f"{inner}={text}")
+    else:
+        name, value = parse_param(type(sub), f"{inner}={text}")
+    return f"{outer}__{name}", value
+
+
 # --------------------------------------------------------------------------------- arguments
 TRANSLATE_EPILOG = """\
 STORES (INPUT and OUTPUT):
@@ -311,7 +333,9 @@ def _parser():
     fit.add_argument("-o", "--output", required=True, metavar="MODEL",
                      help="model file to write (.skops)")
     fit.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
-                     help="estimator parameter, repeatable (none, true/false, numbers, strings)")
+                     help="estimator parameter, repeatable (none, true/false, numbers, strings); "
+                          "an inner estimator's as OUTER__NAME=VALUE after OUTER=METHOD, e.g. "
+                          "estimator=linear estimator__scoring=recall_retention")
     fit.add_argument("--unpaired-source", metavar="P", help="source embeddings with no pair")
     fit.add_argument("--unpaired-target", metavar="Q", help="target embeddings with no pair")
     _column_args(fit)
@@ -404,8 +428,11 @@ def cmd_fit(args, out):
     from .metrics import mean_cosine_similarity
 
     cls = resolve_method(args.method)
-    params = dict(parse_param(cls, item) for item in args.param)
+    nested = [item for item in args.param if "__" in item.split("=", 1)[0]]
+    params = dict(parse_param(cls, item) for item in args.param if item not in nested)
     est = cls(**params)
+    for item in nested:
+        est.set_params(**dict([_parse_nested(est, item)]))
     try:
         est._validate_params()
     except ValueError as exc:

@@ -168,6 +168,14 @@ def test_retention_alpha_matches_grid_search_over_folds():
     assert est.alpha_ == alphas[np.argmax(est.cv_scores_)] and 0.01 < est.alpha_ < 1e4
     np.testing.assert_allclose(est.coef_, LinearAligner(alpha=est.alpha_, normalize=False)
                                .fit(X, Y).coef_, atol=1e-10)
+    # fewer anchors per training fold (104) than features (160): the other Gram matrix
+    Xw, Yw = make_paired_spaces(130, 160, relation="linear", noise=0.5, random_state=1)
+    wide = LinearAligner(alphas=alphas, scoring="recall_retention", normalize=False).fit(Xw, Yw)
+    ref = GridSearchCV(LinearAligner(normalize=False), {"alpha": list(alphas)},
+                       scoring=recall_retention_scorer,
+                       cv=KFold(5, shuffle=True, random_state=0)).fit(Xw, Yw)
+    np.testing.assert_allclose(wide.cv_scores_, ref.cv_results_["mean_test_score"], atol=0.01)
+    assert wide.cv_scores_.max() - wide.cv_scores_.min() > 0.03
     few = LinearAligner(scoring="recall_retention").fit(X[:40], Y[:40])  # folds under 24
     assert few.alpha_criterion_ == "loo" and few.cv_scores_ is None
     assert LinearAligner(alpha=0.5).fit(X, Y).alpha_criterion_ == "fixed"

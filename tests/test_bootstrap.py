@@ -86,6 +86,36 @@ def test_real_encoders_negative_controls(real):
     assert _rate(one, perm) < _rate(full, perm) - 0.1
 
 
+@pytest.mark.filterwarnings("ignore::skalign.exceptions.DiscoveryFailedWarning")
+def test_map_rounds_repair_a_weak_discovery(real):
+    """One round of relative representations pairs 65 % right; pairing again under the fitted
+    map lifts that to >= 97 % (more pairs, a passing certificate); repeatable bit for bit."""
+    Xs, Ys, pool, perm, _, _ = real
+
+    def weak(m):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            return _rounds(max_rounds=1, n_working_anchors=100, map_rounds=m,
+                           random_state=0).fit(Xs, Ys, unpaired=pool)
+
+    before, after = weak(0), weak(3)
+    assert before.map_rounds_ == [] and _rate(before, perm) < 0.8
+    assert _rate(after, perm) >= 0.97 and len(after.anchor_pairs_) > len(before.anchor_pairs_)
+    assert after.certificate_ > 0.9 > before.certificate_
+    assert 1 <= len(after.map_rounds_) <= 3 and after.anchor_mutual_.all()
+    changed = [r["changed"] for r in after.map_rounds_]
+    assert changed == sorted(changed, reverse=True) and changed[0] > 0.2
+    assert after.map_rounds_[-1]["n_pairs"] == len(after.anchor_pairs_)
+    src, tgt = after.anchor_pairs_.T
+    np.testing.assert_array_equal(after.source_anchors_[15:], pool.X[src])
+    np.testing.assert_array_equal(after.target_anchors_[15:], pool.y[tgt])
+    again = weak(3)
+    np.testing.assert_array_equal(again.anchor_pairs_, after.anchor_pairs_)
+    np.testing.assert_array_equal(again.transform(Xs), after.transform(Xs))
+    given = _rounds(anchor_indices=[3, 5, 7], map_rounds=2, random_state=0)
+    assert given.fit(Xs, Ys, unpaired=pool).map_rounds_ == []  # the rows asked for are kept
+
+
 def test_wrong_seed_pairs_raise_a_consistency_warning_and_are_outvoted(real):
     """Two swapped seed pairs: the 11 right ones still win, and the disagreement is reported."""
     Xs, Ys, pool, perm, _, _ = real

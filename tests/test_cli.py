@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -93,6 +94,40 @@ def test_fit_with_params_and_unpaired_pools(files, tmp_path, capsys):
     # a shared-space model translates into its shared space
     status, _, _ = run(capsys, "translate", model, files / "x.npy", tmp_path / "z.npy")
     assert status == 0 and np.load(tmp_path / "z.npy").shape == (300, 32)
+
+
+def test_fit_inner_estimator_params_from_the_command_line(files, tmp_path, capsys):
+    """``OUTER__NAME=VALUE`` reaches the inner estimator, typed from its own constraints."""
+    model = tmp_path / "boot.skops"
+    status, out, err = run(
+        capsys, "fit", "bootstrap", "--source", files / "a.npy", "--target", files / "b.npy",
+        "-o", model, "--param", "estimator=linear", "--param", "estimator__alphas=0.01,0.1,1",
+        "--param", "estimator__scoring=recall_retention", "--param", "map_rounds=1",
+        "--param", "random_state=0",
+        "--unpaired-source", files / "x.npy", "--unpaired-target", files / "y.npy",
+    )
+    assert status == 0, err
+    est = load(model)
+    assert isinstance(est.estimator_, LinearAligner) and est.map_rounds == 1
+    assert est.estimator.scoring == "recall_retention"
+    np.testing.assert_array_equal(est.estimator_.alphas, [0.01, 0.1, 1.0])
+    assert est.estimator_.alpha_ in (0.01, 0.1, 1.0)
+
+
+@pytest.mark.parametrize("items, match", [
+    (["estimator__alpha=1"], "give the estimator first, e.g. --param estimator=linear"),
+    (["estimator=linear", "estimator__alhpa=1"], "LinearAligner has no parameter 'alhpa'"),
+    (["estimator=linear", "estimator__alpha=-1"], "alpha must be .*a float"),
+    (["estimatr__alpha=1"], "AnchorBootstrapper has no parameter 'estimatr'"),
+])
+def test_inner_param_errors_are_one_line(files, tmp_path, capsys, items, match):
+    argv = ["fit", "bootstrap", "--source", files / "a.npy", "--target", files / "b.npy",
+            "-o", tmp_path / "m.skops"]
+    for item in items:
+        argv += ["--param", item]
+    status, out, err = run(capsys, *argv)
+    assert status == 2 and re.search(match, err) and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "m.skops").exists()
 
 
 # --------------------------------------------------------------------------------- --param
