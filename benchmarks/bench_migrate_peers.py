@@ -261,6 +261,37 @@ def summarise(rows, out=print):
             out(line)
     figures.update(recommended_cells=n_cells, recommended_at_least_best_peer=n_ahead)
     out(f"recommended method >= best peer in {n_ahead}/{n_cells} (encoder pair, pair count)")
+    figures.update(_few_pair_ratios(rows, keys, out))
+    return figures
+
+
+def _few_pair_ratios(rows, keys, out):
+    """The recommended method at the fewest pairs against the best peer at the most pairs, and
+    the ridge map against centred Procrustes (document side) at the most pairs."""
+    lo, hi = min(r["n_pairs"] for r in rows), max(r["n_pairs"] for r in rows)
+    ratios, gains = [], []
+    for key in keys:
+        sel = [r for r in rows if (r["source"], r["target"]) == key]
+        rec = [r["recall"] for r in sel if r["n_pairs"] == lo and r["recommended"] == 1]
+        peers = [r["recall"] for r in sel if r["n_pairs"] == hi and r["tool"] != "skalign"]
+        if rec and peers:
+            ratios.append(rec[0] / max(peers))
+            out(f"{key[0]} -> {key[1]}: recommended at {lo} pairs keeps {ratios[-1]:.3f} x the "
+                f"best peer at {hi}")
+        doc = {r["method"]: r["recall"] for r in sel if r["n_pairs"] == hi and
+               r["tool"] == "skalign" and r["side"] == "document"}
+        if "linear" in doc and "procrustes" in doc:
+            gains.append(doc["linear"] - doc["procrustes"])
+    figures = {}
+    if ratios:
+        figures.update(few_pair_ratio_min=min(ratios), few_pair_ratio_max=max(ratios),
+                       few_pair_cells=len(ratios),
+                       few_pair_cells_at_least_095=int(sum(x >= 0.95 for x in ratios)))
+        out(f"at {lo} pairs: {figures['few_pair_cells_at_least_095']}/{len(ratios)} encoder "
+            f"pairs keep >= 0.95 x the best peer at {hi} (ratios {min(ratios):.3f}-"
+            f"{max(ratios):.3f})")
+    if gains:
+        figures.update(ridge_minus_procrustes_min=min(gains), ridge_minus_procrustes_max=max(gains))
     return figures
 
 

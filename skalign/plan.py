@@ -27,7 +27,7 @@ whose old and new vectors are both known, and none of which a map was fitted on.
   this store. A candidate that learns from the samples itself (the bootstrap) is cross-fitted
   over ``STORE_PARTS`` parts of the store, each fit without that part's rows in its samples.
   On the development data (MiniLM, MPNet, multilingual-e5, every ordered pair; 25-500 known
-  pairs, samples of 2,000 texts) 96-99.9 % of the 1,094-1,921 pairs discovered were right
+  pairs, samples of 2,000 texts) 96.9-99.9 % of the 1,411-1,952 pairs discovered were right
   (``benchmarks/plan_pseudo_pairs.py``), and every estimate was within 0.05 of the retention
   measured on a separate store of 2,000 other texts (72 of 72, largest error 0.034;
   ``benchmarks/bench_migrate_peers.py``). The store holds the items the pairing found, mutual
