@@ -877,6 +877,22 @@ class _WriteBehind:
             self.pool = None
 
 
+def _translate_batch(model, where, vectors, start):
+    """``model.transform`` of one batch as float32, after checking it holds numbers only."""
+    # the sum is finite when every number is (one pass, no boolean array); an overflowing sum
+    # of finite numbers only costs the exact check
+    if not np.isfinite(np.add.reduce(vectors, axis=None)) and not np.isfinite(vectors).all():
+        bad = start + int(np.flatnonzero(~np.isfinite(vectors).all(axis=1))[0])
+        raise StoreError(f"{where}: row {bad} has NaN or infinite numbers; drop or re-embed "
+                         "those rows first.")
+    try:
+        out = model.transform(vectors)
+    except ValueError as exc:
+        msg = " ".join(str(exc).split())
+        raise StoreError(f"{where}: rows {start}-{start + len(vectors) - 1}: {msg}") from None
+    return np.asarray(out, dtype=np.float32)
+
+
 def translate_store(model, src, dst, *, column=None, batch_size=None, progress=False,
                     replace=False):
     """Stream the store ``src`` through ``model.transform`` into ``dst``; return the row count.
@@ -904,20 +920,7 @@ def translate_store(model, src, dst, *, column=None, batch_size=None, progress=F
         behind = _WriteBehind(writer.write_unit, getattr(writer, "pipelined", False))
         try:
             for vectors, rb, shard in reader.batches(batch_size, start):
-                if not np.isfinite(vectors).all():
-                    bad = start + int(np.flatnonzero(~np.isfinite(vectors).all(axis=1))[0])
-                    raise StoreError(
-                        f"{display(job.src)}: row {bad} has NaN or infinite numbers; drop or "
-                        "re-embed those rows first."
-                    )
-                try:
-                    out = model.transform(vectors)
-                except ValueError as exc:
-                    msg = " ".join(str(exc).split())
-                    raise StoreError(
-                        f"{display(job.src)}: rows {start}-{start + len(vectors) - 1}: {msg}"
-                    ) from None
-                out = np.asarray(out, dtype=np.float32)
+                out = _translate_batch(model, display(job.src), vectors, start)
                 _sample_rows(reader, rb, vectors, start, positions, sources, rows)
                 behind.submit(out, rb, shard, start)
                 start += len(vectors)
