@@ -294,11 +294,14 @@ class _ParquetReader:
                 seen += f.metadata.num_rows
                 continue
             idx = f.schema_arrow.get_field_index(self.column)
-            for rb in f.iter_batches(batch_size=batch_size):
-                seen += rb.num_rows
-                if seen <= start:  # batch boundaries restart with each file: resume on one
-                    continue
-                yield arrow_vectors(pa, rb.column(idx), self.dim, p, self.column), rb, shard
+            for group in range(f.num_row_groups):
+                # one row group at a time: over a whole file, pyarrow reads ahead and held
+                # 1.5 GB of a million 384-d rows before the first batch was done with
+                for rb in f.iter_batches(batch_size=batch_size, row_groups=[group]):
+                    seen += rb.num_rows
+                    if seen <= start:  # batches restart with each row group: resume on one
+                        continue
+                    yield arrow_vectors(pa, rb.column(idx), self.dim, p, self.column), rb, shard
 
     def row(self, rb, k):
         """Row ``k`` of a batch without its vector: the fields the output must keep."""
