@@ -244,6 +244,12 @@ def apply_in_batches_numpy(fn, X, *, batch_size=None, n_outputs=None, out_dtype=
     if batch_size is None:
         batch_size = default_batch_size(n_features, n_outputs or n_features,
                                         np.dtype(out_dtype).itemsize)
+    if 0 < n_rows <= batch_size:  # one batch: its result is the output, no second copy
+        B = np.asarray(X, dtype=out_dtype)
+        res = fn(B)
+        if res.dtype != out_dtype or np.may_share_memory(res, B):  # never a view of the input
+            res = res.astype(out_dtype)
+        return res
     out = None
     for rows in iter_batches(n_rows, batch_size):
         res = fn(np.asarray(X[rows], dtype=out_dtype))

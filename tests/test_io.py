@@ -160,6 +160,25 @@ def test_npy_reader_windows_are_bounded(tmp_path):
     np.testing.assert_array_equal(np.concatenate(parts), X)
 
 
+def test_parquet_reader_reads_one_row_group_at_a_time(tmp_path):
+    """Batches never span row groups (pyarrow, reading a whole file, buffers it ahead: 1.5 GB
+    for a million 384-d rows), keep their rows' other columns, and a resume from a committed
+    row count on any of those boundaries skips exactly the rows before it."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    X = np.arange(1000 * 4, dtype=np.float32).reshape(1000, 4)
+    table = pa.table({"id": np.arange(1000) * 7,
+                      "emb": pa.FixedSizeListArray.from_arrays(pa.array(X.reshape(-1)), 4)})
+    pq.write_table(table, tmp_path / "x.parquet", row_group_size=300)
+    reader = open_reader(tmp_path / "x.parquet")
+    got = list(reader.batches(128))
+    assert [len(v) for v, _, _ in got] == [128, 128, 44] * 3 + [100]
+    np.testing.assert_array_equal(np.concatenate([v for v, _, _ in got]), X)
+    assert [i for _, rb, _ in got for i in rb.column(0).to_pylist()] == list(range(0, 7000, 7))
+    resumed = list(reader.batches(128, start=556))  # 300 + 256: inside the second row group
+    np.testing.assert_array_equal(np.concatenate([v for v, _, _ in resumed]), X[556:])
+
+
 def test_transform_is_called_batch_by_batch(tmp_path, real):
     X, _, model = real
 

@@ -72,3 +72,25 @@ def test_gpu_model_runs_on_torch(rng, monkeypatch):
     cpu = ProcrustesAligner().fit(X, Y)
     monkeypatch.setattr(skalign.base, "apply_in_batches_numpy", no_numpy)
     np.testing.assert_allclose(est.transform(X), cpu.transform(X), rtol=1e-4, atol=1e-5)
+
+
+def test_one_batch_returns_the_product_itself_never_a_view_of_the_input():
+    """A transform that fits in one batch returns ``fn``'s own result (no copy into a second
+    array), the numbers of the batch-by-batch path, and never the caller's array or a view of
+    it."""
+    from skalign._backend import apply_in_batches_numpy
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(50, 6)).astype(np.float32)
+    W = rng.normal(size=(6, 4)).astype(np.float32)
+    one = apply_in_batches_numpy(lambda B: B @ W, X, batch_size=64, n_outputs=4)
+    many = apply_in_batches_numpy(lambda B: B @ W, X, batch_size=7, n_outputs=4)
+    assert one.dtype == np.float32 and one.flags.c_contiguous
+    np.testing.assert_allclose(one, many, rtol=1e-6, atol=1e-6)  # BLAS blocks by batch size
+    same = apply_in_batches_numpy(lambda B: B, X, batch_size=64, n_outputs=6)
+    assert not np.may_share_memory(same, X)
+    np.testing.assert_array_equal(same, X)
+    halves = apply_in_batches_numpy(lambda B: B[:, :3], X, batch_size=64, n_outputs=3)
+    assert not np.may_share_memory(halves, X)
+    wide = apply_in_batches_numpy(lambda B: B.astype(np.float64), X, batch_size=64)
+    assert wide.dtype == np.float32

@@ -68,7 +68,9 @@ class Reader:
         if not self.path.is_file():
             raise StoreError(f"{self.path}: no such FAISS index file; check the path.")
         try:
-            index = faiss.read_index(str(self.path))
+            # a Flat index's vectors memory-mapped, not read: they are read below a window
+            # at a time, so the resident set stays bounded whatever the index's size
+            index = faiss.read_index(str(self.path), faiss.IO_FLAG_MMAP_IFC)
         except RuntimeError as exc:
             msg = str(exc).strip().splitlines()[-1] if str(exc).strip() else "unreadable"
             raise StoreError(f"{self.path}: not a readable FAISS index ({msg}).") from None
@@ -80,18 +82,43 @@ class Reader:
                 "reconstructed exactly; translate the embeddings it was built from (Flat, "
                 "IVFFlat and HNSWFlat indexes, also inside IDMap/IDMap2, are supported)."
             )
+        if kind != "Flat":  # read whole (built again at the end, in memory anyway)
+            del index, inner
+            index = self._index = faiss.read_index(str(self.path))
+            kind, inner, self.ids, self.params = _describe(index)
         if kind == "IVFFlat":
             inner.make_direct_map()
         self.index_kind, self._inner = kind, inner
         self.n_rows, self.dim = int(inner.ntotal), int(inner.d)
+        self._offset = self._vector_offset() if kind == "Flat" else None
+
+    def _vector_offset(self):
+        """Where a Flat index's vectors start in its file, when the file is laid out as
+        :func:`flat_layout` says (checked on the size and the first vector), else ``None``."""
+        n, d, p = self.n_rows, self.dim, self.params
+        layout = flat_layout(d, n, p["metric"], p["wrapper"],
+                             self.ids if self.ids is not None else np.zeros(n, np.int64))
+        if layout is None or not n:
+            return None
+        head, tail = layout
+        if self.path.stat().st_size != len(head) + 4 * n * d + len(tail):
+            return None
+        first = np.fromfile(self.path, dtype="<f4", count=d, offset=len(head))
+        return len(head) if np.array_equal(first, self._inner.reconstruct(0)) else None
 
     def batches(self, batch_size, start=0):
         for rows in iter_batches(self.n_rows, batch_size):
             if rows.stop <= start:
                 continue
             n = rows.stop - rows.start
-            vectors = self._inner.reconstruct_n(rows.start, n)
+            if self._offset is not None:
+                # a fresh mapping per window, dropped after use (as the .npy reader does)
+                vectors = np.memmap(self.path, dtype="<f4", mode="r", shape=(n, self.dim),
+                                    offset=self._offset + 4 * self.dim * rows.start)
+            else:
+                vectors = self._inner.reconstruct_n(rows.start, n)
             yield vectors, {"start": rows.start, "n": n}, None
+            del vectors
 
     def row(self, rows, k):
         pos = rows["start"] + k

@@ -1,0 +1,111 @@
+"""Where ``translate_store``'s time goes, per phase, for one file store (issue 20).
+
+``python benchmarks/profile_stores.py KIND ROWS`` (KIND: npy, parquet, parquet-dir, lance,
+faiss; ROWS e.g. 2e5) makes a source of ROWS 384-d rows as ``bench_stores.py`` does, translates
+it in this process with the 384 → 768 Procrustes model, and prints the wall and CPU seconds
+(CPU: of the thread that ran it; a BLAS product's helper threads are not counted there, only
+in the total) spent in each phase: ``read`` (the reader's batches),
+``transform`` (``model.transform``, main thread), ``write_unit`` (the write-behind thread,
+fsyncs and journal included), ``fsync``, ``journal``, ``finish``, ``verify``, ``publish`` — then
+the engine's bulk load of the same output and the ratio. Phases overlap (the writes run beside
+the transform), so the wall times do not add up to the total.
+"""
+
+import collections
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import store_backends as sb  # noqa: E402
+from bench_stores import make_model_and_rows  # noqa: E402
+
+import skalign._shadow as shadow  # noqa: E402
+import skalign._stores as stores  # noqa: E402
+
+SPENT = collections.defaultdict(float)
+_LOCK = threading.Lock()
+
+
+def timed(owner, name, label):
+    """Wrap ``owner.name`` so its wall and thread CPU seconds add up under ``label``."""
+    fn = getattr(owner, name)
+
+    def wrapper(*args, **kwargs):
+        t0, c0 = time.perf_counter(), time.thread_time()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            with _LOCK:
+                SPENT[label] += time.perf_counter() - t0
+                SPENT[label + " (cpu)"] += time.thread_time() - c0
+
+    setattr(owner, name, wrapper)
+
+
+def main():
+    kind, n = sys.argv[1], int(float(sys.argv[2]))
+    model, X = make_model_and_rows(n)
+    backend = {"npy": sb.Npy(), "parquet": sb.Parquet(), "parquet-dir": sb.ParquetDir(),
+               "lance": sb.Lance(), "faiss": sb.Faiss()}[kind]
+    root = Path(tempfile.mkdtemp(prefix="profile-stores-"))
+    try:
+        src, out = backend.make(root, X), backend.output(root)
+        timed(model, "transform", "transform")
+        timed(stores, "_verify", "verify")
+        timed(os, "fsync", "fsync")
+        timed(stores, "write_journal", "journal")
+        timed(shadow, "write_journal", "journal")
+        open_writer, open_reader = stores.open_writer, stores.open_reader
+
+        def writer(job):
+            w = open_writer(job)
+            for name in ("write_unit", "finish", "publish", "begin"):
+                timed(w, name, name)
+            return w
+
+        def reader(*args, **kwargs):
+            r = open_reader(*args, **kwargs)
+            batches = r.batches
+
+            def timed_batches(*a, **k):
+                it = batches(*a, **k)
+                while True:
+                    t0 = time.perf_counter()
+                    try:
+                        item = next(it)
+                    except StopIteration:
+                        return
+                    finally:
+                        SPENT["read"] += time.perf_counter() - t0
+                    yield item
+
+            r.batches = timed_batches
+            return r
+
+        stores.open_writer, stores.open_reader = writer, reader
+        c0, t0 = time.process_time(), time.perf_counter()
+        stores.translate_store(model, src, out)
+        total, cpu = time.perf_counter() - t0, time.process_time() - c0
+        print(f"{kind} {n} rows: {total:.2f} s wall, {cpu:.2f} s CPU (all threads), "
+              f"load {os.getloadavg()[0]:.2f}")
+        for label, secs in sorted(SPENT.items(), key=lambda kv: -kv[1]):
+            print(f"  {label:28s} {secs:7.2f}")
+        ids, V, _ = backend.read(out)
+        t0 = time.perf_counter()
+        backend.bulk_load(root, ids, V)
+        bulk = time.perf_counter() - t0
+        print(f"  bulk load {bulk:.2f} s, ratio {bulk / total:.2f}")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
