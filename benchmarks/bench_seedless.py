@@ -25,6 +25,7 @@ Procrustes on 1,000 true pairs of the source-pool texts. Written to
 
     OMP_NUM_THREADS=1 python benchmarks/bench_seedless.py ../shared/data/docstrings_en.npz
     python benchmarks/bench_seedless.py PATH.npz --states 0 1 --no-mv2v
+    python benchmarks/bench_seedless.py PATH.npz --resume --mv2v-states 0 --mv2v-other "{}"
     python benchmarks/bench_seedless.py PATH.npz --disjoint --no-mv2v
 """
 
@@ -66,7 +67,10 @@ def main(argv=None):
     ap.add_argument("--pool", type=int, default=3000)
     ap.add_argument("--no-mv2v", action="store_true", help="skip mini-vec2vec")
     ap.add_argument("--mv2v-other", type=ast.literal_eval, default=MV2V_OTHER,
-                    help="mini-vec2vec fit parameters of its second row, a dict literal")
+                    help="mini-vec2vec fit parameters of its second row, a dict literal; {} "
+                         "leaves the second row out")
+    ap.add_argument("--mv2v-states", type=int, nargs="+", default=None,
+                    help="random states mini-vec2vec runs on (default: all of --states)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 5],
                     help="seed-pair counts of the skalign rows")
     ap.add_argument("--pairs", type=int, nargs="+", default=list(range(len(ENCODER_PAIRS))),
@@ -107,10 +111,12 @@ def main(argv=None):
                                 f"certificate {boot.certificate_:.3f}"
                                 + (" (warned)" if warned else ""),
                                 boot.certificate_, warned))
-            if not args.no_mv2v:
+            if not args.no_mv2v and (args.mv2v_states is None or state in args.mv2v_states):
                 other = ", ".join(f"{k}={v}" for k, v in args.mv2v_other.items())
-                for name, params in (("mini-vec2vec defaults", {}),
-                                     (f"mini-vec2vec {other}", args.mv2v_other)):
+                settings = [("mini-vec2vec defaults", {})]
+                if args.mv2v_other:
+                    settings.append((f"mini-vec2vec {other}", args.mv2v_other))
+                for name, params in settings:
                     transform, sec = fit_mv2v(X, Y, state, **params)
                     t1, mrr = top1_mrr(Ye, transform(Xe))
                     results.append((name, t1, mrr, sec, "", float("nan"), ""))
