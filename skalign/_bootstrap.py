@@ -91,10 +91,10 @@ class AnchorBootstrapper(BaseAligner):
       first pseudo-pairs of the self-learning with stochastic dictionary induction [2]_: fit the
       orthogonal map on the pseudo-pairs (seeds weighted 5×), re-pair all rows by CSLS with each
       score kept with probability :math:`p` (0.5, doubled whenever the objective stalls for 3
-      iterations), until it stalls at :math:`p = 1`. Up to ``n_restarts`` starts (later ones
-      from a random 80 % of the rows, each with its own temperatures and number of principal
-      components; when the widths match and there are no seeds, the second start is the
-      identity map) are run until one
+      iterations), until it stalls at :math:`p = 1`. Up to ``n_restarts`` starts (the first
+      three each with its own temperatures and number of principal components, later ones from
+      a random 80 % of the rows; when the widths match and there are no seeds, the second start
+      is the identity map) are run until one
       passes the certificate; the best is kept. The final pairs are the mutual CSLS nearest
       neighbours under the learned map. Memory: dense :math:`n \times m` scores over at most
       ``max_candidates`` rows per side.
@@ -562,9 +562,11 @@ class AnchorBootstrapper(BaseAligner):
                 kind, a, b = "identity", *self._mutual_pairs(XS, YS)
             else:
                 kind = "signatures" + ("+seeds" if len(LX) else "")
-                # a later start draws 80 % of the rows, or the same rows would repeat the first
-                rows = _SIGNATURE_ROWS if r == 0 else int(0.8 * min(len(XS), len(YS),
-                                                                    _SIGNATURE_ROWS))
+                # the starts of SOFT_SCHEDULE differ in their settings and keep all rows (fewer
+                # rows weaken the signatures); past it a start draws 80 % of the rows, or it
+                # would repeat an earlier one
+                rows = _SIGNATURE_ROWS if r < len(SOFT_SCHEDULE) else int(
+                    0.8 * min(len(XS), len(YS), _SIGNATURE_ROWS))
                 ix = self._subset(len(XS), rows, gen)
                 iy = self._subset(len(YS), rows, gen)
                 width = min(len(ix), len(iy))
