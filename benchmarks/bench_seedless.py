@@ -15,7 +15,8 @@ held-out texts (see ``_seedless_common.py``). Rows:
 
 Printed: median top-1 and MRR over the states, the success rate (top-1 ≥ 0.9 × the ceiling of
 the same draw) and the median fit seconds; written: ``results/bench_seedless.csv`` (one row per
-pair and method, the table of the user guide) and ``results/bench_seedless_runs.csv``.
+pair and method, the table of the user guide), ``results/bench_seedless_runs.csv`` and
+``results/bench_seedless_figures.csv`` (``key,value``: the figures the guide's prose quotes).
 
 ``--disjoint``: the source pool and the target pool hold different texts (the 3,000 texts not
 held out, cut in two halves of 1,500: source embeddings of one, target embeddings of the other);
@@ -25,6 +26,7 @@ Procrustes on 1,000 true pairs of the source-pool texts. Written to
 
     OMP_NUM_THREADS=1 python benchmarks/bench_seedless.py ../shared/data/docstrings_en.npz
     python benchmarks/bench_seedless.py PATH.npz --states 0 1 --no-mv2v
+    python benchmarks/bench_seedless.py PATH.npz --resume --mv2v-states 0 --mv2v-other "{}"
     python benchmarks/bench_seedless.py PATH.npz --disjoint --no-mv2v
 """
 
@@ -32,6 +34,7 @@ import argparse
 import ast
 import csv
 import os
+import re
 import time
 from pathlib import Path
 
@@ -66,7 +69,10 @@ def main(argv=None):
     ap.add_argument("--pool", type=int, default=3000)
     ap.add_argument("--no-mv2v", action="store_true", help="skip mini-vec2vec")
     ap.add_argument("--mv2v-other", type=ast.literal_eval, default=MV2V_OTHER,
-                    help="mini-vec2vec fit parameters of its second row, a dict literal")
+                    help="mini-vec2vec fit parameters of its second row, a dict literal; {} "
+                         "leaves the second row out")
+    ap.add_argument("--mv2v-states", type=int, nargs="+", default=None,
+                    help="random states mini-vec2vec runs on (default: all of --states)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 5],
                     help="seed-pair counts of the skalign rows")
     ap.add_argument("--pairs", type=int, nargs="+", default=list(range(len(ENCODER_PAIRS))),
@@ -107,10 +113,12 @@ def main(argv=None):
                                 f"certificate {boot.certificate_:.3f}"
                                 + (" (warned)" if warned else ""),
                                 boot.certificate_, warned))
-            if not args.no_mv2v:
+            if not args.no_mv2v and (args.mv2v_states is None or state in args.mv2v_states):
                 other = ", ".join(f"{k}={v}" for k, v in args.mv2v_other.items())
-                for name, params in (("mini-vec2vec defaults", {}),
-                                     (f"mini-vec2vec {other}", args.mv2v_other)):
+                settings = [("mini-vec2vec defaults", {})]
+                if args.mv2v_other:
+                    settings.append((f"mini-vec2vec {other}", args.mv2v_other))
+                for name, params in settings:
                     transform, sec = fit_mv2v(X, Y, state, **params)
                     t1, mrr = top1_mrr(Ye, transform(Xe))
                     results.append((name, t1, mrr, sec, "", float("nan"), ""))
@@ -153,7 +161,35 @@ def main(argv=None):
                   f"{summary['mrr']:6.3f} {summary['success']:>8s} {summary['seconds']!s:>6s} "
                   f"{len(rs):6d}")
     write_csv(Path(args.out), table)
+    write_csv(Path(args.out.replace(".csv", "_figures.csv")), figures(runs))
     return table
+
+
+def figures(runs):
+    """``key,value`` rows quoted in the user guide: per pair and method, over the states.
+
+    Keys ``<source>__<target>__<method>__<what>``, the method as a slug (``skalign_0_pairs``);
+    ``what``: ``top1`` (median), ``top1_min``, ``ratio_min`` (smallest top-1 / ceiling),
+    ``successes``, ``warned``, ``states``, ``seconds`` (median), ``seconds_max``.
+    """
+    out = []
+    for source, target in ENCODER_PAIRS:
+        rs = [r for r in runs if (r["source"], r["target"]) == (source, target)]
+        for method in dict.fromkeys(r["method"] for r in rs):
+            m = [r for r in rs if r["method"] == method]
+            slug = re.sub(r"\W+", "_", method.lower()).strip("_")
+            top1 = [r["top1"] for r in m]
+            values = {"top1": np.median(top1), "top1_min": min(top1),
+                      "ratio_min": min(r["top1"] / r["ceiling"] for r in m),
+                      "successes": sum(r["success"] for r in m),
+                      "warned": sum(str(r["warned"]) == "True" for r in m),
+                      "states": len(m)}
+            if method != "Procrustes 1,000 pairs":
+                values["seconds"] = np.median([r["seconds"] for r in m])
+                values["seconds_max"] = max(r["seconds"] for r in m)
+            out += [{"key": f"{source}__{target}__{slug}__{k}", "value": round(float(v), 4)}
+                    for k, v in values.items()]
+    return out
 
 
 def write_csv(path, rows):

@@ -82,6 +82,44 @@ def test_soft_self_learning_lifts_a_weak_start(split):
     assert len(history) < 100  # stopped on its own
 
 
+@pytest.mark.slow
+def test_zero_pairs_the_other_way(docstring_pair):
+    """MPNet (768) -> MiniLM (384): the wider source, another pool of 1,000 texts."""
+    A, B, order = docstring_pair
+    pool_rows, test_rows = order[350:1350], order[:350]
+    shuffle = np.random.default_rng(2).permutation(1000)
+    pool = UnpairedPool(X=B[pool_rows], y=A[pool_rows][shuffle])
+    ceiling = top_k_accuracy(A[test_rows], ProcrustesAligner().fit(B[pool_rows], A[pool_rows])
+                             .transform(B[test_rows]))
+    boot, caught = _fit(None, None, pool)
+    assert DiscoveryFailedWarning not in caught and boot.certificate_ >= 0.8
+    assert _exact(boot, shuffle) >= 0.95  # chance: 0.001
+    assert top_k_accuracy(A[test_rows], boot.transform(B[test_rows])) >= 0.95 * ceiling
+
+
+def test_zero_pair_fits_repeat_bit_for_bit(split):
+    pool, *_ = split
+    small = UnpairedPool(X=pool.X[:400], y=pool.y[:400])
+    one, _ = _fit(None, None, small, n_restarts=1)
+    two, _ = _fit(None, None, small, n_restarts=1)
+    np.testing.assert_array_equal(one.anchor_pairs_, two.anchor_pairs_)
+    assert one.certificate_ == two.certificate_
+    np.testing.assert_array_equal(one.transform(pool.X[:50]), two.transform(pool.X[:50]))
+
+
+def test_restarts_explore_with_their_own_soft_settings(split):
+    """Nothing to find: every restart runs, each with its own temperatures and subspace."""
+    from skalign._self_learning import SOFT_SCHEDULE
+
+    pool, *_ = split
+    noise = np.random.default_rng(1).standard_normal((300, 768)).astype(np.float32)
+    boot, caught = _fit(None, None, UnpairedPool(X=pool.X[:300], y=noise), n_restarts=3)
+    assert DiscoveryFailedWarning in caught and boot.certificate_ < boot.min_certificate
+    settings = [(r["n_components"], *r["soft_temperatures"]) for r in boot.restarts_]
+    assert settings == list(SOFT_SCHEDULE) and len(set(settings)) == 3
+    assert all(r["certificate"] < boot.min_certificate for r in boot.restarts_)
+
+
 def test_five_seed_pairs_reach_the_supervised_ceiling(split):
     pool, shuffle, Xt, Yt, ceiling = split
     seeds = np.arange(5)  # source pool rows 0-4 and their true targets
