@@ -32,9 +32,9 @@ hard loop stays below 5 %.
 
 The first step, on the start scores, decides most: on MPNet → multilingual-e5 (3,000 rows, 1.3 %
 of the start right) a first temperature of 0.05 climbs to 5 % right and stalls, 0.02 reaches
-98.5 % (a slow climb for about 40 iterations, then a jump). :data:`SOFT_SCHEDULE` lists the
-settings successive restarts try, so that a restart explores differently instead of only
-drawing other rows.
+98.5 % (a slow climb for about 40 iterations, then a jump;
+``benchmarks/seedless_soft_diagnosis.py``). :data:`SOFT_SCHEDULE` lists the settings successive
+restarts try, so that a restart explores differently instead of only drawing other rows.
 """
 
 from __future__ import annotations
