@@ -11,6 +11,8 @@ target sample shuffled. They are written as ``.npy`` files with the pairs, and t
 100000 --json --report plan.html`` runs in this process (reading, the default candidates —
 procrustes, linear, bootstrap — both sides, the learning curve, the ceiling and the report
 included). Target (issue 16): <= 60 s on 2 cores. Run with ``OMP_NUM_THREADS`` unset to use both.
+``--csv PATH`` writes the figures as ``key,value`` (``benchmarks/results/bench_plan.csv``, quoted
+by the user guide).
 """
 
 import argparse
@@ -35,6 +37,7 @@ def main(argv=None):
     p.add_argument("--store-rows", type=int, default=100000)
     p.add_argument("--workdir", default=None)
     p.add_argument("--quick", action="store_true", help="500 pairs, 10,000-row samples")
+    p.add_argument("--csv", default=None, help="also write the figures (key,value) here")
     args = p.parse_args(argv)
     if args.quick:
         args.pairs, args.store_rows = 500, 10000
@@ -81,6 +84,15 @@ def main(argv=None):
                  f"{plan['recommendation']['method']} ({plan['recommendation']['side']} side)")
     for line in lines:
         print(line)
+    if args.csv:
+        import csv
+
+        with open(args.csv, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["key", "value"])
+            w.writerows([("pairs", args.pairs), ("store_rows", args.store_rows),
+                         ("wall_s", secs), ("cpu_s", cpu), ("cpu_count", os.cpu_count()),
+                         ("load_avg_1min_end", os.getloadavg()[0]), ("exit_status", status)])
     if not args.workdir:
         shutil.rmtree(work)
     return secs
