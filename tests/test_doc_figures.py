@@ -29,8 +29,10 @@ def _figures():
 figures = _figures()
 
 
-@pytest.mark.parametrize("page", sorted(p.name for p in GUIDE.glob("*.rst")))
+@pytest.mark.parametrize("page", sorted(p.name for p in [*GUIDE.glob("*.rst"),
+                                                          *GUIDE.glob("*.inc")]))
 def test_figures_agree_with_their_results_files(page):
+    """Every page's figures, and those of the files pages include (``*.inc``)."""
     problems = figures.check_page(GUIDE / page)
     assert not problems, "\n".join(problems)
 
