@@ -500,13 +500,10 @@ class AnchorBootstrapper(BaseAligner):
         else:
             match = self._self_learning(LX, LY, XP, YP, gen)
         if given is None:  # the most confident mutual pairs of the last round
-            mutual = torch.nonzero(match.mutual()).flatten()
-            auto = self.n_anchors == "auto"
-            budget = len(mutual) if auto else max(self.n_anchors - len(X), 0)
-            order = torch.argsort(match.confidence[mutual], descending=True, stable=True)
-            pick = mutual[order[:budget]]
-            wanted = min(budget, n, m)
-            if not auto and len(pick) < wanted:
+            pick = self._confident_mutual(match, len(X))
+            wanted = min(max(self.n_anchors - len(X), 0), n, m) if self.n_anchors != "auto" \
+                else len(pick)
+            if len(pick) < wanted:
                 warnings.warn(
                     f"AnchorBootstrapper: only {len(pick)} mutual pairs were found, fewer than "
                     f"the {wanted} anchors requested; the inner estimator gets fewer anchors.",
@@ -519,21 +516,35 @@ class AnchorBootstrapper(BaseAligner):
         if self.refine and len(pick):
             tgt_pick = self._refine(LX, LY, XP, YP, match, pick, gen)
 
-        src_np = to_numpy(cand[pick]).astype(np.int64)
-        tgt_np = to_numpy(tgt_pick).astype(np.int64)
-        self.anchor_pairs_ = np.column_stack([src_np, tgt_np]).reshape(-1, 2)
-        self.anchor_confidence_ = to_numpy(match.confidence[pick]).astype(np.float64)
-        self.anchor_mutual_ = to_numpy(match.mutual()[pick]).astype(bool)
-        self.source_anchors_ = np.vstack([X, np.asarray(Xp)[src_np]])
-        self.target_anchors_ = np.vstack([y, np.asarray(Yp)[tgt_np]])
-
-        self.estimator_ = self._inner_estimator(est, gen).fit(self.source_anchors_,
-                                                              self.target_anchors_)
+        self._fit_on_anchors(X, y, Xp, Yp, cand[pick], tgt_pick, match.confidence[pick],
+                             match.mutual()[pick], est, gen)
         self.map_rounds_ = []
         if self.map_rounds and given is None and len(pick):
             self._pair_under_map(X, y, Xp, Yp, cand, est, gen)
         self._certify(Xp, Yp, pool, gen, est)
         return self
+
+    def _confident_mutual(self, match, n_seed):
+        """Rows of the mutual pairs of ``match``, most confident first; with an integer
+        ``n_anchors`` only the ``n_anchors - n_seed`` most confident."""
+        mutual = torch.nonzero(match.mutual()).flatten()
+        order = torch.argsort(match.confidence[mutual], descending=True, stable=True)
+        if self.n_anchors != "auto":
+            order = order[:max(self.n_anchors - n_seed, 0)]
+        return mutual[order]
+
+    def _fit_on_anchors(self, X, y, Xp, Yp, src, tgt, confidence, mutual, est, gen):
+        """Record the discovered pairs (pool rows ``src``, ``tgt``) and fit ``estimator_`` on
+        the seeds ``X, y`` plus those pairs."""
+        src_np = to_numpy(src).astype(np.int64)
+        tgt_np = to_numpy(tgt).astype(np.int64)
+        self.anchor_pairs_ = np.column_stack([src_np, tgt_np]).reshape(-1, 2)
+        self.anchor_confidence_ = to_numpy(confidence).astype(np.float64)
+        self.anchor_mutual_ = to_numpy(mutual).astype(bool)
+        self.source_anchors_ = np.vstack([X, np.asarray(Xp)[src_np]])
+        self.target_anchors_ = np.vstack([y, np.asarray(Yp)[tgt_np]])
+        self.estimator_ = self._inner_estimator(est, gen).fit(self.source_anchors_,
+                                                              self.target_anchors_)
 
     def _pair_under_map(self, X, y, Xp, Yp, cand, est, gen):
         """``map_rounds``: pair the pools again as the fitted map sees them, then refit.
@@ -553,24 +564,13 @@ class AnchorBootstrapper(BaseAligner):
             U = to_tensor(np.asarray(self.estimator_.transform(Xc)), dev)
             U = row_normalize(U - U.mean(0) if self.center else U)
             match = csls_match(U, V, k=self.csls_n_neighbors, batch_size=self.batch_size)
-            mutual = torch.nonzero(match.mutual()).flatten()
-            order = torch.argsort(match.confidence[mutual], descending=True, stable=True)
-            if self.n_anchors != "auto":
-                order = order[:max(self.n_anchors - len(X), 0)]
-            pick = mutual[order]
+            pick = self._confident_mutual(match, len(X))
             if len(pick) < 2:
                 break
-            src_np = to_numpy(cand[pick]).astype(np.int64)
-            tgt_np = to_numpy(match.forward[pick]).astype(np.int64)
-            pairs = set(zip(src_np.tolist(), tgt_np.tolist()))
+            self._fit_on_anchors(X, y, Xp, Yp, cand[pick], match.forward[pick],
+                                 match.confidence[pick], match.mutual()[pick], est, gen)
+            pairs = set(map(tuple, self.anchor_pairs_.tolist()))
             changed = len(pairs - prev) / len(pairs)
-            self.anchor_pairs_ = np.column_stack([src_np, tgt_np]).reshape(-1, 2)
-            self.anchor_confidence_ = to_numpy(match.confidence[pick]).astype(np.float64)
-            self.anchor_mutual_ = np.ones(len(pick), dtype=bool)
-            self.source_anchors_ = np.vstack([X, np.asarray(Xp)[src_np]])
-            self.target_anchors_ = np.vstack([y, np.asarray(Yp)[tgt_np]])
-            self.estimator_ = self._inner_estimator(est, gen).fit(self.source_anchors_,
-                                                                  self.target_anchors_)
             info = {"round": r + 1, "n_pairs": len(pick), "changed": changed,
                     "seconds": time.perf_counter() - t0}
             self.map_rounds_.append(info)
