@@ -41,6 +41,14 @@ def _default_estimator():
     return ProcrustesAligner()
 
 
+def _with_chosen_penalty(est, fitted):
+    """``est`` with the penalty ``fitted`` chose, when ``est`` searches one (``alpha="auto"``,
+    as :class:`~skalign.LinearAligner`); otherwise ``est`` itself."""
+    if est.get_params(deep=False).get("alpha") == "auto" and hasattr(fitted, "alpha_"):
+        return clone(est).set_params(alpha=fitted.alpha_)
+    return est
+
+
 def _check_pool_spread(A, name):
     """Discovery compares rows with each other: a pool whose rows are all equal has no structure."""
     A = np.asarray(A)
@@ -169,7 +177,9 @@ class AnchorBootstrapper(BaseAligner):
         inner estimator and 25 seeds, two rounds raised recall@10 retention by 0.011-0.026
         towards or from multilingual-e5 on the development data (:mod:`skalign.plan` uses
         ``map_rounds=2``). Ignored with ``anchor_indices``; stops early when at most ``tol`` of
-        the pairs are new.
+        the pairs are new. An inner estimator that searches its penalty (``alpha="auto"``)
+        searches it for the first fit and the last round's; the rounds between keep the
+        penalty chosen before them.
     tol : float, default=0.01
         Stop when at most this fraction of the pairs to return (the ``n_anchors − s`` most
         confident mutual pairs, or those of ``anchor_indices``) were not already mutual pairs in
@@ -254,7 +264,8 @@ class AnchorBootstrapper(BaseAligner):
         The success certificate, in [0, 1]: a clone of ``estimator`` fitted on the seeds plus a
         random half of the discovered pairs translates the source rows of the other half; the
         share of them whose mutual CSLS nearest neighbour, among the target-pool rows not used
-        in that fit, is the partner the discovery gave them. On the development data right
+        in that fit, is the partner the discovery gave them (an inner estimator that searches
+        its penalty keeps the one ``estimator_`` chose). On the development data right
         discoveries score 0.9–1.0 and failed ones 0.0–0.35 (user guide); NaN without pools or
         when fewer than two pairs were discovered (``n_anchors`` at most the number of seeds).
     certificate_margin_ : float
@@ -567,8 +578,12 @@ class AnchorBootstrapper(BaseAligner):
             pick = self._confident_mutual(match, len(X))
             if len(pick) < 2:
                 break
+            # a penalty searched by cross-validation is searched again only for the last
+            # round's fit: the rounds between change a few per cent of the pairs
+            inner = est if r == self.map_rounds - 1 else _with_chosen_penalty(est,
+                                                                               self.estimator_)
             self._fit_on_anchors(X, y, Xp, Yp, cand[pick], match.forward[pick],
-                                 match.confidence[pick], match.mutual()[pick], est, gen)
+                                 match.confidence[pick], match.mutual()[pick], inner, gen)
             pairs = set(map(tuple, self.anchor_pairs_.tolist()))
             changed = len(pairs - prev) / len(pairs)
             info = {"round": r + 1, "n_pairs": len(pick), "changed": changed,
@@ -733,7 +748,7 @@ class AnchorBootstrapper(BaseAligner):
         src, tgt = self.anchor_pairs_[:, 0], self.anchor_pairs_[:, 1]
         fit, test = (to_numpy(t) for t in split_halves(len(src), gen))
         test = test[:_CERTIFICATE_ROWS]
-        half = self._inner_estimator(est, gen).fit(
+        half = self._inner_estimator(_with_chosen_penalty(est, self.estimator_), gen).fit(
             np.vstack([self.source_anchors_[:n_seed], np.asarray(Xp)[src[fit]]]),
             np.vstack([self.target_anchors_[:n_seed], np.asarray(Yp)[tgt[fit]]]))
         rest = np.ones(len(Yp), dtype=bool)

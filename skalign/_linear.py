@@ -111,16 +111,19 @@ def ridge_cv_retention(Xt, Yt, alphas, n_splits, *, center=True, k=10):
         # every penalty's prediction is P(alpha) @ UtY + my with P = (X_te V) diag(f(alpha)):
         # its cosines with the held-out targets and its norms come from r-sized products,
         # without forming the d_x x d_y map or the predictions
-        XV = (X64[test] - mx) @ V
-        C, b = Yte @ UtY.mT, Yte @ my
-        G, g, my2 = UtY @ UtY.mT, UtY @ my, my @ my
+        # the decomposition needs float64; the per-penalty cosines only rank neighbours, and
+        # float32 gave the same scores on the development data at a quarter less time
+        XV = ((X64[test] - mx) @ V).float()
+        C, b = (Yte @ UtY.mT).float(), (Yte @ my).float()
+        G, g, my2 = (UtY @ UtY.mT).float(), (UtY @ my).float(), float(my @ my)
+        sv32 = sv.float()
         # the re-embedded neighbourhoods do not depend on alpha: once per fold
-        own = _top_k_excluding_self(to_numpy(Yte @ Yte.mT), k)
+        own = _top_k_excluding_self(Yte @ Yte.mT, k)
         for i, a in enumerate(alphas):
-            P = XV * (sv / (sv * sv + a))
+            P = XV * (sv32 / (sv32 * sv32 + a))
             sq = ((P @ G) * P).sum(1) + 2.0 * (P @ g) + my2
             S = (C @ P.mT + b[:, None]) / sq.clamp_min(1e-24).sqrt()
-            got = _top_k_excluding_self(to_numpy(S), k)
+            got = _top_k_excluding_self(S, k)
             kept = (own[:, :, None] == got[:, None, :]).any(axis=2).sum(axis=1)
             scores[i] += float(np.mean(kept / k)) / n_splits
     return scores
@@ -145,10 +148,13 @@ def _svd_by_gram(Xc, Yc, rtol=1e-12):
 
 
 def _top_k_excluding_self(S, k):
-    """Column indices of each row's ``k`` largest entries, the diagonal left out."""
-    S = np.array(S, dtype=np.float64)
-    np.fill_diagonal(S, -np.inf)
-    return np.argpartition(-S, k - 1, axis=1)[:, :k]
+    """Column indices of each row's ``k`` largest entries of the square tensor ``S``, the
+    diagonal left out (in no particular order)."""
+    import torch
+
+    S = S.clone()
+    S.fill_diagonal_(-torch.inf)
+    return to_numpy(torch.topk(S, k, dim=1, sorted=False).indices)
 
 
 class LinearAligner(NormalizeMixin, BaseAligner):
