@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from skalign import UnpairedPool
-from skalign.plan import _pseudo_store, _unit
+from skalign.plan import _duplicates, _pseudo_store, _unit
 
 DEFAULT_NPZ = Path(__file__).resolve().parents[2] / "shared" / "data" / "docstrings_en.npz"
 ENCODERS = ("minilm_l6", "mpnet_base", "me5_small_q4")
@@ -47,7 +47,9 @@ def main(argv=None):
         truth = np.array([where[text] for text in half])  # pool.y row of each pool.X row
         for n in args.pairs:
             t0 = time.perf_counter()
-            store = _pseudo_store(E[src][half[:n]], E[tgt][half[:n]], pool, 0, 50)
+            X, Y = E[src][half[:n]], E[tgt][half[:n]]
+            free_p, free_q = ~_duplicates(pool.X, X), ~_duplicates(pool.y, Y)
+            store = _pseudo_store(X, Y, pool, free_p, free_q, 0)
             right = np.mean(truth[store["source"]] == store["target"])
             rows.append((len(store["source"]), right, store["certificate"]))
             print(f"{src + ' -> ' + tgt:<30}{n:>6}{len(store['source']):>7}{right:>8.3f}"

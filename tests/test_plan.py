@@ -119,6 +119,36 @@ def test_few_pairs_estimated_on_pairs_discovered_in_the_unpaired_samples(docstri
     assert plan.evaluation["store"] == "cross-validation"
 
 
+def test_bootstrap_left_out_when_the_samples_hold_only_the_known_pairs(docstring_pair):
+    """Samples of the pairs' own texts (plus 20 others, fewer than a held-out fold): the default
+    bootstrap candidate is not estimated, and the plan says why; samples of 400 other texts
+    bring it back."""
+    A, B, perm = docstring_pair
+    pairs = perm[:200]
+    same = perm[:220]
+    pool = UnpairedPool(X=A[same], y=B[np.random.default_rng(1).permutation(same)])
+    plan = plan_migration(A[pairs], B[pairs], unpaired=pool, sides=("document",), curve=False,
+                          n_resamples=50)
+    ev = plan.evaluation
+    assert ev["unpaired_new_rows"] == 20 and ev["store"] == "cross-validation"
+    assert "20 rows that are not known pairs" in ev["bootstrap_left_out"]
+    assert {e.method for e in plan.estimates} == {"procrustes", "linear"}
+    assert "bootstrap not estimated: the unpaired samples hold only 20" in \
+        "\n".join(plan.summary())
+    # asked for by name, it is estimated all the same
+    named = plan_migration(A[pairs], B[pairs], unpaired=pool, methods=["bootstrap"],
+                           sides=("document",), curve=False, n_resamples=50)
+    assert [e.method for e in named.estimates] == ["bootstrap"]
+    assert "bootstrap_left_out" not in named.evaluation
+    other = perm[200:600]
+    pool = UnpairedPool(X=A[other], y=B[np.random.default_rng(1).permutation(other)])
+    plan = plan_migration(A[pairs], B[pairs], unpaired=pool, sides=("document",), curve=False,
+                          n_resamples=50)
+    assert plan.evaluation["unpaired_new_rows"] == 400
+    assert "bootstrap" in {e.method for e in plan.estimates}
+    assert "bootstrap_left_out" not in plan.evaluation
+
+
 def test_bootstrap_never_sees_its_held_out_pairs(docstring_pair):
     from skalign.plan import _pool_without
 
