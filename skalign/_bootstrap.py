@@ -18,8 +18,14 @@ from ._certificate import CERTIFICATE_THRESHOLD, alignment_certificate, split_ha
 from ._compat import Interval, StrOptions, _fit_context
 from ._matching import csls_match, relative_factors, sinkhorn_match
 from ._optim import LossHistory
-from ._self_learning import SOFT_SCHEDULE, csls_scores, self_learn, soft_self_learn
-from ._signatures import principal_basis, seed_profiles, similarity_signatures
+from ._self_learning import (
+    SEED_WEIGHT,
+    SOFT_SCHEDULE,
+    csls_scores,
+    self_learn,
+    soft_self_learn,
+)
+from ._signatures import pool_svd, principal_basis, seed_profiles, similarity_signatures
 from ._sinkhorn import SinkhornError
 from .base import BaseAligner, UnpairedPool, check_min_pairs, check_unpaired
 from .exceptions import AnchorConsistencyWarning, DiscoveryFailedWarning
@@ -33,6 +39,9 @@ _SIGNATURE_ROWS = 4000  # rows per side for the signature start (a random subset
 _CERTIFICATE_ROWS = 5000  # source rows the certificate is computed on
 _MIN_POOL_ROWS = 50  # zero-pair mode: rows per pool at least
 _SOFT_MAX_ITER = 150
+#: A self-learning restart whose start pairs score below this held-out certificate stops before
+#: its hard phase. CHOSEN_FROM.
+_START_CERTIFICATE_MIN = 0.2
 
 
 def _default_estimator():
@@ -631,15 +640,21 @@ class AnchorBootstrapper(BaseAligner):
         return X[:0], y[:0], unpaired
 
     def _self_learning(self, LX, LY, XP, YP, gen):
-        """Signature (+ seed profile) starts, self-learning, restarts kept by the certificate."""
+        """Signature (+ seed profile) starts, self-learning, restarts kept by the certificate.
+
+        A restart whose start pairs (the soft phase's, or the identity's) fail their own
+        held-out certificate (below ``_START_CERTIFICATE_MIN``) stops there: its hard phase and
+        certificate are skipped (``restarts_[i]["stopped"]``). The first restart that passes
+        the certificate ends the loop.
+        """
         sx = self._subset(len(XP), self.max_candidates, gen)
         sy = self._subset(len(YP), self.max_candidates, gen)
         XS, YS = XP[sx], YP[sy]
         identity = len(LX) == 0 and XP.shape[1] == YP.shape[1]
-        best = None
+        best, stalled, shared = None, None, {}
         for r in range(self.n_restarts):
             t0 = time.perf_counter()
-            n_soft, n_components, temperatures = 0, None, None
+            n_soft, n_components, temperatures, soft_objective = 0, None, None, None
             if identity and r == 1:  # same width and nothing to go on: the identity is a start
                 kind, a, b = "identity", *self._mutual_pairs(XS, YS)
             else:
@@ -651,38 +666,59 @@ class AnchorBootstrapper(BaseAligner):
                     0.8 * min(len(XS), len(YS), _SIGNATURE_ROWS))
                 ix = self._subset(len(XS), rows, gen)
                 iy = self._subset(len(YS), rows, gen)
-                width = min(len(ix), len(iy))
-                U = similarity_signatures(XS[ix], width)
-                V = similarity_signatures(YS[iy], width)
-                if len(LX):
-                    U = torch.cat([U, seed_profiles(XS[ix], LX)], 1)
-                    V = torch.cat([V, seed_profiles(YS[iy], LY)], 1)
-                C = csls_scores(U @ V.T, self.csls_n_neighbors)
-                del U, V
+                # starts on all rows share their start scores and SVDs (the same numbers)
+                every_row = len(ix) == len(XS) and len(iy) == len(YS)
+                start = shared.get("start") if every_row else None
+                if start is None:
+                    start = self._signature_start(XS[ix], YS[iy], LX, LY)
+                    if every_row:
+                        shared["start"] = start
+                C, svd_x, svd_y = start
                 # each start its own sharpness and subspace (SOFT_SCHEDULE): a start that one
                 # setting leaves stuck may take off under another
                 n_components, *temperatures = SOFT_SCHEDULE[r % len(SOFT_SCHEDULE)]
                 temperatures = tuple(temperatures)
                 # fewer, stronger directions: the soft votes of a weak start are mostly noise
-                XR = self._principal(XS[ix], LX, n_components)
-                YR = self._principal(YS[iy], LY, n_components)
+                XR = self._principal(XS[ix], LX, n_components, svd_x)
+                YR = self._principal(YS[iy], LY, n_components, svd_y)
                 W, soft = soft_self_learn(XR[0], YR[0], C, XR[1], YR[1],
                                           start_temperature=temperatures[0],
                                           temperature=temperatures[1],
                                           csls_n_neighbors=self.csls_n_neighbors,
                                           max_iter=_SOFT_MAX_ITER)
-                del C
-                n_soft = len(soft)
+                del C, start
+                n_soft, soft_objective = len(soft), soft[-1]["objective"]
                 a, b = self._mutual_pairs(XR[0] @ W, YR[0])
                 a, b = ix[a], iy[b]
+            # the certificate of the start pairs, on a split of its own (``gen`` is left as
+            # it was, so that a fit is the same whether or not an earlier restart stopped)
+            split = torch.Generator(gen.device).manual_seed(gen.initial_seed() + 7919 * r + 1)
+            start_cert = self._held_out_pairs(XS, YS, a, b, LX, LY, split)["score"]
+            info = {"restart": r + 1, "start": kind, "n_soft_iter": n_soft,
+                    "n_components": n_components, "soft_temperatures": temperatures,
+                    "soft_objective": soft_objective, "n_start_pairs": len(a),
+                    "start_certificate": start_cert}
+            if start_cert < _START_CERTIFICATE_MIN:
+                # a start that failed: the hard phase has not rescued one on the development
+                # data (see _START_CERTIFICATE_MIN), so neither it nor the certificate is run
+                info.update(objective=float("nan"), certificate=float("nan"), n_iter=0,
+                            seconds=time.perf_counter() - t0,
+                            stopped=f"start certificate {start_cert:.3f} < "
+                                    f"{_START_CERTIFICATE_MIN}: hard phase and certificate "
+                                    "skipped")
+                self.restarts_.append(info)
+                if self.verbose:
+                    print(f"[AnchorBootstrapper] restart {r + 1}: {kind} start, {n_soft} soft "
+                          f"iterations, stopped: {info['stopped']} ({info['seconds']:.1f} s)")
+                if stalled is None or start_cert > stalled[0]:
+                    stalled = (start_cert, a, b)
+                continue
             W, history, objective = self_learn(XS, YS, a, b, LX, LY,
                                                csls_n_neighbors=self.csls_n_neighbors,
                                                generator=gen)
-            cert = self._held_out_orthogonal(XS, YS, W, LX, LY, gen)
-            info = {"restart": r + 1, "start": kind, "n_soft_iter": n_soft,
-                    "n_components": n_components, "soft_temperatures": temperatures,
-                    "n_start_pairs": len(a), "objective": objective, "certificate": cert["score"],
-                    "n_iter": len(history), "seconds": time.perf_counter() - t0}
+            cert, match = self._held_out_orthogonal(XS, YS, W, LX, LY, gen)
+            info.update(objective=objective, certificate=cert["score"], n_iter=len(history),
+                        seconds=time.perf_counter() - t0, stopped=None)
             self.restarts_.append(info)
             if self.verbose:
                 print(f"[AnchorBootstrapper] restart {r + 1}: {kind} start, {n_soft} soft "
@@ -690,19 +726,48 @@ class AnchorBootstrapper(BaseAligner):
                       f"{len(history)} iterations, objective {objective:.4f}, certificate "
                       f"{cert['score']:.3f} ({info['seconds']:.1f} s)")
             if best is None or cert["score"] > best[0]:
-                best = (cert["score"], W, history)
+                best = (cert["score"], W, history, match)
             if cert["score"] >= self.min_certificate:
                 break
-        _, W, history = best
+        if best is None:  # every start failed: the map of the best one's pairs
+            _, a, b = stalled
+            M = XS[a].T @ YS[b]
+            if len(LX):
+                M = M + SEED_WEIGHT * (LX.T @ LY)
+            best = (float("nan"), polar(M.double()).to(XS.dtype), [], None)
+        _, W, history, match = best
         self.rounds_ = [{"round": i + 1, **h} for i, h in enumerate(history)]
         self.loss_curve_ = [1 - h["objective"] for h in history]
         self.n_iter_ = len(history)
+        if match is not None and len(sx) == len(XP) and len(sy) == len(YP):
+            return match  # the certificate's matching of the kept map: all rows, same scores
         chunk = max(len(XP), 1) if self.plan_ == "dense" else self.batch_size
         return csls_match(XP @ W, YP, k=self.csls_n_neighbors, batch_size=chunk)
 
+    def _signature_start(self, XS, YS, LX, LY):
+        """CSLS scores of the similarity signatures (+ seed profiles) of two pools, and the
+        pools' SVDs (their principal bases come from them)."""
+        svd_x, svd_y = pool_svd(XS), pool_svd(YS)
+        width = min(len(XS), len(YS))
+        U = similarity_signatures(XS, width, svd_x)
+        V = similarity_signatures(YS, width, svd_y)
+        if len(LX):
+            U = torch.cat([U, seed_profiles(XS, LX)], 1)
+            V = torch.cat([V, seed_profiles(YS, LY)], 1)
+        return csls_scores(U @ V.T, self.csls_n_neighbors), svd_x, svd_y
+
     def _held_out_orthogonal(self, XS, YS, W, LX, LY, gen):
-        """Certificate of a self-learned map: refit on half of its mutual pairs, test the rest."""
-        a, b = self._mutual_pairs(XS @ W, YS)
+        """Certificate of a self-learned map: refit on half of its mutual pairs, test the rest.
+
+        Returns the certificate and the map's matching of the pools.
+        """
+        match = csls_match(XS @ W, YS, k=self.csls_n_neighbors, batch_size=self.batch_size)
+        a = torch.nonzero(match.mutual()).flatten()
+        return self._held_out_pairs(XS, YS, a, match.forward[a], LX, LY, gen), match
+
+    def _held_out_pairs(self, XS, YS, a, b, LX, LY, gen):
+        """The held-out certificate of pairs ``(a, b)`` of pool rows under an orthogonal map:
+        fitted on a random half of them (plus the seeds), tested on the other half."""
         fit, test = split_halves(len(a), gen)
         M = XS[a[fit]].T @ YS[b[fit]]
         if len(LX):
@@ -715,9 +780,9 @@ class AnchorBootstrapper(BaseAligner):
                                      k=self.csls_n_neighbors, batch_size=self.batch_size)
 
     @staticmethod
-    def _principal(Z, L, n_components):
+    def _principal(Z, L, n_components, svd=None):
         """``Z`` and the seed rows ``L`` on ``Z``'s top principal components, unit rows."""
-        B = principal_basis(Z, n_components)
+        B = principal_basis(Z, n_components, svd)
         return row_normalize(Z @ B.T), row_normalize(L @ B.T)
 
     def _mutual_pairs(self, U, V):
