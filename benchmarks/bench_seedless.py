@@ -32,6 +32,7 @@ Procrustes on 1,000 true pairs of the source-pool texts. Written to
     python benchmarks/bench_seedless.py PATH.npz --states 0 1 --no-mv2v
     python benchmarks/bench_seedless.py PATH.npz --resume --mv2v-states 0 --mv2v-other "{}"
     python benchmarks/bench_seedless.py PATH.npz --disjoint --no-mv2v
+    python benchmarks/bench_seedless.py PATH.npz --resume --no-mv2v --merge A_runs.csv B_runs.csv
     nice -n 10 env OMP_NUM_THREADS=1 python benchmarks/bench_seedless.py PATH.npz --resume \
         --replace --seeds 0 --no-mv2v --pairs 2 --states 0 1   # rerun zero pairs, keep the rest
 """
@@ -90,6 +91,10 @@ def main(argv=None):
     ap.add_argument("--replace", action="store_true",
                     help="with --resume: run this call's methods again on their pairs and "
                          "states, replacing their earlier rows (the other rows are kept)")
+    ap.add_argument("--merge", nargs="+", default=[], metavar="RUNS_CSV",
+                    help="with --resume: runs CSVs of other calls (e.g. run side by side with "
+                         "their own --out) whose rows replace those of the same pair, state and "
+                         "method")
     ap.add_argument("--disjoint", action="store_true",
                     help="source and target pools from different texts (halves)")
     ap.add_argument("--out", default=None)
@@ -107,6 +112,12 @@ def main(argv=None):
             args.no_mv2v = True
     E = load(args.data)
     runs = read_runs(runs_path) if args.resume and runs_path.exists() else []
+    for path in args.merge:
+        new = read_runs(Path(path))
+        keys = {run_key(r) for r in new}
+        runs = [r for r in runs if run_key(r) not in keys] + new
+    if args.merge:
+        write_csv(runs_path, sorted(runs, key=run_order))
     threads = torch.get_num_threads()
     for source, target in [ENCODER_PAIRS[i] for i in args.pairs]:
         for state in args.states:
@@ -156,7 +167,7 @@ def main(argv=None):
                            threads=threads if load_avg != "" else "", restarts=restarts)
                 runs.append(row)
                 print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
-            write_csv(runs_path, runs)
+            write_csv(runs_path, sorted(runs, key=run_order))
     table = []
     kind = "disjoint texts" if args.disjoint else "same texts"
     rows = min(args.pool, 1500) if args.disjoint else args.pool
@@ -219,6 +230,15 @@ def figures(runs):
             out += [{"key": f"{source}__{target}__{slug}__{k}", "value": round(float(v), 4)}
                     for k, v in values.items()]
     return out
+
+
+def run_key(r):
+    return r["source"], r["target"], r["state"], r["method"]
+
+
+def run_order(r):
+    """Runs by encoder pair, state, then method (the table's order)."""
+    return ENCODER_PAIRS.index((r["source"], r["target"])), r["state"], method_order(r["method"])
 
 
 def method_order(method):

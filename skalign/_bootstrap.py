@@ -40,7 +40,10 @@ _CERTIFICATE_ROWS = 5000  # source rows the certificate is computed on
 _MIN_POOL_ROWS = 50  # zero-pair mode: rows per pool at least
 _SOFT_MAX_ITER = 150
 #: A self-learning restart whose start pairs score below this held-out certificate stops before
-#: its hard phase. CHOSEN_FROM.
+#: its hard phase. Start certificates seen (zero pairs): 0.025-0.116 against target pools of
+#: random vectors (vendored MiniLM pools of 300, 500 and 1,000 rows, every restart); 0.98-0.99
+#: for starts that went on to pass (development data, 3,000-row pools; the user guide and
+#: ``benchmarks/results/bench_seedless_runs.csv``, column ``restarts``, list every start).
 _START_CERTIFICATE_MIN = 0.2
 
 
@@ -111,10 +114,12 @@ class AnchorBootstrapper(BaseAligner):
       iterations), until it stalls at :math:`p = 1`. Up to ``n_restarts`` starts (the first
       three each with its own temperatures and number of principal components, later ones from
       a random 80 % of the rows; when the widths match and there are no seeds, the second start
-      is the identity map) are run until one
-      passes the certificate; the best is kept. The final pairs are the mutual CSLS nearest
-      neighbours under the learned map. Memory: dense :math:`n \times m` scores over at most
-      ``max_candidates`` rows per side.
+      is the identity map) are run until one passes the certificate; the best is kept. A
+      start whose own pairs fail a cheap held-out test (an orthogonal map fitted on half of
+      them must find the other half: the share that ``certificate_`` measures, below 0.2)
+      stops there, before the hard phase and the certificate, which would only polish a wrong
+      pairing. The final pairs are the mutual CSLS nearest neighbours under the learned map.
+      Memory: dense :math:`n \times m` scores over at most ``max_candidates`` rows per side.
     * ``"rounds"`` (the relative-representation rounds described next).
 
     **Rounds.** Each pool is centred on its mean and its rows (and the seed rows of that side,
@@ -284,12 +289,19 @@ class AnchorBootstrapper(BaseAligner):
         ``"signatures+seeds"`` or ``"identity"``), ``n_soft_iter`` (iterations of the soft
         self-learning; 0 for the identity), ``n_components`` and ``soft_temperatures`` (its
         principal components per pool and its first and later temperatures; ``None`` for the
-        identity), ``n_start_pairs``, ``objective``,
-        ``certificate`` (the same held-out share for the learned orthogonal map), ``n_iter``,
-        ``seconds``.
+        identity), ``soft_objective`` (the soft phase's last mean best CSLS score; ``None``
+        for the identity), ``n_start_pairs`` (the start's mutual pairs),
+        ``start_certificate`` (the held-out share of the start pairs under an orthogonal map
+        fitted on half of them), ``stopped`` (``None``, or why the start stopped before its
+        hard phase: start certificate below 0.2), ``objective`` (of the hard phase),
+        ``certificate`` (the same held-out share for the learned orthogonal map; NaN when
+        stopped), ``n_iter`` (hard iterations; 0 when stopped), ``seconds``. The first start
+        whose certificate reaches ``min_certificate`` is the last one run.
     rounds_ : list of dict
         Self-learning: one entry per iteration of the kept start (``objective``,
-        ``keep_probability``, ``n_pairs``, ``seconds``). Rounds: one entry per round:
+        ``keep_probability``, ``n_pairs``, ``seconds``; empty when every start stopped, the
+        map then being the orthogonal fit on the pairs of the start that certified best).
+        Rounds: one entry per round:
         ``n_anchors`` (anchors of the relative representations),
         ``n_mutual`` (mutual pairs found), ``n_accepted``, ``mean_confidence`` (of the accepted
         pairs), ``changed`` (fraction of accepted pairs not accepted in the previous round),
