@@ -227,6 +227,7 @@ def figures(runs):
                 loads = [float(r["load"]) for r in m if r.get("load") not in (None, "")]
                 if loads:  # 1-minute load average when each fit started (newer runs only)
                     values["load_min"], values["load_max"] = min(loads), max(loads)
+                values.update(restart_figures(m))
             out += [{"key": f"{source}__{target}__{slug}__{k}", "value": round(float(v), 4)}
                     for k, v in values.items()]
     return out
@@ -257,6 +258,29 @@ def restarts_note(boot):
         end = " stopped" if r.get("stopped") else f" cert {r['certificate']:.3f}"
         parts.append(f"{r['restart']}: {r['start']}{soft}{start}{end} {r['seconds']:.1f} s")
     return "; ".join(parts)
+
+
+def restart_figures(runs):
+    """From the ``restarts`` notes of runs: ``restarts`` (starts run in all), ``stopped``
+    (stopped before their hard phase), ``stopped_start_cert_max`` and ``passed_start_cert_min``
+    (start certificates of the stopped starts and of those that passed the certificate)."""
+    stopped, passed, total = [], [], 0
+    for r in runs:
+        for start, cert in re.findall(r"start cert ([0-9.]+) (?:stopped|cert ([0-9.]+))",
+                                      r.get("restarts") or ""):
+            total += 1
+            if not cert:
+                stopped.append(float(start))
+            elif float(cert) >= 0.5:
+                passed.append(float(start))
+    if not total:
+        return {}
+    out = {"restarts": total, "stopped": len(stopped)}
+    if stopped:
+        out["stopped_start_cert_max"] = max(stopped)
+    if passed:
+        out["passed_start_cert_min"] = min(passed)
+    return out
 
 
 def write_csv(path, rows):
