@@ -284,7 +284,7 @@ class AnchorBootstrapper(BaseAligner):
         share of them whose mutual CSLS nearest neighbour, among the target-pool rows not used
         in that fit, is the partner the discovery gave them (an inner estimator that searches
         its penalty keeps the one ``estimator_`` chose). On the development data right
-        discoveries score 0.9–1.0 and failed ones 0.0–0.35 (user guide); NaN without pools or
+        discoveries score 0.85–1.0 and failed ones 0.0–0.44 (user guide); NaN without pools or
         when fewer than two pairs were discovered (``n_anchors`` at most the number of seeds).
     certificate_margin_ : float
         Mean CSLS margin (best minus second best) of those held-out rows.
