@@ -335,7 +335,8 @@ class AnchorBootstrapper(BaseAligner):
     Warns
     -----
     DiscoveryFailedWarning
-        When ``certificate_ < min_certificate``: the discovered pairs, and so the map, are
+        When ``certificate_ < min_certificate``, or when every self-learning start stopped
+        before its hard phase (``restarts_``): the discovered pairs, and so the map, are
         probably wrong.
     AnchorConsistencyWarning
         When, in the last round, fewer than 80 % of the previous round's accepted pairs are still
@@ -843,13 +844,19 @@ class AnchorBootstrapper(BaseAligner):
                                      k=self.csls_n_neighbors, batch_size=self.batch_size)
         self.certificate_ = cert["score"]
         self.certificate_margin_ = cert["mean_csls_margin"]
-        if self.certificate_ < self.min_certificate:
+        # every self-learning start failed its own held-out test: failed, whatever the
+        # certificate of the map fitted on the least bad start's pairs says
+        all_stopped = bool(self.restarts_) and all(r["stopped"] for r in self.restarts_)
+        if self.certificate_ < self.min_certificate or all_stopped:
             warnings.warn(
                 f"AnchorBootstrapper: discovery probably failed: a map fitted on half of the "
                 f"discovered pairs recovers only {self.certificate_:.0%} of the other half "
-                f"(min_certificate={self.min_certificate}). The fitted map is "
-                "probably wrong. Give more seed pairs (or check them), larger pools of the same "
-                "texts, or more n_restarts; see certificate_ and restarts_.",
+                f"(min_certificate={self.min_certificate})"
+                + (", and every self-learning start failed its own held-out test"
+                   if all_stopped else "")
+                + ". The fitted map is probably wrong. Give more seed pairs (or check them), "
+                "larger pools of the same texts, or more n_restarts; see certificate_ and "
+                "restarts_.",
                 DiscoveryFailedWarning, stacklevel=3,
             )
 

@@ -147,9 +147,10 @@ def test_impossible_target_pool_warns(split):
     """A target pool of random vectors has nothing to find: the certificate must say so."""
     pool, *_ = split
     noise = np.random.default_rng(0).standard_normal((500, 768)).astype(np.float32)
-    boot, caught = _fit(None, None, UnpairedPool(X=pool.X[:500], y=noise), n_restarts=1)
-    assert DiscoveryFailedWarning in caught
-    assert boot.certificate_ < boot.min_certificate
+    with pytest.warns(DiscoveryFailedWarning, match="every self-learning start failed"):
+        boot = AnchorBootstrapper(n_restarts=1, random_state=0).fit(
+            None, None, UnpairedPool(X=pool.X[:500], y=noise))
+    assert boot.certificate_ < boot.min_certificate and boot.restarts_[0]["stopped"]
 
 
 def test_wrong_seed_pairs_warn_in_the_rounds_too(split):
