@@ -14,8 +14,12 @@ held-out texts (see ``_seedless_common.py``). Rows:
 * ``Procrustes 1,000 pairs``: the supervised ceiling.
 
 Printed: median top-1 and MRR over the states, the success rate (top-1 ≥ 0.9 × the ceiling of
-the same draw) and the median fit seconds; written: ``results/bench_seedless.csv`` (one row per
-pair and method, the table of the user guide), ``results/bench_seedless_runs.csv`` and
+the same draw) and the median fit seconds. Each run's row also holds the 1-minute load average
+when its fit started (``load``; the machine may be shared), the torch threads (``threads``, from
+``OMP_NUM_THREADS``) and, for skalign, what each self-learning restart did (``restarts``: soft
+objective, certificate of its start pairs, then its certificate or ``stopped``). Written:
+``results/bench_seedless.csv`` (one row per pair and method, the table of the user guide),
+``results/bench_seedless_runs.csv`` and
 ``results/bench_seedless_figures.csv`` (``key,value``: the figures the guide's prose quotes).
 
 ``--disjoint``: the source pool and the target pool hold different texts (the 3,000 texts not
@@ -28,6 +32,9 @@ Procrustes on 1,000 true pairs of the source-pool texts. Written to
     python benchmarks/bench_seedless.py PATH.npz --states 0 1 --no-mv2v
     python benchmarks/bench_seedless.py PATH.npz --resume --mv2v-states 0 --mv2v-other "{}"
     python benchmarks/bench_seedless.py PATH.npz --disjoint --no-mv2v
+    python benchmarks/bench_seedless.py PATH.npz --resume --no-mv2v --merge A_runs.csv B_runs.csv
+    nice -n 10 env OMP_NUM_THREADS=1 python benchmarks/bench_seedless.py PATH.npz --resume \
+        --replace --seeds 0 --no-mv2v --pairs 2 --states 0 1   # rerun zero pairs, keep the rest
 """
 
 import argparse
@@ -43,6 +50,7 @@ import torch
 from _seedless_common import ENCODER_PAIRS, ceiling, draw, fit_skalign, load, top1_mrr
 
 RESULTS = Path(__file__).resolve().parent / "results"
+CEILING = "Procrustes 1,000 pairs"
 MV2V_OTHER = dict(n_clusters=50, subsample=1.0)
 
 
@@ -78,7 +86,15 @@ def main(argv=None):
     ap.add_argument("--pairs", type=int, nargs="+", default=list(range(len(ENCODER_PAIRS))),
                     help="indices into ENCODER_PAIRS")
     ap.add_argument("--resume", action="store_true",
-                    help="keep the runs already in the runs CSV and skip their pair and state")
+                    help="keep the runs already in the runs CSV and skip the methods that ran "
+                         "on their pair and state")
+    ap.add_argument("--replace", action="store_true",
+                    help="with --resume: run this call's methods again on their pairs and "
+                         "states, replacing their earlier rows (the other rows are kept)")
+    ap.add_argument("--merge", nargs="+", default=[], metavar="RUNS_CSV",
+                    help="with --resume: runs CSVs of other calls (e.g. run side by side with "
+                         "their own --out) whose rows replace those of the same pair, state and "
+                         "method")
     ap.add_argument("--disjoint", action="store_true",
                     help="source and target pools from different texts (halves)")
     ap.add_argument("--out", default=None)
@@ -96,41 +112,62 @@ def main(argv=None):
             args.no_mv2v = True
     E = load(args.data)
     runs = read_runs(runs_path) if args.resume and runs_path.exists() else []
-    done = {(r["source"], r["target"], int(r["state"])) for r in runs}
+    for path in args.merge:
+        new = read_runs(Path(path))
+        keys = {run_key(r) for r in new}
+        runs = [r for r in runs if run_key(r) not in keys] + new
+    if args.merge:
+        write_csv(runs_path, sorted(runs, key=run_order))
+    threads = torch.get_num_threads()
     for source, target in [ENCODER_PAIRS[i] for i in args.pairs]:
         for state in args.states:
-            if (source, target, state) in done:
+            done = {r["method"] for r in runs
+                    if (r["source"], r["target"], r["state"]) == (source, target, state)}
+            mv2v = not args.no_mv2v and (args.mv2v_states is None or state in args.mv2v_states)
+            other = ", ".join(f"{k}={v}" for k, v in args.mv2v_other.items())
+            settings = [("mini-vec2vec defaults", {})] if mv2v else []
+            if mv2v and args.mv2v_other:
+                settings.append((f"mini-vec2vec {other}", args.mv2v_other))
+            wanted = [f"skalign {n} pairs" for n in args.seeds] + [n for n, _ in settings]
+            if not args.replace:
+                wanted = [w for w in wanted if w not in done]
+            if not wanted:
                 continue
+            runs = [r for r in runs if not ((r["source"], r["target"], r["state"])
+                                            == (source, target, state)
+                                            and r["method"] in {*wanted, CEILING})]
             X, Y, partner, Xe, Ye, Xt, Yt = draw(E, source, target, state, args.pool,
                                                  disjoint=args.disjoint)
             ceil, ceil_mrr = ceiling(Xt, Yt, Xe, Ye)
-            results = [("Procrustes 1,000 pairs", ceil, ceil_mrr, float("nan"), "",
-                        float("nan"), "")]
+            results = [(CEILING, ceil, ceil_mrr, float("nan"), "", float("nan"), "", "", "")]
             for n_seed in args.seeds:
+                if f"skalign {n_seed} pairs" not in wanted:
+                    continue
+                load_avg = os.getloadavg()[0]
                 boot, sec, warned, _ = fit_skalign(X, Y, partner, n_seed, state, Yt=Yt)
                 t1, mrr = top1_mrr(Ye, boot.transform(Xe))
                 results.append((f"skalign {n_seed} pairs", t1, mrr, sec,
                                 f"certificate {boot.certificate_:.3f}"
                                 + (" (warned)" if warned else ""),
-                                boot.certificate_, warned))
-            if not args.no_mv2v and (args.mv2v_states is None or state in args.mv2v_states):
-                other = ", ".join(f"{k}={v}" for k, v in args.mv2v_other.items())
-                settings = [("mini-vec2vec defaults", {})]
-                if args.mv2v_other:
-                    settings.append((f"mini-vec2vec {other}", args.mv2v_other))
-                for name, params in settings:
-                    transform, sec = fit_mv2v(X, Y, state, **params)
-                    t1, mrr = top1_mrr(Ye, transform(Xe))
-                    results.append((name, t1, mrr, sec, "", float("nan"), ""))
-            for method, t1, mrr, sec, note, cert, warned in results:
+                                boot.certificate_, warned, load_avg, restarts_note(boot)))
+            for name, params in settings:
+                if name not in wanted:
+                    continue
+                load_avg = os.getloadavg()[0]
+                transform, sec = fit_mv2v(X, Y, state, **params)
+                t1, mrr = top1_mrr(Ye, transform(Xe))
+                results.append((name, t1, mrr, sec, "", float("nan"), "", load_avg, ""))
+            for method, t1, mrr, sec, note, cert, warned, load_avg, restarts in results:
                 row = dict(source=source, target=target, n_pool=len(X), state=state,
                            disjoint=args.disjoint, method=method,
                            top1=round(t1, 4), mrr=round(mrr, 4), ceiling=round(ceil, 4),
                            success=t1 >= 0.9 * ceil, seconds=round(sec, 1), note=note,
-                           certificate=round(cert, 4), warned=warned)
+                           certificate=round(cert, 4), warned=warned,
+                           load=round(load_avg, 2) if load_avg != "" else "",
+                           threads=threads if load_avg != "" else "", restarts=restarts)
                 runs.append(row)
                 print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
-            write_csv(runs_path, runs)
+            write_csv(runs_path, sorted(runs, key=run_order))
     table = []
     kind = "disjoint texts" if args.disjoint else "same texts"
     rows = min(args.pool, 1500) if args.disjoint else args.pool
@@ -140,8 +177,8 @@ def main(argv=None):
     print(f"{'pair':32s} {'method':42s} {'top-1':>6s} {'MRR':>6s} {'success':>8s} {'fit s':>6s} "
           f"{'states':>6s}")
     for source, target in ENCODER_PAIRS:
-        methods = dict.fromkeys(r["method"] for r in runs if r["source"] == source
-                                and r["target"] == target)
+        methods = sorted(dict.fromkeys(r["method"] for r in runs if r["source"] == source
+                                       and r["target"] == target), key=method_order)
         if not methods:
             continue
         for method in methods:
@@ -153,7 +190,7 @@ def main(argv=None):
                 "mrr": round(float(np.median([r["mrr"] for r in rs])), 3),
                 "success": f"{sum(r['success'] for r in rs)}/{len(rs)}",
                 "seconds": round(float(np.median([r["seconds"] for r in rs])), 1)
-                if method != "Procrustes 1,000 pairs" else "",
+                if method != CEILING else "",
                 "states": len(rs),
             }
             table.append(summary)
@@ -175,7 +212,7 @@ def figures(runs):
     out = []
     for source, target in ENCODER_PAIRS:
         rs = [r for r in runs if (r["source"], r["target"]) == (source, target)]
-        for method in dict.fromkeys(r["method"] for r in rs):
+        for method in sorted(dict.fromkeys(r["method"] for r in rs), key=method_order):
             m = [r for r in rs if r["method"] == method]
             slug = re.sub(r"\W+", "_", method.lower()).strip("_")
             top1 = [r["top1"] for r in m]
@@ -184,18 +221,73 @@ def figures(runs):
                       "successes": sum(r["success"] for r in m),
                       "warned": sum(str(r["warned"]) == "True" for r in m),
                       "states": len(m)}
-            if method != "Procrustes 1,000 pairs":
+            if method != CEILING:
                 values["seconds"] = np.median([r["seconds"] for r in m])
                 values["seconds_max"] = max(r["seconds"] for r in m)
+                loads = [float(r["load"]) for r in m if r.get("load") not in (None, "")]
+                if loads:  # 1-minute load average when each fit started (newer runs only)
+                    values["load_min"], values["load_max"] = min(loads), max(loads)
+                values.update(restart_figures(m))
             out += [{"key": f"{source}__{target}__{slug}__{k}", "value": round(float(v), 4)}
                     for k, v in values.items()]
     return out
 
 
+def run_key(r):
+    return r["source"], r["target"], r["state"], r["method"]
+
+
+def run_order(r):
+    """Runs by encoder pair, state, then method (the table's order)."""
+    return ENCODER_PAIRS.index((r["source"], r["target"])), r["state"], method_order(r["method"])
+
+
+def method_order(method):
+    """The table's order: the ceiling, skalign by seed count, then mini-vec2vec."""
+    seeds = re.match(r"skalign (\d+) pairs", method)
+    return (0, 0) if method == CEILING else (1, int(seeds[1])) if seeds else (2, method)
+
+
+def restarts_note(boot):
+    """What each self-learning restart did, e.g. ``1: signatures soft 0.138 start cert 0.030
+    stopped 31.0 s; 2: signatures soft 0.410 start cert 0.985 cert 0.990 40.2 s``."""
+    parts = []
+    for r in getattr(boot, "restarts_", []):
+        soft = "" if r.get("soft_objective") is None else f" soft {r['soft_objective']:.3f}"
+        start = f" start cert {r['start_certificate']:.3f}"
+        end = " stopped" if r.get("stopped") else f" cert {r['certificate']:.3f}"
+        parts.append(f"{r['restart']}: {r['start']}{soft}{start}{end} {r['seconds']:.1f} s")
+    return "; ".join(parts)
+
+
+def restart_figures(runs):
+    """From the ``restarts`` notes of runs: ``restarts`` (starts run in all), ``stopped``
+    (stopped before their hard phase), ``stopped_start_cert_max`` and ``passed_start_cert_min``
+    (start certificates of the stopped starts and of those that passed the certificate)."""
+    stopped, passed, total = [], [], 0
+    for r in runs:
+        for start, cert in re.findall(r"start cert ([0-9.]+) (?:stopped|cert ([0-9.]+))",
+                                      r.get("restarts") or ""):
+            total += 1
+            if not cert:
+                stopped.append(float(start))
+            elif float(cert) >= 0.5:
+                passed.append(float(start))
+    if not total:
+        return {}
+    out = {"restarts": total, "stopped": len(stopped)}
+    if stopped:
+        out["stopped_start_cert_max"] = max(stopped)
+    if passed:
+        out["passed_start_cert_min"] = min(passed)
+    return out
+
+
 def write_csv(path, rows):
     path.parent.mkdir(parents=True, exist_ok=True)
+    fields = list(dict.fromkeys(k for r in rows for k in r))
     with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
         w.writerows(rows)
 

@@ -18,8 +18,14 @@ from ._certificate import CERTIFICATE_THRESHOLD, alignment_certificate, split_ha
 from ._compat import Interval, StrOptions, _fit_context
 from ._matching import csls_match, relative_factors, sinkhorn_match
 from ._optim import LossHistory
-from ._self_learning import SOFT_SCHEDULE, csls_scores, self_learn, soft_self_learn
-from ._signatures import principal_basis, seed_profiles, similarity_signatures
+from ._self_learning import (
+    SEED_WEIGHT,
+    SOFT_SCHEDULE,
+    csls_scores,
+    self_learn,
+    soft_self_learn,
+)
+from ._signatures import pool_svd, principal_basis, seed_profiles, similarity_signatures
 from ._sinkhorn import SinkhornError
 from .base import BaseAligner, UnpairedPool, check_min_pairs, check_unpaired
 from .exceptions import AnchorConsistencyWarning, DiscoveryFailedWarning
@@ -33,6 +39,17 @@ _SIGNATURE_ROWS = 4000  # rows per side for the signature start (a random subset
 _CERTIFICATE_ROWS = 5000  # source rows the certificate is computed on
 _MIN_POOL_ROWS = 50  # zero-pair mode: rows per pool at least
 _SOFT_MAX_ITER = 150
+#: A self-learning restart whose start pairs score below this held-out certificate (or below
+#: ``min_certificate`` if lower) stops before its hard phase. Start certificates seen with zero
+#: pairs: 0.025-0.116 against target pools of random vectors (vendored MiniLM pools of 300, 500
+#: and 1,000 rows, every restart); 0.32-0.44 for the 16 soft phases that stalled on the
+#: development data (3,000-row pools, ten states of three encoder pairs; soft objective
+#: 0.11-0.14; one, MPNet -> e5 state 1 restart 1 at 0.381, had run its hard phase in the
+#: previous version and ended at certificate 0.379, a failure), 0.023 for the identity start
+#: of MiniLM -> e5, and 0.977-0.998 for the 25 starts that went on to pass (every start is
+#: in ``benchmarks/results/bench_seedless_runs.csv``, column ``restarts``). Failed fits end
+#: at certificates up to 0.44 (user guide), so the bar is the certificate's own, 0.5.
+_START_CERTIFICATE_MIN = 0.5
 
 
 def _default_estimator():
@@ -102,10 +119,13 @@ class AnchorBootstrapper(BaseAligner):
       iterations), until it stalls at :math:`p = 1`. Up to ``n_restarts`` starts (the first
       three each with its own temperatures and number of principal components, later ones from
       a random 80 % of the rows; when the widths match and there are no seeds, the second start
-      is the identity map) are run until one
-      passes the certificate; the best is kept. The final pairs are the mutual CSLS nearest
-      neighbours under the learned map. Memory: dense :math:`n \times m` scores over at most
-      ``max_candidates`` rows per side.
+      is the identity map) are run until one passes the certificate; the best is kept. A
+      start whose own pairs fail a cheap held-out test (an orthogonal map fitted on half of
+      them must find the other half: the share that ``certificate_`` measures, below 0.5 or
+      ``min_certificate`` if lower)
+      stops there, before the hard phase and the certificate, which would only polish a wrong
+      pairing. The final pairs are the mutual CSLS nearest neighbours under the learned map.
+      Memory: dense :math:`n \times m` scores over at most ``max_candidates`` rows per side.
     * ``"rounds"`` (the relative-representation rounds described next).
 
     **Rounds.** Each pool is centred on its mean and its rows (and the seed rows of that side,
@@ -266,7 +286,7 @@ class AnchorBootstrapper(BaseAligner):
         share of them whose mutual CSLS nearest neighbour, among the target-pool rows not used
         in that fit, is the partner the discovery gave them (an inner estimator that searches
         its penalty keeps the one ``estimator_`` chose). On the development data right
-        discoveries score 0.9–1.0 and failed ones 0.0–0.35 (user guide); NaN without pools or
+        discoveries score 0.85–1.0 and failed ones 0.0–0.44 (user guide); NaN without pools or
         when fewer than two pairs were discovered (``n_anchors`` at most the number of seeds).
     certificate_margin_ : float
         Mean CSLS margin (best minus second best) of those held-out rows.
@@ -275,12 +295,20 @@ class AnchorBootstrapper(BaseAligner):
         ``"signatures+seeds"`` or ``"identity"``), ``n_soft_iter`` (iterations of the soft
         self-learning; 0 for the identity), ``n_components`` and ``soft_temperatures`` (its
         principal components per pool and its first and later temperatures; ``None`` for the
-        identity), ``n_start_pairs``, ``objective``,
-        ``certificate`` (the same held-out share for the learned orthogonal map), ``n_iter``,
-        ``seconds``.
+        identity), ``soft_objective`` (the soft phase's last mean best CSLS score; ``None``
+        for the identity), ``n_start_pairs`` (the start's mutual pairs),
+        ``start_certificate`` (the held-out share of the start pairs under an orthogonal map
+        fitted on half of them), ``stopped`` (``None``, or why the start stopped before its
+        hard phase: start certificate below 0.5, or below ``min_certificate`` if lower),
+        ``objective`` (of the hard phase),
+        ``certificate`` (the same held-out share for the learned orthogonal map; NaN when
+        stopped), ``n_iter`` (hard iterations; 0 when stopped), ``seconds``. The first start
+        whose certificate reaches ``min_certificate`` is the last one run.
     rounds_ : list of dict
         Self-learning: one entry per iteration of the kept start (``objective``,
-        ``keep_probability``, ``n_pairs``, ``seconds``). Rounds: one entry per round:
+        ``keep_probability``, ``n_pairs``, ``seconds``; empty when every start stopped, the
+        map then being the orthogonal fit on the pairs of the start that certified best).
+        Rounds: one entry per round:
         ``n_anchors`` (anchors of the relative representations),
         ``n_mutual`` (mutual pairs found), ``n_accepted``, ``mean_confidence`` (of the accepted
         pairs), ``changed`` (fraction of accepted pairs not accepted in the previous round),
@@ -309,7 +337,8 @@ class AnchorBootstrapper(BaseAligner):
     Warns
     -----
     DiscoveryFailedWarning
-        When ``certificate_ < min_certificate``: the discovered pairs, and so the map, are
+        When ``certificate_ < min_certificate``, or when every self-learning start stopped
+        before its hard phase (``restarts_``): the discovered pairs, and so the map, are
         probably wrong.
     AnchorConsistencyWarning
         When, in the last round, fewer than 80 % of the previous round's accepted pairs are still
@@ -631,15 +660,21 @@ class AnchorBootstrapper(BaseAligner):
         return X[:0], y[:0], unpaired
 
     def _self_learning(self, LX, LY, XP, YP, gen):
-        """Signature (+ seed profile) starts, self-learning, restarts kept by the certificate."""
+        """Signature (+ seed profile) starts, self-learning, restarts kept by the certificate.
+
+        A restart whose start pairs (the soft phase's, or the identity's) fail their own
+        held-out certificate (below ``_START_CERTIFICATE_MIN``) stops there: its hard phase and
+        certificate are skipped (``restarts_[i]["stopped"]``). The first restart that passes
+        the certificate ends the loop.
+        """
         sx = self._subset(len(XP), self.max_candidates, gen)
         sy = self._subset(len(YP), self.max_candidates, gen)
         XS, YS = XP[sx], YP[sy]
         identity = len(LX) == 0 and XP.shape[1] == YP.shape[1]
-        best = None
+        best, stalled, shared = None, None, {}
         for r in range(self.n_restarts):
             t0 = time.perf_counter()
-            n_soft, n_components, temperatures = 0, None, None
+            n_soft, n_components, temperatures, soft_objective = 0, None, None, None
             if identity and r == 1:  # same width and nothing to go on: the identity is a start
                 kind, a, b = "identity", *self._mutual_pairs(XS, YS)
             else:
@@ -651,38 +686,59 @@ class AnchorBootstrapper(BaseAligner):
                     0.8 * min(len(XS), len(YS), _SIGNATURE_ROWS))
                 ix = self._subset(len(XS), rows, gen)
                 iy = self._subset(len(YS), rows, gen)
-                width = min(len(ix), len(iy))
-                U = similarity_signatures(XS[ix], width)
-                V = similarity_signatures(YS[iy], width)
-                if len(LX):
-                    U = torch.cat([U, seed_profiles(XS[ix], LX)], 1)
-                    V = torch.cat([V, seed_profiles(YS[iy], LY)], 1)
-                C = csls_scores(U @ V.T, self.csls_n_neighbors)
-                del U, V
+                # starts on all rows share their start scores and SVDs (the same numbers)
+                every_row = len(ix) == len(XS) and len(iy) == len(YS)
+                start = shared.get("start") if every_row else None
+                if start is None:
+                    start = self._signature_start(XS[ix], YS[iy], LX, LY)
+                    if every_row:
+                        shared["start"] = start
+                C, svd_x, svd_y = start
                 # each start its own sharpness and subspace (SOFT_SCHEDULE): a start that one
                 # setting leaves stuck may take off under another
                 n_components, *temperatures = SOFT_SCHEDULE[r % len(SOFT_SCHEDULE)]
                 temperatures = tuple(temperatures)
                 # fewer, stronger directions: the soft votes of a weak start are mostly noise
-                XR = self._principal(XS[ix], LX, n_components)
-                YR = self._principal(YS[iy], LY, n_components)
+                XR = self._principal(XS[ix], LX, n_components, svd_x)
+                YR = self._principal(YS[iy], LY, n_components, svd_y)
                 W, soft = soft_self_learn(XR[0], YR[0], C, XR[1], YR[1],
                                           start_temperature=temperatures[0],
                                           temperature=temperatures[1],
                                           csls_n_neighbors=self.csls_n_neighbors,
                                           max_iter=_SOFT_MAX_ITER)
-                del C
-                n_soft = len(soft)
+                del C, start
+                n_soft, soft_objective = len(soft), soft[-1]["objective"]
                 a, b = self._mutual_pairs(XR[0] @ W, YR[0])
                 a, b = ix[a], iy[b]
+            # the certificate of the start pairs, on a split of its own (``gen`` is left as
+            # it was, so that a fit is the same whether or not an earlier restart stopped)
+            split = torch.Generator(gen.device).manual_seed(gen.initial_seed() + 7919 * r + 1)
+            start_cert = self._held_out_pairs(XS, YS, a, b, LX, LY, split)["score"]
+            info = {"restart": r + 1, "start": kind, "n_soft_iter": n_soft,
+                    "n_components": n_components, "soft_temperatures": temperatures,
+                    "soft_objective": soft_objective, "n_start_pairs": len(a),
+                    "start_certificate": start_cert}
+            stop_below = min(self.min_certificate, _START_CERTIFICATE_MIN)
+            if start_cert < stop_below:
+                # a start that failed: the hard phase has not rescued one on the development
+                # data (see _START_CERTIFICATE_MIN), so neither it nor the certificate is run
+                info.update(objective=float("nan"), certificate=float("nan"), n_iter=0,
+                            seconds=time.perf_counter() - t0,
+                            stopped=f"start certificate {start_cert:.3f} < {stop_below}: "
+                                    "hard phase and certificate skipped")
+                self.restarts_.append(info)
+                if self.verbose:
+                    print(f"[AnchorBootstrapper] restart {r + 1}: {kind} start, {n_soft} soft "
+                          f"iterations, stopped: {info['stopped']} ({info['seconds']:.1f} s)")
+                if stalled is None or start_cert > stalled[0]:
+                    stalled = (start_cert, a, b)
+                continue
             W, history, objective = self_learn(XS, YS, a, b, LX, LY,
                                                csls_n_neighbors=self.csls_n_neighbors,
                                                generator=gen)
-            cert = self._held_out_orthogonal(XS, YS, W, LX, LY, gen)
-            info = {"restart": r + 1, "start": kind, "n_soft_iter": n_soft,
-                    "n_components": n_components, "soft_temperatures": temperatures,
-                    "n_start_pairs": len(a), "objective": objective, "certificate": cert["score"],
-                    "n_iter": len(history), "seconds": time.perf_counter() - t0}
+            cert, match = self._held_out_orthogonal(XS, YS, W, LX, LY, gen)
+            info.update(objective=objective, certificate=cert["score"], n_iter=len(history),
+                        seconds=time.perf_counter() - t0, stopped=None)
             self.restarts_.append(info)
             if self.verbose:
                 print(f"[AnchorBootstrapper] restart {r + 1}: {kind} start, {n_soft} soft "
@@ -690,19 +746,48 @@ class AnchorBootstrapper(BaseAligner):
                       f"{len(history)} iterations, objective {objective:.4f}, certificate "
                       f"{cert['score']:.3f} ({info['seconds']:.1f} s)")
             if best is None or cert["score"] > best[0]:
-                best = (cert["score"], W, history)
+                best = (cert["score"], W, history, match)
             if cert["score"] >= self.min_certificate:
                 break
-        _, W, history = best
+        if best is None:  # every start failed: the map of the best one's pairs
+            _, a, b = stalled
+            M = XS[a].T @ YS[b]
+            if len(LX):
+                M = M + SEED_WEIGHT * (LX.T @ LY)
+            best = (float("nan"), polar(M.double()).to(XS.dtype), [], None)
+        _, W, history, match = best
         self.rounds_ = [{"round": i + 1, **h} for i, h in enumerate(history)]
         self.loss_curve_ = [1 - h["objective"] for h in history]
         self.n_iter_ = len(history)
+        if match is not None and len(sx) == len(XP) and len(sy) == len(YP):
+            return match  # the certificate's matching of the kept map: all rows, same scores
         chunk = max(len(XP), 1) if self.plan_ == "dense" else self.batch_size
         return csls_match(XP @ W, YP, k=self.csls_n_neighbors, batch_size=chunk)
 
+    def _signature_start(self, XS, YS, LX, LY):
+        """CSLS scores of the similarity signatures (+ seed profiles) of two pools, and the
+        pools' SVDs (their principal bases come from them)."""
+        svd_x, svd_y = pool_svd(XS), pool_svd(YS)
+        width = min(len(XS), len(YS))
+        U = similarity_signatures(XS, width, svd_x)
+        V = similarity_signatures(YS, width, svd_y)
+        if len(LX):
+            U = torch.cat([U, seed_profiles(XS, LX)], 1)
+            V = torch.cat([V, seed_profiles(YS, LY)], 1)
+        return csls_scores(U @ V.T, self.csls_n_neighbors), svd_x, svd_y
+
     def _held_out_orthogonal(self, XS, YS, W, LX, LY, gen):
-        """Certificate of a self-learned map: refit on half of its mutual pairs, test the rest."""
-        a, b = self._mutual_pairs(XS @ W, YS)
+        """Certificate of a self-learned map: refit on half of its mutual pairs, test the rest.
+
+        Returns the certificate and the map's matching of the pools.
+        """
+        match = csls_match(XS @ W, YS, k=self.csls_n_neighbors, batch_size=self.batch_size)
+        a = torch.nonzero(match.mutual()).flatten()
+        return self._held_out_pairs(XS, YS, a, match.forward[a], LX, LY, gen), match
+
+    def _held_out_pairs(self, XS, YS, a, b, LX, LY, gen):
+        """The held-out certificate of pairs ``(a, b)`` of pool rows under an orthogonal map:
+        fitted on a random half of them (plus the seeds), tested on the other half."""
         fit, test = split_halves(len(a), gen)
         M = XS[a[fit]].T @ YS[b[fit]]
         if len(LX):
@@ -715,9 +800,9 @@ class AnchorBootstrapper(BaseAligner):
                                      k=self.csls_n_neighbors, batch_size=self.batch_size)
 
     @staticmethod
-    def _principal(Z, L, n_components):
+    def _principal(Z, L, n_components, svd=None):
         """``Z`` and the seed rows ``L`` on ``Z``'s top principal components, unit rows."""
-        B = principal_basis(Z, n_components)
+        B = principal_basis(Z, n_components, svd)
         return row_normalize(Z @ B.T), row_normalize(L @ B.T)
 
     def _mutual_pairs(self, U, V):
@@ -761,13 +846,19 @@ class AnchorBootstrapper(BaseAligner):
                                      k=self.csls_n_neighbors, batch_size=self.batch_size)
         self.certificate_ = cert["score"]
         self.certificate_margin_ = cert["mean_csls_margin"]
-        if self.certificate_ < self.min_certificate:
+        # every self-learning start failed its own held-out test: failed, whatever the
+        # certificate of the map fitted on the least bad start's pairs says
+        all_stopped = bool(self.restarts_) and all(r["stopped"] for r in self.restarts_)
+        if self.certificate_ < self.min_certificate or all_stopped:
             warnings.warn(
                 f"AnchorBootstrapper: discovery probably failed: a map fitted on half of the "
                 f"discovered pairs recovers only {self.certificate_:.0%} of the other half "
-                f"(min_certificate={self.min_certificate}). The fitted map is "
-                "probably wrong. Give more seed pairs (or check them), larger pools of the same "
-                "texts, or more n_restarts; see certificate_ and restarts_.",
+                f"(min_certificate={self.min_certificate})"
+                + (", and every self-learning start failed its own held-out test"
+                   if all_stopped else "")
+                + ". The fitted map is probably wrong. Give more seed pairs (or check them), "
+                "larger pools of the same texts, or more n_restarts; see certificate_ and "
+                "restarts_.",
                 DiscoveryFailedWarning, stacklevel=3,
             )
 

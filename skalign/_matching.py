@@ -110,10 +110,11 @@ def csls_match(U, V, k=10, batch_size=None):
     k = min(k, n, m)
     rx = torch.zeros(n, dtype=dt, device=dev)
     ry = torch.zeros(m, dtype=dt, device=dev)
+    S_all = U @ V.T if step >= n else None  # one block: both passes share it
     if k > 0:  # pass 1: the mean of the k largest similarities of every row and column
         col_top = torch.full((k, m), -torch.inf, dtype=dt, device=dev)
         for rows in iter_batches(n, step):
-            S = U[rows] @ V.T
+            S = U[rows] @ V.T if S_all is None else S_all
             rx[rows] = torch.topk(S, k, dim=1).values.mean(1)
             kb = min(k, S.shape[0])
             col_top = torch.topk(torch.cat([col_top, torch.topk(S, kb, dim=0).values]), k,
@@ -125,7 +126,7 @@ def csls_match(U, V, k=10, batch_size=None):
     col_best = torch.full((m,), -torch.inf, dtype=dt, device=dev)
     backward = torch.zeros(m, dtype=torch.long, device=dev)
     for rows in iter_batches(n, step):  # pass 2: argmax of every row and column of the score
-        S = U[rows] @ V.T
+        S = U[rows] @ V.T if S_all is None else S_all
         M = 2 * S - rx[rows, None] - ry[None, :] if k > 0 else S
         top = torch.topk(M, min(2, m), dim=1)
         forward[rows] = top.indices[:, 0]

@@ -45,7 +45,7 @@ import torch
 
 from ._backend import polar
 
-__all__ = ["SOFT_SCHEDULE", "csls_scores", "self_learn", "soft_self_learn"]
+__all__ = ["SEED_WEIGHT", "SOFT_SCHEDULE", "csls_scores", "self_learn", "soft_self_learn"]
 
 _DROPPED = -1e4
 
@@ -54,6 +54,9 @@ _DROPPED = -1e4
 #: earlier version: it succeeds on most draws of the development data, and explores differently
 #: where the first stalls); the third is the first on fewer, stronger directions.
 SOFT_SCHEDULE = ((128, 0.02, 0.05), (128, 0.05, 0.1), (64, 0.02, 0.05))
+
+#: Weight of each seed pair in the fits of the map (a pseudo-pair weighs 1).
+SEED_WEIGHT = 5.0
 
 
 def csls_scores(S, k):
@@ -68,8 +71,8 @@ def csls_scores(S, k):
     return C
 
 
-def self_learn(XP, YP, a, b, LX=None, LY=None, *, seed_weight=5.0, csls_n_neighbors=10, p0=0.5,
-               patience=3, max_iter=100, generator=None):
+def self_learn(XP, YP, a, b, LX=None, LY=None, *, seed_weight=SEED_WEIGHT, csls_n_neighbors=10,
+               p0=0.5, patience=3, max_iter=100, generator=None):
     """Run the loop from pseudo-pairs ``(a, b)``; return the map, the history and the objective.
 
     Parameters
@@ -105,9 +108,10 @@ def self_learn(XP, YP, a, b, LX=None, LY=None, *, seed_weight=5.0, csls_n_neighb
         C = csls_scores(_orthogonal_scores(XP, YP, W), csls_n_neighbors)
         objective = float(C.max(1).values.mean())
         if p < 1:
-            keep = torch.rand(C.shape, generator=generator, device=C.device,
-                              dtype=C.dtype) < p
-            C = torch.where(keep, C, torch.full_like(C, _DROPPED))
+            drop = torch.rand(C.shape, generator=generator, device=C.device,
+                              dtype=C.dtype) >= p
+            C.masked_fill_(drop, _DROPPED)
+            del drop
         forward, backward = C.argmax(1), C.argmax(0)
         del C
         ar = torch.arange(n, device=XP.device)
@@ -131,7 +135,7 @@ def _orthogonal_scores(XP, YP, W):
     return XP @ (YP @ W.T).T if W.shape[0] < W.shape[1] else (XP @ W) @ YP.T
 
 
-def soft_self_learn(XP, YP, C, LX=None, LY=None, *, seed_weight=5.0, temperature=0.05,
+def soft_self_learn(XP, YP, C, LX=None, LY=None, *, seed_weight=SEED_WEIGHT, temperature=0.05,
                     start_temperature=0.02, csls_n_neighbors=10, tol=5e-5, patience=8,
                     max_iter=100):
     """Self-learning on soft correspondences, from the start scores ``C``; see the module notes.
@@ -166,9 +170,10 @@ def soft_self_learn(XP, YP, C, LX=None, LY=None, *, seed_weight=5.0, temperature
         seeds = seed_weight * (LX.T @ LY)
     best, stall, history = -float("inf"), 0, []
     W, tau = None, start_temperature
-    for _ in range(max_iter):
+    for it in range(max_iter):
         t0 = time.perf_counter()
-        C = C / tau
+        # the caller's start scores stay as they are (restarts share them); later ones are ours
+        C = C / tau if it == 0 else C.div_(tau)
         M = XP.T @ (torch.softmax(C, 1) @ YP)
         M += (torch.softmax(C, 0).T @ XP).T @ YP
         del C

@@ -14,10 +14,16 @@ import torch
 
 from ._backend import row_normalize
 
-__all__ = ["principal_basis", "seed_profiles", "similarity_signatures"]
+__all__ = ["pool_svd", "principal_basis", "seed_profiles", "similarity_signatures"]
 
 
-def similarity_signatures(Z, n_columns):
+def pool_svd(Z):
+    """Thin SVD of ``Z`` in float64: the one factorisation the signatures and the principal
+    basis of a pool share."""
+    return torch.linalg.svd(Z.double(), full_matrices=False)
+
+
+def similarity_signatures(Z, n_columns, svd=None):
     r"""Sorted rows of :math:`\sqrt{Z Z^\top}`, at ``n_columns`` quantiles, centred, unit rows.
 
     Parameters
@@ -26,14 +32,15 @@ def similarity_signatures(Z, n_columns):
         Centred, L2-normalised pool rows.
     n_columns : int
         Width of the signature (quantiles of each sorted row; ``n`` keeps them all).
+    svd : tuple of tensors, default=None
+        :func:`pool_svd` of ``Z`` when already computed.
 
     Returns
     -------
     tensor of shape (n, n_columns), dtype of ``Z``
     """
-    U, s, _ = torch.linalg.svd(Z.double(), full_matrices=False)
+    U, s, _ = pool_svd(Z) if svd is None else svd
     M = torch.sort((U * s) @ U.T, dim=1, descending=True).values
-    del U
     n = M.shape[1]
     if n != n_columns:
         q = torch.linspace(0, n - 1, n_columns, dtype=torch.float64, device=Z.device)
@@ -47,7 +54,8 @@ def seed_profiles(Z, L):
     return row_normalize(Z @ L.T)
 
 
-def principal_basis(Z, n_components):
-    """The top ``n_components`` right singular vectors of ``Z``, as rows (all when fewer)."""
-    _, _, Vh = torch.linalg.svd(Z.double(), full_matrices=False)
+def principal_basis(Z, n_components, svd=None):
+    """The top ``n_components`` right singular vectors of ``Z``, as rows (all when fewer);
+    ``svd``: :func:`pool_svd` of ``Z`` when already computed."""
+    _, _, Vh = pool_svd(Z) if svd is None else svd
     return Vh[:n_components].to(Z.dtype)

@@ -108,7 +108,9 @@ def test_zero_pair_fits_repeat_bit_for_bit(split):
 
 
 def test_restarts_explore_with_their_own_soft_settings(split):
-    """Nothing to find: every restart runs, each with its own temperatures and subspace."""
+    """Nothing to find: every restart runs, each with its own temperatures and subspace, and
+    each stops after its soft phase, its start pairs failing their held-out certificate."""
+    from skalign._bootstrap import _START_CERTIFICATE_MIN
     from skalign._self_learning import SOFT_SCHEDULE
 
     pool, *_ = split
@@ -117,7 +119,13 @@ def test_restarts_explore_with_their_own_soft_settings(split):
     assert DiscoveryFailedWarning in caught and boot.certificate_ < boot.min_certificate
     settings = [(r["n_components"], *r["soft_temperatures"]) for r in boot.restarts_]
     assert settings == list(SOFT_SCHEDULE) and len(set(settings)) == 3
-    assert all(r["certificate"] < boot.min_certificate for r in boot.restarts_)
+    for r in boot.restarts_:  # the soft objective alone would not tell (0.5-0.75 here)
+        assert r["n_soft_iter"] > 0 and r["start_certificate"] < _START_CERTIFICATE_MIN
+        assert "start certificate" in r["stopped"] and r["n_iter"] == 0
+        assert np.isnan(r["certificate"])
+    # no hard phase ran, and the fit is still a fitted, usable (and warned) model
+    assert boot.n_iter_ == 0 and boot.rounds_ == [] and len(boot.anchor_pairs_) > 0
+    assert boot.transform(pool.X[:5]).shape == (5, 768)
 
 
 def test_five_seed_pairs_reach_the_supervised_ceiling(split):
@@ -129,6 +137,9 @@ def test_five_seed_pairs_reach_the_supervised_ceiling(split):
     assert _exact(boot, shuffle) >= 0.95
     assert top_k_accuracy(Yt, boot.transform(Xt)) >= 0.95 * ceiling
     assert boot.certificate_ >= 0.8 and boot.restarts_[0]["start"] == "signatures+seeds"
+    first = boot.restarts_[0]  # its start pairs certify themselves; nothing stopped it
+    assert first["start_certificate"] >= 0.9 and first["stopped"] is None
+    assert len(boot.restarts_) == 1  # passed: no other restart ran
 
 
 @pytest.mark.slow
@@ -136,9 +147,10 @@ def test_impossible_target_pool_warns(split):
     """A target pool of random vectors has nothing to find: the certificate must say so."""
     pool, *_ = split
     noise = np.random.default_rng(0).standard_normal((500, 768)).astype(np.float32)
-    boot, caught = _fit(None, None, UnpairedPool(X=pool.X[:500], y=noise), n_restarts=1)
-    assert DiscoveryFailedWarning in caught
-    assert boot.certificate_ < boot.min_certificate
+    with pytest.warns(DiscoveryFailedWarning, match="every self-learning start failed"):
+        boot = AnchorBootstrapper(n_restarts=1, random_state=0).fit(
+            None, None, UnpairedPool(X=pool.X[:500], y=noise))
+    assert boot.certificate_ < boot.min_certificate and boot.restarts_[0]["stopped"]
 
 
 def test_wrong_seed_pairs_warn_in_the_rounds_too(split):
