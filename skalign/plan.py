@@ -96,7 +96,7 @@ __all__ = ["MigrationPlan", "candidate_methods", "make_candidate", "plan_migrati
 #: pair counts of the learning curve (those below the training part's size are used)
 CURVE_COUNTS = (25, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000)
 #: bootstrap certificate above which the pairs it discovers serve as evaluation store (the
-#: user guide's range for right discoveries is 0.9-1.0; failed ones score 0.0-0.35)
+#: user guide's range for right discoveries is 0.9-1.0; failed ones score 0.0-0.44)
 MIN_CERTIFICATE = 0.9
 #: parts of the pseudo-paired store a candidate that learns from the unpaired samples is
 #: cross-fitted over (each fit keeps 3/4 of the store rows in its samples)
