@@ -3,7 +3,8 @@ engine's own bulk load, peak memory, and crash recovery (issue 20).
 
 ``python benchmarks/bench_stores.py [--quick] [--rows N | --sizes npy=1e5,chroma=2e4]
 [--kills K] [--backends a,b] [--csv benchmarks/results/stores.csv]`` (also writes
-``stores_machine.csv``: cores, load average, sizes)
+``stores_machine.csv``: cores, load average, sizes; with kills, ``stores_trials.csv``: each
+kill's moment, the row its rerun resumed at, the rerun's time and the time it was allowed)
 
 Per backend (npy, parquet, parquet-dir, lance, faiss, chroma, qdrant, pgvector):
 
@@ -164,18 +165,25 @@ def transform_time(model, X):
     return time.perf_counter() - t0
 
 
+def rerun_times(text, n, full_s):
+    """(the rerun's own time, the row it resumed at, the time it was allowed): the uninterrupted
+    time × (rows left ÷ rows) + 0.1 × the uninterrupted time; (None, n, ...) for a rerun that
+    found the output published."""
+    if "already exists" in text:
+        return None, n, 0.1 * full_s
+    took = re.search(r" in ([\d.]+) s", text)
+    start = re.search(r"resumed at row (\d+)", text)
+    at = int(start.group(1)) if start else 0
+    allowed = full_s * (n - at) / n + 0.1 * full_s
+    return (float(took.group(1)) if took else float("inf")), at, allowed
+
+
 def resumed_in_time(text, n, full_s):
     """Whether a rerun after a kill took at most the remaining work + 10 %: its time ≤ the
     uninterrupted time × (rows left ÷ rows) + 0.1 × the uninterrupted time (a rerun that found
     the output published counts as in time)."""
-    if "already exists" in text:
-        return True
-    took = re.search(r" in ([\d.]+) s", text)
-    if took is None:
-        return False
-    start = re.search(r"resumed at row (\d+)", text)
-    left = n - (int(start.group(1)) if start else 0)
-    return float(took.group(1)) <= full_s * left / n + 0.1 * full_s
+    took, _, allowed = rerun_times(text, n, full_s)
+    return took is None or took <= allowed
 
 
 def leftovers(backend, root):
@@ -186,6 +194,9 @@ def leftovers(backend, root):
     if backend.name == "qdrant":
         bad += [x for x in inv if x.startswith("out_skalign_")][1:]
     return bad
+
+
+TRIALS = []  # one row per kill: when, where the rerun resumed, its time and what it was allowed
 
 
 def bench_backend(backend, n, kills, model_path, model, X, workdir, env, seed):
@@ -224,10 +235,20 @@ def bench_backend(backend, n, kills, model_path, model, X, workdir, env, seed):
         resumed = identical = clean = mid_run = timely = 0
         for k in range(kills):
             target = backend.output(root, f"kill{k}")
+            kill_after = (wall - secs) + rng.uniform(0, 1) * secs
             status, _, _, _, _ = run_cli(["translate", model_path, src, target], env,
-                                      kill_after=(wall - secs) + rng.uniform(0, 1) * secs)
-            mid_run += status is None
+                                      kill_after=kill_after)
+            killed = status is None  # else it had finished before the kill
+            mid_run += killed
+            load = os.getloadavg()[0]
             status, _, _, text, _ = run_cli(["translate", model_path, src, target], env)
+            took, at, allowed = rerun_times(text, n, secs)
+            TRIALS.append({"backend": backend.name, "rows": n, "kill": k,
+                           "kill_after_s": round(kill_after, 2), "killed": killed,
+                           "load_1min": round(load, 2), "full_s": secs, "resumed_at": at,
+                           "rerun_s": "published" if took is None else took,
+                           "allowed_s": round(allowed, 2),
+                           "in_time": took is None or took <= allowed})
             # 0: resumed and finished; "already exists": the kill landed after the publish
             resumed += status == 0 or "already exists" in text
             timely += resumed_in_time(text, n, secs)
@@ -342,6 +363,13 @@ def write_results(args, rows, load_start, kills):
                      ("kills", float(kills))]
                     + [(f"rows_{r['backend'].replace('-', '_')}", float(r["rows"]))
                        for r in rows])
+    if TRIALS:
+        trials = Path(args.csv).with_name(Path(args.csv).stem + "_trials.csv")
+        with open(trials, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(TRIALS[0]))
+            w.writeheader()
+            w.writerows(TRIALS)
+        summary = f"{summary} and {trials}"
     print(f"wrote {args.csv} and {summary}")
 
 
