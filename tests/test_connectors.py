@@ -112,6 +112,20 @@ def _cli(capsys, *argv):
     return status, err
 
 
+def test_chroma_output_name_checked_before_any_work(tmp_path, capsys, data):
+    """An output name Chroma refuses (here two characters) exits 2 naming the rule before
+    anything is created; it used to pass through the whole translation (the shadow's longer
+    name is valid) and fail with a traceback at the final rename."""
+    pytest.importorskip("chromadb")
+    b = Chroma()
+    X, model = data
+    src = b.make(tmp_path, X[:20])
+    path = save(model, tmp_path / "m.skops")
+    status, err = _cli(capsys, "translate", str(path), src, b.output(tmp_path, "o0"), "--quiet")
+    assert status == 2 and len(err) == 1 and "not a Chroma collection name" in err[0], err
+    assert b.inventory(tmp_path) == ["src"]
+
+
 @pytest.mark.parametrize("address, match", [
     ("postgresql://alice:s3cret@127.0.0.1:9/db?table=t&column=e", "cannot reach the server"),
     ("chroma+http://127.0.0.1:9/docs", "cannot reach the Chroma server"),

@@ -13,6 +13,8 @@ renamed to ``OUTPUT`` when verified. Chroma has no atomic swap: with ``--replace
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from ..exceptions import StoreError
@@ -90,12 +92,21 @@ def _part(values, lo, step):
     return None if values is None else values[lo:lo + step]
 
 
+#: Chroma's rule for a collection name (checked before anything is written: the shadow's longer
+#: name passes it, so a short output name failed only at the final rename, after all the work)
+_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9._-]{1,510}[a-zA-Z0-9]")
+
+
 class Writer:
     normalizes = False  # Chroma keeps the embeddings as given, whatever the space
     pipelined = True  # Chroma's Rust core writes without the GIL
 
     def __init__(self, address, job):
         self.address, self.job, self.display = address, job, address.display
+        if not _NAME.fullmatch(address.name):
+            raise StoreError(f"{address}: {address.name!r} is not a Chroma collection name; "
+                             "use 3 to 512 letters, digits, '.', '_' or '-', starting and ending "
+                             "with a letter or digit.")
         self.client = _client(address)
         self.src = job.reader
 
