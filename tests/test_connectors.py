@@ -112,6 +112,58 @@ def _cli(capsys, *argv):
     return status, err
 
 
+class _Crash(BaseException):
+    """Stops a run as a kill would: not a ``StoreError``, so the shadow stays resumable."""
+
+
+def test_chroma_resumed_batch_adds_only_the_records_not_there(tmp_path, data, monkeypatch):
+    """A run stopped after the first piece of its second batch is resumed at that batch: the
+    rerun adds only the records the stopped run had not added (an ``upsert`` over the records
+    already there cost five times an ``add``), never upserts, and the result is the
+    uninterrupted one."""
+    chromadb = pytest.importorskip("chromadb")
+    from skalign import _journal
+    from skalign._connectors import _chroma
+
+    Collection = chromadb.api.models.Collection.Collection
+    X, model = data
+    X = X[:100]
+    b = Chroma()
+    src = b.make(tmp_path, X)
+    monkeypatch.setattr(_journal, "COMMIT_SECONDS", 0)
+    begin = _chroma.Writer.begin
+
+    def small_pieces(self, fp):
+        start = begin(self, fp)
+        self._max_batch = 15  # a 40-row batch in three pieces
+        return start
+
+    monkeypatch.setattr(_chroma.Writer, "begin", small_pieces)
+    add, added = Collection.add, []
+
+    def crashing_add(self, ids, **kwargs):
+        if self.name.startswith("out_skalign_") and len(added) == 4:  # 3 pieces, then 1 more
+            raise _Crash
+        added.append(list(ids))
+        return add(self, ids=ids, **kwargs)
+
+    monkeypatch.setattr(Collection, "add", crashing_add)
+    with pytest.raises(_Crash):
+        translate(model, src, b.output(tmp_path), batch_size=40)
+    assert [len(i) for i in added] == [15, 15, 10, 15]
+    first = added[3]
+    added.clear()
+    upserts = []
+    monkeypatch.setattr(Collection, "upsert", lambda self, **kw: upserts.append(kw))
+    result = translate(model, src, b.output(tmp_path), batch_size=40)
+    assert result.resumed_from == 40 and not upserts
+    assert added[0] == [f"id{i:07d}" for i in range(55, 70)]  # 40-54 were there
+    assert first == [f"id{i:07d}" for i in range(40, 55)]
+    ids, V, fields = b.read(b.output(tmp_path))
+    np.testing.assert_allclose(V, model.transform(X), atol=1e-5)
+    assert list(ids) == list(range(100)) and b.inventory(tmp_path) == ["out", "src"]
+
+
 def test_chroma_output_name_checked_before_any_work(tmp_path, capsys, data):
     """An output name Chroma refuses (here two characters) exits 2 naming the rule before
     anything is created; it used to pass through the whole translation (the shadow's longer
