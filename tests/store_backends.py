@@ -428,14 +428,17 @@ def _use_extension_dir(base, ext):
         if conn.info.server_version < 180000:
             raise RuntimeError(f"PostgreSQL {conn.info.server_version} has no "
                                "extension_control_path (PostgreSQL 18 and later)")
+        # for later sessions (the reload reaches them at its own pace); this one sets it itself:
+        # a new session right after the reload could still read the old value
         conn.execute(f"ALTER SYSTEM SET extension_control_path = '{ext}:$system'")
         conn.execute("SELECT pg_reload_conf()")
-    with psycopg.connect(base, autocommit=True) as conn:  # a new session reads the setting
+        conn.execute(f"SET extension_control_path = '{ext}:$system'")
         conn.execute("DROP EXTENSION vector")
         conn.execute("CREATE EXTENSION vector")
         got = conn.execute("SELECT probin FROM pg_proc WHERE proname = 'hnswhandler'").fetchone()
     if not got or not got[0].startswith(str(ext)):
-        raise RuntimeError(f"CREATE EXTENSION vector did not load the build in {ext}: {got}")
+        raise RuntimeError(f"CREATE EXTENSION vector did not load the build in {ext} ({got}); "
+                           "can the server's user read that folder?")
 
 
 def portable_pgvector(cache=None):
@@ -444,8 +447,10 @@ def portable_pgvector(cache=None):
     server headers and PGXS), once per version into a cache folder; returns the folder to put
     in ``extension_control_path`` (``extension/vector.control`` names the library there).
 
-    ``cache``: default ``$SKALIGN_PGVECTOR_CACHE`` or ``~/.cache/skalign``. Raises
-    ``RuntimeError`` saying why it cannot be built (no compiler, no headers, a failed make)."""
+    ``cache``: default ``$SKALIGN_PGVECTOR_CACHE`` or ``skalign-pgvector`` in the temporary
+    folder: the server must read it, and pgserver runs PostgreSQL as another user when this
+    process is root (a folder under root's home was unreadable to it). Raises ``RuntimeError``
+    saying why it cannot be built (no compiler, no headers, a failed make)."""
     import hashlib
     import platform
     import subprocess
@@ -469,7 +474,7 @@ def portable_pgvector(cache=None):
         raise RuntimeError(f"the wheel ships no server headers or PGXS ({headers}, {pgxs})")
     digest = hashlib.sha256(PGVECTOR_SOURCE.read_bytes()).hexdigest()[:12]
     cache = Path(cache or os.environ.get("SKALIGN_PGVECTOR_CACHE")
-                 or Path.home() / ".cache" / "skalign")
+                 or Path(tempfile.gettempdir()) / "skalign-pgvector")
     dest = cache / f"pgvector-{PGVECTOR_VERSION}-pg{version}-{platform.machine()}-{digest}"
     if (dest / "extension" / "vector.control").is_file():
         return dest
@@ -477,6 +482,10 @@ def portable_pgvector(cache=None):
     if missing:
         raise RuntimeError(f"building pgvector from source needs {' and '.join(missing)}")
     cache.mkdir(parents=True, exist_ok=True)
+    try:
+        cache.chmod(cache.stat().st_mode | 0o755)
+    except OSError:  # another user's folder: theirs to open up
+        pass
     work = Path(tempfile.mkdtemp(dir=cache, prefix=".build-"))
     try:
         with tarfile.open(PGVECTOR_SOURCE) as tar:
@@ -493,6 +502,7 @@ def portable_pgvector(cache=None):
             raise RuntimeError("make of pgvector failed: " + " / ".join(tail))
         built = work / "out"
         (built / "extension").mkdir(parents=True)
+        os.chmod(work, 0o755)  # mkdtemp's 0700 would hide it from the server's user
         shutil.copy(src / "vector.so", built / "vector.so")
         shutil.copy(src / "sql" / f"vector--{PGVECTOR_VERSION}.sql", built / "extension")
         control = (src / "vector.control").read_text().replace(
