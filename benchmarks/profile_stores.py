@@ -9,6 +9,14 @@ in the total) spent in each phase: ``read`` (the reader's batches),
 fsyncs and journal included), ``fsync``, ``journal``, ``finish``, ``verify``, ``publish`` — then
 the engine's bulk load of the same output and the ratio. Phases overlap (the writes run beside
 the transform), so the wall times do not add up to the total.
+
+``python benchmarks/profile_stores.py KIND ROWS --resume-after F``: the same phases for a
+resumed run. The store is translated once uninterrupted (its time is the reference), then again
+into another output with every batch committed and the run stopped (an exception from the
+transform, as a crash would, leaving the shadow) after the batch that reaches the share F of the
+rows; the rerun that resumes it is the one profiled, against the time the issue allows it:
+uninterrupted × rows left ÷ rows + 10 % of uninterrupted. ``read (first batch)`` is the time to
+the first batch, where a reader that skips the committed rows by reading them shows up.
 """
 
 import collections
@@ -50,15 +58,48 @@ def timed(owner, name, label):
     setattr(owner, name, wrapper)
 
 
+class _Crash(BaseException):
+    """Stops a run the way a kill would: not a ``StoreError``, so the shadow stays resumable."""
+
+
 def main():
     kind, n = sys.argv[1], int(float(sys.argv[2]))
+    resume_after = float(sys.argv[4]) if sys.argv[3:4] == ["--resume-after"] else None
     model, X = make_model_and_rows(n)
     backend = {"npy": sb.Npy(), "parquet": sb.Parquet(), "parquet-dir": sb.ParquetDir(),
                "lance": sb.Lance(), "faiss": sb.Faiss()}[kind]
     root = Path(tempfile.mkdtemp(prefix="profile-stores-"))
     try:
         src, out = backend.make(root, X), backend.output(root)
-        timed(model, "transform", "transform")
+        full_s = None
+        if resume_after is not None:
+            from skalign import _journal
+
+            t0 = time.perf_counter()
+            stores.translate_store(model, src, backend.output(root, "uninterrupted"))
+            full_s = time.perf_counter() - t0
+            _journal.COMMIT_SECONDS = 0  # the crashed run commits every batch
+            # on the class: an attribute of the model would change the job's fingerprint
+            cls, done = type(model), [0]
+            transform = cls.transform
+
+            def crashing(self, X_):
+                if done[0] + len(X_) > resume_after * n:
+                    raise _Crash
+                done[0] += len(X_)
+                return transform(self, X_)
+
+            cls.transform = crashing
+            try:
+                stores.translate_store(model, src, out)
+            except _Crash:
+                pass
+            finally:
+                cls.transform = transform
+            _journal.COMMIT_SECONDS = 1.0
+        # on the class: an attribute of the model changes the job's fingerprint (a resume
+        # would start afresh)
+        timed(type(model), "transform", "transform")
         timed(stores, "_verify", "verify")
         timed(os, "fsync", "fsync")
         timed(stores, "write_journal", "journal")
@@ -77,6 +118,7 @@ def main():
 
             def timed_batches(*a, **k):
                 it = batches(*a, **k)
+                first = True
                 while True:
                     t0 = time.perf_counter()
                     try:
@@ -85,6 +127,9 @@ def main():
                         return
                     finally:
                         SPENT["read"] += time.perf_counter() - t0
+                        if first:
+                            SPENT["read (first batch)"] += time.perf_counter() - t0
+                            first = False
                     yield item
 
             r.batches = timed_batches
@@ -92,10 +137,16 @@ def main():
 
         stores.open_writer, stores.open_reader = writer, reader
         c0, t0 = time.process_time(), time.perf_counter()
-        stores.translate_store(model, src, out)
+        result = stores.translate_store(model, src, out)
         total, cpu = time.perf_counter() - t0, time.process_time() - c0
         print(f"{kind} {n} rows: {total:.2f} s wall, {cpu:.2f} s CPU (all threads), "
               f"load {os.getloadavg()[0]:.2f}")
+        if full_s is not None:
+            left = n - result.resumed_from
+            allowed = full_s * left / n + 0.1 * full_s
+            print(f"  resumed at row {result.resumed_from}; uninterrupted {full_s:.2f} s, "
+                  f"allowed {allowed:.2f} s, took {total:.2f} s "
+                  f"({'in' if total <= allowed else 'NOT in'} time)")
         for label, secs in sorted(SPENT.items(), key=lambda kv: -kv[1]):
             print(f"  {label:28s} {secs:7.2f}")
         ids, V, _ = backend.read(out)

