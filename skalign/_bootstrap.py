@@ -13,15 +13,15 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_array, check_is_fitted
 
-from ._backend import default_batch_size, make_generator, polar, row_normalize, to_numpy, to_tensor
+from ._backend import default_batch_size, make_generator, row_normalize, to_numpy, to_tensor
 from ._certificate import CERTIFICATE_THRESHOLD, alignment_certificate, split_halves
 from ._compat import Interval, StrOptions, _fit_context
 from ._matching import csls_match, relative_factors, sinkhorn_match
 from ._optim import LossHistory
 from ._self_learning import (
-    SEED_WEIGHT,
     SOFT_SCHEDULE,
     csls_scores,
+    orthogonal_map,
     self_learn,
     soft_self_learn,
 )
@@ -751,10 +751,7 @@ class AnchorBootstrapper(BaseAligner):
                 break
         if best is None:  # every start failed: the map of the best one's pairs
             _, a, b = stalled
-            M = XS[a].T @ YS[b]
-            if len(LX):
-                M = M + SEED_WEIGHT * (LX.T @ LY)
-            best = (float("nan"), polar(M.double()).to(XS.dtype), [], None)
+            best = (float("nan"), orthogonal_map(XS[a].T @ YS[b], LX, LY), [], None)
         _, W, history, match = best
         self.rounds_ = [{"round": i + 1, **h} for i, h in enumerate(history)]
         self.loss_curve_ = [1 - h["objective"] for h in history]
@@ -789,10 +786,7 @@ class AnchorBootstrapper(BaseAligner):
         """The held-out certificate of pairs ``(a, b)`` of pool rows under an orthogonal map:
         fitted on a random half of them (plus the seeds), tested on the other half."""
         fit, test = split_halves(len(a), gen)
-        M = XS[a[fit]].T @ YS[b[fit]]
-        if len(LX):
-            M = M + LX.T @ LY
-        W_half = polar(M.double()).to(XS.dtype)
+        W_half = orthogonal_map(XS[a[fit]].T @ YS[b[fit]], LX, LY, seed_weight=1.0)
         rest = torch.ones(len(YS), dtype=torch.bool, device=YS.device)
         rest[b[fit]] = False
         new_index = torch.cumsum(rest.long(), 0) - 1

@@ -45,7 +45,7 @@ import torch
 
 from ._backend import polar
 
-__all__ = ["SEED_WEIGHT", "SOFT_SCHEDULE", "csls_scores", "self_learn", "soft_self_learn"]
+__all__ = ["SOFT_SCHEDULE", "csls_scores", "orthogonal_map", "self_learn", "soft_self_learn"]
 
 _DROPPED = -1e4
 
@@ -57,6 +57,15 @@ SOFT_SCHEDULE = ((128, 0.02, 0.05), (128, 0.05, 0.1), (64, 0.02, 0.05))
 
 #: Weight of each seed pair in the fits of the map (a pseudo-pair weighs 1).
 SEED_WEIGHT = 5.0
+
+
+def orthogonal_map(M, LX=None, LY=None, seed_weight=SEED_WEIGHT):
+    r"""The orthogonal map of pair cross products ``M`` (:math:`X_a^\top Y_b`) and weighted
+    seed pairs, :math:`W = \operatorname{polar}(M + w\,L_X^\top L_Y)`, solved in float64 and
+    returned in ``M``'s dtype."""
+    if LX is not None and len(LX):
+        M = M + seed_weight * (LX.T @ LY)
+    return polar(M.double()).to(M.dtype)
 
 
 def csls_scores(S, k):
@@ -94,17 +103,11 @@ def self_learn(XP, YP, a, b, LX=None, LY=None, *, seed_weight=SEED_WEIGHT, csls_
         The best objective reached (the map returned is the one that reached it).
     """
     n, m = len(XP), len(YP)
-    seeds = None
-    if LX is not None and len(LX):
-        seeds = seed_weight * (LX.T @ LY)
     best, best_W, stall, p = -float("inf"), None, 0, p0
     history = []
     for _ in range(max_iter):
         t0 = time.perf_counter()
-        M = XP[a].T @ YP[b]
-        if seeds is not None:
-            M = M + seeds
-        W = polar(M.double()).to(XP.dtype)
+        W = orthogonal_map(XP[a].T @ YP[b], LX, LY, seed_weight)
         C = csls_scores(_orthogonal_scores(XP, YP, W), csls_n_neighbors)
         objective = float(C.max(1).values.mean())
         if p < 1:
@@ -165,9 +168,6 @@ def soft_self_learn(XP, YP, C, LX=None, LY=None, *, seed_weight=SEED_WEIGHT, tem
     history : list of dict
         Per iteration: ``objective``, ``temperature``, ``seconds``.
     """
-    seeds = None
-    if LX is not None and len(LX):
-        seeds = seed_weight * (LX.T @ LY)
     best, stall, history = -float("inf"), 0, []
     W, tau = None, start_temperature
     for it in range(max_iter):
@@ -177,9 +177,7 @@ def soft_self_learn(XP, YP, C, LX=None, LY=None, *, seed_weight=SEED_WEIGHT, tem
         M = XP.T @ (torch.softmax(C, 1) @ YP)
         M += (torch.softmax(C, 0).T @ XP).T @ YP
         del C
-        if seeds is not None:
-            M = M + seeds
-        W = polar(M.double()).to(XP.dtype)
+        W = orthogonal_map(M, LX, LY, seed_weight)
         C = csls_scores(_orthogonal_scores(XP, YP, W), csls_n_neighbors)
         objective = float(C.max(1).values.mean())
         history.append({"objective": objective, "temperature": tau,
