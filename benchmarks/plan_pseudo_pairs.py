@@ -1,6 +1,8 @@
 """How right are the pairs ``skalign plan`` discovers in the unpaired samples to evaluate on?
 
 ``python benchmarks/plan_pseudo_pairs.py [NPZ] [--pairs 25 100 500] [--csv OUT]``
+(``--encoders`` and ``--half`` choose other encoders and plan-half sizes, e.g. the vendored
+subset's two encoders in the smoke test)
 
 Data: ``../shared/data/docstrings_en.npz``, every ordered pair of its three encoders, split as
 ``benchmarks/bench_migrate_peers.py`` splits it: a plan half of 2,000 texts whose first ``N``
@@ -32,15 +34,17 @@ def main(argv=None):
     p.add_argument("npz", nargs="?", default=str(DEFAULT_NPZ))
     p.add_argument("--pairs", type=int, nargs="+", default=[25, 100, 500])
     p.add_argument("--csv", default=None, help="write the columns' ranges (key,value) here")
+    p.add_argument("--encoders", nargs="+", default=list(ENCODERS))
+    p.add_argument("--half", type=int, default=2000, help="texts in the plan half")
     args = p.parse_args(argv)
     rows = []
     Z = np.load(args.npz)
-    E = {k: _unit(Z[k].astype(np.float32)) for k in ENCODERS}
+    E = {k: _unit(Z[k].astype(np.float32)) for k in args.encoders}
     print(f"{'source -> target':<30}{'pairs':>6}{'found':>7}{'right':>8}{'certificate':>13}"
           f"{'s':>6}")
-    for src, tgt in itertools.permutations(ENCODERS, 2):
+    for src, tgt in itertools.permutations(args.encoders, 2):
         perm = np.random.default_rng(0).permutation(len(E[src]))
-        half = perm[:2000]
+        half = perm[:args.half]
         shuffled = np.random.default_rng(1).permutation(half)
         pool = UnpairedPool(X=E[src][half], y=E[tgt][shuffled])
         where = {text: j for j, text in enumerate(shuffled)}
