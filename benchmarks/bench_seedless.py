@@ -14,10 +14,13 @@ held-out texts (see ``_seedless_common.py``). Rows:
 * ``Procrustes 1,000 pairs``: the supervised ceiling.
 
 Printed: median top-1 and MRR over the states, the success rate (top-1 ≥ 0.9 × the ceiling of
-the same draw) and the median fit seconds. Each run's row also holds the 1-minute load average
-when its fit started (``load``; the machine may be shared), the torch threads (``threads``, from
-``OMP_NUM_THREADS``) and, for skalign, what each self-learning restart did (``restarts``: soft
-objective, certificate of its start pairs, then its certificate or ``stopped``). Written:
+the same draw), the median fit seconds (wall clock) and the median CPU seconds of the fit
+(``cpu_seconds``: all the process's threads; with one thread and a core of its own it is the
+wall time, and unlike the wall time it barely moves when other jobs share the machine). Each
+run's row also holds the 1-minute load average when its fit started (``load``; the machine may
+be shared), the torch threads (``threads``, from ``OMP_NUM_THREADS``) and, for skalign, what
+each self-learning restart did (``restarts``: soft objective, certificate of its start pairs,
+then its certificate or ``stopped``). Written:
 ``results/bench_seedless.csv`` (one row per pair and method, the table of the user guide),
 ``results/bench_seedless_runs.csv`` and
 ``results/bench_seedless_figures.csv`` (``key,value``: the figures the guide's prose quotes).
@@ -58,16 +61,16 @@ def fit_mv2v(X, Y, state, **params):
     """mini-vec2vec (the relative-representation variant), timed; returns a transform."""
     from mini_vec2vec import MiniVec2Vec
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     model = MiniVec2Vec().fit(X, Y, random_seed=state, verbose=False, **params)
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     d_in, d_out = model.W.shape[0], Y.shape[1]
 
     def transform(A):
         A = np.pad(A, ((0, 0), (0, d_in - A.shape[1]))) if A.shape[1] < d_in else A
         return model.transform(A)[:, :d_out]
 
-    return transform, seconds
+    return transform, seconds, cpu
 
 
 def main(argv=None):
@@ -81,8 +84,8 @@ def main(argv=None):
                          "leaves the second row out")
     ap.add_argument("--mv2v-states", type=int, nargs="+", default=None,
                     help="random states mini-vec2vec runs on (default: all of --states)")
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 5],
-                    help="seed-pair counts of the skalign rows")
+    ap.add_argument("--seeds", type=int, nargs="*", default=[0, 5],
+                    help="seed-pair counts of the skalign rows (none: no skalign rows)")
     ap.add_argument("--pairs", type=int, nargs="+", default=list(range(len(ENCODER_PAIRS))),
                     help="indices into ENCODER_PAIRS")
     ap.add_argument("--resume", action="store_true",
@@ -139,14 +142,16 @@ def main(argv=None):
             X, Y, partner, Xe, Ye, Xt, Yt = draw(E, source, target, state, args.pool,
                                                  disjoint=args.disjoint)
             ceil, ceil_mrr = ceiling(Xt, Yt, Xe, Ye)
-            results = [(CEILING, ceil, ceil_mrr, float("nan"), "", float("nan"), "", "", "")]
+            results = [(CEILING, ceil, ceil_mrr, float("nan"), float("nan"), "", float("nan"),
+                        "", "", "")]
             for n_seed in args.seeds:
                 if f"skalign {n_seed} pairs" not in wanted:
                     continue
-                load_avg = os.getloadavg()[0]
+                load_avg, c0 = os.getloadavg()[0], time.process_time()
                 boot, sec, warned, _ = fit_skalign(X, Y, partner, n_seed, state, Yt=Yt)
+                cpu = time.process_time() - c0
                 t1, mrr = top1_mrr(Ye, boot.transform(Xe))
-                results.append((f"skalign {n_seed} pairs", t1, mrr, sec,
+                results.append((f"skalign {n_seed} pairs", t1, mrr, sec, cpu,
                                 f"certificate {boot.certificate_:.3f}"
                                 + (" (warned)" if warned else ""),
                                 boot.certificate_, warned, load_avg, restarts_note(boot)))
@@ -154,14 +159,15 @@ def main(argv=None):
                 if name not in wanted:
                     continue
                 load_avg = os.getloadavg()[0]
-                transform, sec = fit_mv2v(X, Y, state, **params)
+                transform, sec, cpu = fit_mv2v(X, Y, state, **params)
                 t1, mrr = top1_mrr(Ye, transform(Xe))
-                results.append((name, t1, mrr, sec, "", float("nan"), "", load_avg, ""))
-            for method, t1, mrr, sec, note, cert, warned, load_avg, restarts in results:
+                results.append((name, t1, mrr, sec, cpu, "", float("nan"), "", load_avg, ""))
+            for method, t1, mrr, sec, cpu, note, cert, warned, load_avg, restarts in results:
                 row = dict(source=source, target=target, n_pool=len(X), state=state,
                            disjoint=args.disjoint, method=method,
                            top1=round(t1, 4), mrr=round(mrr, 4), ceiling=round(ceil, 4),
-                           success=t1 >= 0.9 * ceil, seconds=round(sec, 1), note=note,
+                           success=t1 >= 0.9 * ceil, seconds=round(sec, 1),
+                           cpu_seconds=round(cpu, 1), note=note,
                            certificate=round(cert, 4), warned=warned,
                            load=round(load_avg, 2) if load_avg != "" else "",
                            threads=threads if load_avg != "" else "", restarts=restarts)
@@ -175,7 +181,7 @@ def main(argv=None):
     print(f"\npools of {rows} texts per side ({kind}), up to {n_states} random states per "
           "pair (column states); medians")
     print(f"{'pair':32s} {'method':42s} {'top-1':>6s} {'MRR':>6s} {'success':>8s} {'fit s':>6s} "
-          f"{'states':>6s}")
+          f"{'cpu s':>6s} {'states':>6s}")
     for source, target in ENCODER_PAIRS:
         methods = sorted(dict.fromkeys(r["method"] for r in runs if r["source"] == source
                                        and r["target"] == target), key=method_order)
@@ -191,12 +197,13 @@ def main(argv=None):
                 "success": f"{sum(r['success'] for r in rs)}/{len(rs)}",
                 "seconds": round(float(np.median([r["seconds"] for r in rs])), 1)
                 if method != CEILING else "",
+                "cpu_seconds": _median_cpu(rs) if method != CEILING else "",
                 "states": len(rs),
             }
             table.append(summary)
             print(f"{summary['pair']:32s} {method:42s} {summary['top1']:6.3f} "
                   f"{summary['mrr']:6.3f} {summary['success']:>8s} {summary['seconds']!s:>6s} "
-                  f"{len(rs):6d}")
+                  f"{summary['cpu_seconds']!s:>6s} {len(rs):6d}")
     write_csv(Path(args.out), table)
     write_csv(Path(args.out.replace(".csv", "_figures.csv")), figures(runs))
     return table
@@ -207,7 +214,8 @@ def figures(runs):
 
     Keys ``<source>__<target>__<method>__<what>``, the method as a slug (``skalign_0_pairs``);
     ``what``: ``top1`` (median), ``top1_min``, ``ratio_min`` (smallest top-1 / ceiling),
-    ``successes``, ``warned``, ``states``, ``seconds`` (median), ``seconds_max``.
+    ``successes``, ``warned``, ``states``, ``seconds`` (median), ``seconds_max``,
+    ``cpu_seconds`` (median), ``cpu_seconds_max``.
     """
     out = []
     for source, target in ENCODER_PAIRS:
@@ -224,6 +232,9 @@ def figures(runs):
             if method != CEILING:
                 values["seconds"] = np.median([r["seconds"] for r in m])
                 values["seconds_max"] = max(r["seconds"] for r in m)
+                cpu = [r["cpu_seconds"] for r in m if r["cpu_seconds"] == r["cpu_seconds"]]
+                if cpu:  # runs from before the column have none
+                    values["cpu_seconds"], values["cpu_seconds_max"] = np.median(cpu), max(cpu)
                 loads = [float(r["load"]) for r in m if r.get("load") not in (None, "")]
                 if loads:  # 1-minute load average when each fit started (newer runs only)
                     values["load_min"], values["load_max"] = min(loads), max(loads)
@@ -231,6 +242,12 @@ def figures(runs):
             out += [{"key": f"{source}__{target}__{slug}__{k}", "value": round(float(v), 4)}
                     for k, v in values.items()]
     return out
+
+
+def _median_cpu(runs):
+    """Median CPU seconds of the runs that have them (runs from before the column: "")."""
+    cpu = [r["cpu_seconds"] for r in runs if r["cpu_seconds"] == r["cpu_seconds"]]
+    return round(float(np.median(cpu)), 1) if cpu else ""
 
 
 def run_key(r):
@@ -301,6 +318,7 @@ def read_runs(path):
         r["success"] = r["success"] == "True"
         for k in ("top1", "mrr", "ceiling", "seconds"):
             r[k] = float(r[k])
+        r["cpu_seconds"] = float(r.get("cpu_seconds") or "nan")
     return rows
 
 

@@ -188,3 +188,21 @@ def test_the_reproducibility_check_reads_fitted_dicts():
         mp.setattr(GeRAAligner, "fit", fit)
         with pytest.raises(AssertionError, match=r"GeRAAligner\.source_params_\["):
             check_fit_is_bitwise_reproducible("GeRAAligner", est)
+
+
+def test_the_cuda_less_worker_leaves_no_open_pipe_at_exit():
+    """The pickling check's worker process is closed at exit with its pipes: a run of the check
+    in a fresh interpreter prints no ResourceWarning (it printed ``unclosed file
+    <_io.BufferedReader ...>`` at the end of every test run)."""
+    import subprocess
+    import sys
+
+    code = ("from skalign import ProcrustesAligner\n"
+            "from skalign.utils.estimator_checks import check_pickle_transforms_without_cuda\n"
+            "check_pickle_transforms_without_cuda('ProcrustesAligner', ProcrustesAligner())\n"
+            "print('checked')\n")
+    proc = subprocess.run([sys.executable, "-W", "always::ResourceWarning", "-X", "dev", "-c",
+                           code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "checked" in proc.stdout
+    assert "ResourceWarning" not in proc.stderr, proc.stderr

@@ -273,7 +273,9 @@ class _CudaLessWorker:
                 self._proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self._proc.kill()
-        self._stderr.close()
+                self._proc.wait()
+        for pipe in (self._proc.stdin, self._proc.stdout, self._stderr):
+            pipe.close()
 
 
 _worker: _CudaLessWorker | None = None
@@ -282,6 +284,8 @@ _worker: _CudaLessWorker | None = None
 def _transform_without_cuda(model_blob, X):
     global _worker
     if _worker is None or not _worker.alive():
+        if _worker is not None:  # died (e.g. a model it could not load): release its pipes
+            _worker.close()
         _worker = _CudaLessWorker()
         atexit.register(_worker.close)
     return _worker.transform(model_blob, X)
