@@ -10,7 +10,14 @@ import torch
 from sklearn import get_config
 
 from ._anchors import center_normalize, on_mean_floor, subset_decoders
-from ._backend import COMPUTE_DTYPE, SOLVE_DTYPE, make_generator, to_numpy, to_tensor
+from ._backend import (
+    COMPUTE_DTYPE,
+    SOLVE_DTYPE,
+    make_generator,
+    small_lapack,
+    to_numpy,
+    to_tensor,
+)
 from ._compat import Interval, StrOptions, _fit_context
 from .base import BaseAligner
 from .exceptions import IllConditionedDecodeWarning
@@ -626,12 +633,16 @@ def _gcv_alpha(side, subsets):
         k_i = len(idx)
         S_enc = side.enc[idx]
         if k_i <= side.dec.shape[1]:
-            lam, U = torch.linalg.eigh(side.K(idx))
+            K = side.K(idx)
+            with small_lapack(K):
+                lam, U = torch.linalg.eigh(K)
             W = U.T @ S_enc
             B = ((W @ side.G_enc) * W).sum(1)
             perp = 0.0  # U is a complete basis of the k_S-dimensional response space
         else:
-            lam, V = torch.linalg.eigh(side.G(idx))
+            G = side.G(idx)
+            with small_lapack(G):
+                lam, V = torch.linalg.eigh(G)
             keep = lam > lam.max() * max(k_i, len(lam)) * torch.finfo(SOLVE_DTYPE).eps
             lam, V = lam[keep], V[:, keep]
             # u_j = Ŝ_D v_j / √λ_j, so u_jᵀ Ŝ_E = v_jᵀ (Ŝ_Eᵀ Ŝ_D)ᵀ / √λ_j.
@@ -717,8 +728,11 @@ def _ridge_map(side, subsets, alpha):
 
 def _spd_inverse(A):
     """Inverse of a symmetric positive definite matrix by Cholesky (pseudo-inverse if not PD)."""
-    L, info = torch.linalg.cholesky_ex(A)
-    return torch.cholesky_inverse(L) if int(info) == 0 else torch.linalg.pinv(A, hermitian=True)
+    with small_lapack(A):
+        L, info = torch.linalg.cholesky_ex(A)
+        if int(info) == 0:
+            return torch.cholesky_inverse(L)
+        return torch.linalg.pinv(A, hermitian=True)
 
 
 def _spectral_map(side, subsets, alpha, rtol):

@@ -7,7 +7,14 @@ from numbers import Real
 
 import numpy as np
 
-from ._backend import affine_fn, affine_numpy_fn, check_finite, ridge_svd, to_numpy
+from ._backend import (
+    affine_fn,
+    affine_numpy_fn,
+    check_finite,
+    ridge_svd,
+    small_lapack,
+    to_numpy,
+)
 from ._compat import Interval, StrOptions, _fit_context
 from ._norms import NORMALIZE_CONSTRAINT, NormalizeMixin
 from .base import BaseAligner
@@ -138,7 +145,9 @@ def _svd_by_gram(Xc, Yc, rtol=1e-12):
     import torch
 
     n, d = Xc.shape
-    s2, E = torch.linalg.eigh(Xc.mT @ Xc if n >= d else Xc @ Xc.mT)
+    gram = Xc.mT @ Xc if n >= d else Xc @ Xc.mT
+    with small_lapack(gram):
+        s2, E = torch.linalg.eigh(gram)
     keep = s2 > rtol * s2.max()
     s2, E = s2[keep], E[:, keep]
     sv = s2.sqrt()

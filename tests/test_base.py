@@ -21,8 +21,10 @@ from skalign._backend import (
     default_batch_size,
     make_generator,
     pinv_svd,
+    polar,
     resolve_device,
     ridge_svd,
+    small_lapack,
 )
 from skalign._optim import LossHistory
 from skalign.base import check_min_pairs, check_nonzero_rows, check_unpaired
@@ -321,6 +323,46 @@ def test_ridge_svd_matches_closed_form(rng):
     X, Y = rng.standard_normal((50, 8)), rng.standard_normal((50, 3))
     W = ridge_svd(torch.as_tensor(X), torch.as_tensor(Y), alpha=2.0).numpy()
     np.testing.assert_allclose(W, np.linalg.solve(X.T @ X + 2.0 * np.eye(8), X.T @ Y), atol=1e-10)
+
+
+@pytest.fixture
+def two_threads():
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_small_decompositions_run_on_one_thread_and_restore_the_setting(two_threads, rng):
+    small, large = torch.zeros(384, 768), torch.zeros(2000, 768)
+    with small_lapack(small):
+        assert torch.get_num_threads() == 1
+        with small_lapack(torch.zeros(8, 8)):  # nested: the outer setting survives the inner
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == 2
+    with small_lapack(large):
+        assert torch.get_num_threads() == 2
+    with pytest.raises(RuntimeError), small_lapack(small):
+        raise RuntimeError("inside")
+    assert torch.get_num_threads() == 2
+    # the result is the decomposition's, whatever the thread count
+    M = rng.standard_normal((128, 128))
+    U, _, Vt = np.linalg.svd(M)
+    np.testing.assert_allclose(polar(torch.as_tensor(M)).numpy(), U @ Vt, atol=1e-10)
+
+
+def test_small_lapack_from_concurrent_threads_restores_the_setting(two_threads, rng):
+    """Fits in threads of one process (joblib's threading backend) enter and leave at random
+    moments: the thread setting is restored when the last one leaves, never stuck at one."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    Ms = [torch.as_tensor(rng.standard_normal((64, 64))) for _ in range(200)]
+    with ThreadPoolExecutor(4) as pool:
+        Ws = list(pool.map(polar, Ms))
+    assert torch.get_num_threads() == 2
+    eye = torch.eye(64, dtype=torch.float64)
+    assert all(torch.allclose(W.T @ W, eye, atol=1e-10) for W in Ws)
 
 
 def test_non_finite_values_raise_numerical_error_naming_the_parameter():
