@@ -7,7 +7,12 @@ polar map, the hard loop's 384 × 768 one, a 384 × 384 and a 768 × 768 ``eigh`
 2,000 × 384 anchors), the median milliseconds of torch's call with the process's threads (both
 cores; what torch does by default) and inside :func:`skalign._backend.small_lapack` (one thread
 below its size limit, the default above it), with ``--busy`` processes spinning beside it (0:
-an idle machine, as far as the machine is idle). Prints a table; ``--csv`` writes it.
+an idle machine, as far as the machine is idle). Each busy process starts a session of its own,
+like a job started from another shell: where the kernel groups tasks by session
+(``/proc/sys/kernel/sched_autogroup_enabled`` = 1, the default of many distributions), each
+session gets an equal share of the cores, and a two-thread call waits for its second thread
+far longer than its share of the cores would explain. The table records the setting. Prints a
+table; ``--csv`` writes it.
 """
 
 import argparse
@@ -23,8 +28,17 @@ from skalign._backend import SMALL_LAPACK, small_lapack
 
 
 def _spin(stop):
+    os.setsid()  # a job of another session, as from another shell (its own autogroup, if any)
     while not stop.is_set():
         pass
+
+
+def _autogroup():
+    try:
+        with open("/proc/sys/kernel/sched_autogroup_enabled") as f:
+            return int(f.read())
+    except OSError:
+        return ""
 
 
 def _cases():
@@ -82,11 +96,13 @@ def main(argv=None):
                              "threads_ms": round(threads_ms, 2),
                              "small_lapack_ms": round(small_ms, 2),
                              "speedup": round(threads_ms / small_ms, 2),
-                             "load_1min": round(os.getloadavg()[0], 2)})
+                             "load_1min": round(os.getloadavg()[0], 2),
+                             "autogroup": _autogroup()})
         finally:
             stop.set()
             for s in spinners:
                 s.join()
+    print(f"autogroup (sessions share the cores equally): {_autogroup()}")
     print(f"{'busy':>4} {'case':<34}{'threads':>8}{'ms':>10}{'small_lapack':>14}{'ms':>10}"
           f"{'speed-up':>10}{'load':>7}")
     for r in rows:
