@@ -12,13 +12,14 @@ like a job started from another shell: where the kernel groups tasks by session
 (``/proc/sys/kernel/sched_autogroup_enabled`` = 1, the default of many distributions), each
 session gets an equal share of the cores, and a two-thread call waits for its second thread
 far longer than its share of the cores would explain. The table records the setting. Prints a
-table; ``--csv`` writes it.
+table; ``--csv`` writes its figures as ``key,value`` rows (``busy1__svd_128_x_128__speedup``).
 """
 
 import argparse
 import csv
 import multiprocessing as mp
 import os
+import re
 import statistics
 import time
 
@@ -109,11 +110,15 @@ def main(argv=None):
         print(f"{r['busy']:>4} {r['case']:<34}{r['threads']:>8}{r['threads_ms']:>10.2f}"
               f"{r['small_lapack_threads']:>14}{r['small_lapack_ms']:>10.2f}{r['speedup']:>10.2f}"
               f"{r['load_1min']:>7.2f}")
-    if args.csv:
+    if args.csv:  # key,value rows (the user guide's figures): busy<N>__<case>__<column>
         with open(args.csv, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
+            w = csv.writer(f)
+            w.writerow(["key", "value"])
+            w.writerow(["autogroup", _autogroup()])
+            for r in rows:
+                case = re.sub(r"\W+", "_", r["case"].split(" (")[0]).strip("_")
+                for col in ("threads_ms", "small_lapack_ms", "speedup", "load_1min"):
+                    w.writerow([f"busy{r['busy']}__{case}__{col}", r[col]])
     return rows
 
 
