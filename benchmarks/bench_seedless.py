@@ -215,7 +215,8 @@ def figures(runs):
     Keys ``<source>__<target>__<method>__<what>``, the method as a slug (``skalign_0_pairs``);
     ``what``: ``top1`` (median), ``top1_min``, ``ratio_min`` (smallest top-1 / ceiling),
     ``successes``, ``warned``, ``states``, ``seconds`` (median), ``seconds_max``,
-    ``cpu_seconds`` (median), ``cpu_seconds_max``.
+    ``cpu_seconds`` (median), ``cpu_seconds_max``, ``cpu_seconds_success_max`` (the successful
+    runs' largest).
     """
     out = []
     for source, target in ENCODER_PAIRS:
@@ -235,6 +236,10 @@ def figures(runs):
                 cpu = [r["cpu_seconds"] for r in m if r["cpu_seconds"] == r["cpu_seconds"]]
                 if cpu:  # runs from before the column have none
                     values["cpu_seconds"], values["cpu_seconds_max"] = np.median(cpu), max(cpu)
+                    won = [r["cpu_seconds"] for r in m if r["success"]
+                           and r["cpu_seconds"] == r["cpu_seconds"]]
+                    if won:
+                        values["cpu_seconds_success_max"] = max(won)
                 loads = [float(r["load"]) for r in m if r.get("load") not in (None, "")]
                 if loads:  # 1-minute load average when each fit started (newer runs only)
                     values["load_min"], values["load_max"] = min(loads), max(loads)

@@ -345,8 +345,8 @@ def check_finite(value, *, what: str, hint: str):
 
 
 #: the largest decomposition (``m * n * min(m, n)`` of an ``m × n`` matrix: about its flop count)
-#: that runs on one CPU thread; see :func:`small_lapack`
-SMALL_LAPACK = 2**27
+#: that runs on one CPU thread, a 256 × 256 one; see :func:`small_lapack`
+SMALL_LAPACK = 2**24
 _one_thread = threading.Lock()
 _one_thread_depth = 0
 _saved_threads = 1
@@ -357,11 +357,13 @@ def small_lapack(A: torch.Tensor):
     """Run a small CPU decomposition of ``A`` (SVD, eigh, solve) on one thread.
 
     LAPACK on two threads synchronises its threads many times per call; when another job holds
-    a core, each synchronisation waits for a time slice, and small decompositions get tens of
-    times slower (a 128 × 128 SVD: 0.53 s on two threads against 0.024 s on one, at load 5.6 on
-    two cores). Below :data:`SMALL_LAPACK` a second thread gains little on an idle machine.
-    Larger matrices, and other devices, keep torch's thread setting. Nested and concurrent uses
-    (threads of one process) restore the caller's setting when the last one leaves.
+    a core, each synchronisation waits for a time slice, and small decompositions get several
+    times slower (the soft self-learning's 128 × 128 SVD, once per iteration, beside one busy
+    process; ``benchmarks/bench_small_lapack.py``, figures in the user guide's "Threads").
+    Below :data:`SMALL_LAPACK` a second thread gains little on an idle machine; above it, it
+    gains, and larger matrices, and other devices, keep torch's thread setting. Nested and
+    concurrent uses (threads of one process) restore the caller's setting when the last one
+    leaves.
     """
     import torch
 

@@ -334,7 +334,7 @@ def two_threads():
 
 
 def test_small_decompositions_run_on_one_thread_and_restore_the_setting(two_threads, rng):
-    small, large = torch.zeros(384, 768), torch.zeros(2000, 768)
+    small, large = torch.zeros(128, 256), torch.zeros(384, 768)
     with small_lapack(small):
         assert torch.get_num_threads() == 1
         with small_lapack(torch.zeros(8, 8)):  # nested: the outer setting survives the inner
