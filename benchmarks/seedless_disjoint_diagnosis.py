@@ -125,7 +125,8 @@ def main(argv=None):
     torch.manual_seed(0)
     E = load(args.data)
     path = Path(args.out)
-    rows = list(csv.DictReader(open(path))) if args.append and path.exists() else []
+    keep = (args.append or args.tabulate) and path.exists()
+    rows = list(csv.DictReader(open(path))) if keep else []
     fields = ["source", "target", "state", "same", "stage", "n_pairs", "rank1", "rank10",
               "pair_cos", "top1", "mrr", "objective", "cert", "seconds"]
     if args.tabulate:
@@ -249,8 +250,8 @@ def write_figures(path, rows):
     out = []
     for r in rows:
         stage = re.sub(r"\W+", "_", r["stage"].split(" (")[0].lower()).strip("_")
-        for what in ("rank1", "rank10", "top1", "objective", "cert"):
-            if r[what] not in ("", None):
+        for what in ("rank1", "rank10", "top1", "objective", "cert", "seconds"):
+            if r[what] not in ("", None, "nan"):
                 out.append({"key": f"{r['source']}__{r['target']}__s{r['state']}__{stage}__"
                                    f"{what}", "value": r[what]})
     write(Path(str(path).replace(".csv", "_figures.csv")), out, ["key", "value"])
