@@ -785,8 +785,7 @@ DATABASE_BATCH_ROWS = 8192
 
 #: Chroma and Qdrant's local mode pass every row through Python as lists of floats (a read
 #: of Chroma builds the whole page at once; Qdrant's upsert copies the lists twice), so their
-#: default batch is smaller: 8,192-row batches cost Chroma 225 MiB more peak memory than
-#: 1,024-row ones reading the same 60,000 rows (``benchmarks/store_memory.py``)
+#: default batch is smaller (peak memory at the issue's sizes: ``benchmarks/store_memory.py``)
 ENGINE_BATCH_ROWS = {"chroma": 1024, "qdrant": 1024}
 
 

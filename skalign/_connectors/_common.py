@@ -48,8 +48,8 @@ def release_freed_memory():
 
     The engines' Python clients free what they build per call (lists of floats, pickled points)
     in small blocks among blocks they keep, so the heap's free pages stay in the resident set;
-    Qdrant's local mode, which unpickles every point of the folder when it opens it, keeps
-    326 MiB of 1,194 that way for 50,000 384-d points (``benchmarks/store_memory.py``)."""
+    Qdrant's local mode unpickles every point of the folder when it opens it and keeps a
+    large part of that freed memory resident otherwise."""
     import ctypes
     import sys
 
