@@ -541,8 +541,9 @@ class _ParquetFileWriter(FileShadow):
         self.schema = output_schema(self.pa, job.reader, job.out_column, job.d_out)
         self.fp = fp
         state = self._resumable(fp)
-        if state is None or "units" not in state:
-            self.discard()
+        if state is None or "units" not in state or (
+                state["units"] and self.partial.stat().st_size < state["units"][-1][1]):
+            self.discard()  # not this job's, another version's layout, or cut short
             self.partial.touch()
             write_journal(self.journal, fingerprint=fp, units=[])
             state = {"units": []}
