@@ -23,6 +23,7 @@ fix raise :class:`StoreError`, whose one-line message names the file and the fix
 from __future__ import annotations
 
 import os
+import struct
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -40,7 +41,6 @@ from ._shadow import (
     atomic_file,
     check_parent,
     fsync_dir,
-    remove_path,
     swap_paths,
 )
 from .exceptions import StoreError
@@ -417,27 +417,29 @@ def _output_batch(pa, schema, column, out, rb, start):
     return rb.cast(schema) if rb.schema != schema else rb
 
 
+def _parquet_writer(pq, schema, column, target):
+    """A Parquet writer of the output's schema into ``target`` (a path or a file object)."""
+    # float vectors gain nothing from dictionary encoding or compression (measured: the same
+    # size), which only cost time, on writing and on reading back
+    others = [n for n in schema.names if n != column]
+    return pq.ParquetWriter(
+        target, schema, use_dictionary=others,
+        compression={n: ("none" if n == column else "snappy") for n in schema.names})
+
+
 class _ParquetWriter(FileShadow):
-    """The shadow is a hidden folder; every committed unit is a complete Parquet file listed in
-    the journal. Folder outputs: one file per input shard (sharded input) or per batch
-    (``part-NNNNN.parquet``, unsharded input), renamed as a whole at the end. A single-file
-    output: one part per batch, joined into one file (one row group per batch) at the end."""
+    """A folder of Parquet shards. The shadow is a hidden folder; every committed unit is a
+    complete Parquet file listed in the journal: one file per input shard (sharded input) or per
+    batch (``part-NNNNN.parquet``, unsharded input), renamed as a whole at the end."""
 
-    suffix = ".parquet"
+    suffix = ""
     pipelined = True
-
-    def __init__(self, path, job, *, folder):
-        self.folder = folder
-        if folder:
-            self.suffix = ""
-        super().__init__(path, job)
 
     def begin(self, fp):
         self.pa, self.pq = _import_pyarrow(self.path)
         job = self.job
         self.schema = output_schema(self.pa, job.reader, job.out_column, job.d_out)
-        self.work = self.partial if self.folder else self.partial.with_name(
-            self.partial.name + ".parts")
+        self.work = self.partial
         state = read_journal(self.journal)
         if state is not None and state.get("fingerprint") == fp and self.work.is_dir():
             self.parts = [tuple(p) for p in state["parts"]]
@@ -458,17 +460,7 @@ class _ParquetWriter(FileShadow):
         return self.rows
 
     def _parquet_writer(self, target):
-        # float vectors gain nothing from dictionary encoding or compression (measured: the
-        # same size), which only cost time, on writing and on reading back
-        others = [n for n in self.schema.names if n != self.job.out_column]
-        return self.pq.ParquetWriter(
-            target, self.schema, use_dictionary=others,
-            compression={n: ("none" if n == self.job.out_column else "snappy")
-                         for n in self.schema.names})
-
-    def leftovers(self):
-        extra = [] if self.folder else [self.partial.with_name(self.partial.name + ".parts")]
-        return super().leftovers() + [p for p in extra if p.exists()]
+        return _parquet_writer(self.pq, self.schema, self.job.out_column, target)
 
     def _close_unit(self):
         if self._writer is None:
@@ -498,7 +490,7 @@ class _ParquetWriter(FileShadow):
         """Append a batch; a unit ends at a shard change or, without shards, after each batch."""
         batch = _output_batch(self.pa, self.schema, self.job.out_column, out, rb, start)
         n_parts = len(self.parts) + len(self._unsynced)
-        name = shard if (self.folder and shard) else f"part-{n_parts:05d}.parquet"
+        name = shard if shard else f"part-{n_parts:05d}.parquet"
         if self._writer is not None and name != self._current:
             self._close_unit()
         if self._writer is None:
@@ -509,44 +501,120 @@ class _ParquetWriter(FileShadow):
         self._writer.write_batch(batch)
         self._unit_rows += len(out)
         self.rows += len(out)
-        if not (self.folder and shard):
+        if not shard:
             self._close_unit()
 
     def finish(self):
         self._close_unit()
         self._commit()
-        if not self.folder and len(self.parts) == 1:  # the one part is the output: a link
-            self.partial.unlink(missing_ok=True)
-            os.link(self.work / self.parts[0][0], self.partial)
-        elif not self.folder:
-            # join the parts into the one output file, row group by row group (plain-encoded
-            # vectors: reading and writing them again is little more than a copy)
-            writer = self._parquet_writer(self.partial)
-            try:
-                for name, _ in self.parts:
-                    f = self.pq.ParquetFile(self.work / name)
-                    for i in range(f.num_row_groups):
-                        writer.write_table(f.read_row_group(i))
-            finally:
-                writer.close()
-            with open(self.partial, "rb") as f:
-                os.fsync(f.fileno())
         return self.rows
 
     def fetch(self, positions, rows=None):
-        files = [self.work / name for name, _ in self.parts] if self.folder else [self.partial]
+        files = [self.work / name for name, _ in self.parts]
         return _parquet_take(self.pa, self.pq, files, positions, self.job.out_column)
-
-    def publish(self, replace):
-        backup = super().publish(replace)
-        if not self.folder:
-            remove_path(self.work)
-        return backup
 
     def close(self):
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+
+
+class _ParquetFileWriter(FileShadow):
+    """One Parquet file. The shadow ``.NAME.skalign-partial.parquet`` is a run of complete
+    Parquet files, one per batch (a row group each), appended one after the other; the journal
+    lists the committed ones (where each starts and ends, its rows). A rerun cuts the shadow back
+    to the end of the last committed one and appends after it; the end of the run appends one
+    footer listing the row groups of all (:mod:`skalign._parquet_footer`), so no row is read or
+    written twice, in a resumed run or an uninterrupted one."""
+
+    suffix = ".parquet"
+    pipelined = True
+
+    def leftovers(self):
+        # the folder of parts an earlier version joined at the end
+        parts = self.partial.with_name(self.partial.name + ".parts")
+        return super().leftovers() + ([parts] if parts.exists() else [])
+
+    def begin(self, fp):
+        self.pa, self.pq = _import_pyarrow(self.path)
+        job = self.job
+        self.schema = output_schema(self.pa, job.reader, job.out_column, job.d_out)
+        self.fp = fp
+        state = self._resumable(fp)
+        if state is None or "units" not in state or (
+                state["units"] and self.partial.stat().st_size < state["units"][-1][1]):
+            self.discard()  # not this job's, another version's layout, or cut short
+            self.partial.touch()
+            write_journal(self.journal, fingerprint=fp, units=[])
+            state = {"units": []}
+        self.units = [tuple(u) for u in state["units"]]  # (start, end, rows), committed
+        self._file = open(self.partial, "r+b")
+        end = self.units[-1][1] if self.units else 0
+        self._file.truncate(end)  # a unit written but not committed
+        self._file.seek(end)
+        self._footers = [self._footer(e) for _, e, _ in self.units]
+        self._unsynced = []
+        self.rows = sum(n for _, _, n in self.units)
+        return self.rows
+
+    def _footer(self, end):
+        """The footer of the unit ending at byte ``end`` of the shadow."""
+        from ._parquet_footer import footer_of
+
+        fd = self._file.fileno()
+        (n,) = struct.unpack("<i", os.pread(fd, 4, end - 8))
+        return footer_of(os.pread(fd, n + 8, end - 8 - n))
+
+    def write_unit(self, out, rb, shard, start):
+        batch = _output_batch(self.pa, self.schema, self.job.out_column, out, rb, start)
+        at = self._file.tell()
+        writer = _parquet_writer(self.pq, self.schema, self.job.out_column, self._file)
+        try:
+            writer.write_batch(batch)
+        finally:
+            writer.close()  # the unit's footer; the file object stays open
+        self._file.flush()
+        end = self._file.tell()
+        self._footers.append(self._footer(end))
+        self._unsynced.append((at, end, len(out)))
+        self.rows += len(out)
+        if self.clock.due():
+            self._commit()
+
+    def _commit(self):
+        """Make the units written since the last commit durable, then list them in the
+        journal; the bytes after the last unit listed there are cut off by a rerun."""
+        _fsync(self._file)
+        self.units += self._unsynced
+        self._unsynced = []
+        write_journal(self.journal, fingerprint=self.fp, units=self.units)
+        self.clock.reset()
+
+    def finish(self):
+        from ._parquet_footer import join_footers
+
+        self._commit()
+        if not self.units:  # no rows: a file with the schema only
+            _parquet_writer(self.pq, self.schema, self.job.out_column, self._file).close()
+        else:
+            footer = join_footers(self._footers, [s for s, _, _ in self.units])
+            self._file.write(footer + struct.pack("<i", len(footer)) + b"PAR1")
+        _fsync(self._file)
+        self._file.close()
+        return self.rows
+
+    def fetch(self, positions, rows=None):
+        return _parquet_take(self.pa, self.pq, [self.partial], positions, self.job.out_column)
+
+    def close(self):
+        f = getattr(self, "_file", None)
+        if f is not None and not f.closed:
+            f.close()
+
+
+def _fsync(f):
+    f.flush()
+    os.fsync(f.fileno())
 
 
 def _parquet_take(pa, pq, files, positions, column):
@@ -716,6 +784,11 @@ FILE_KINDS = ("npy", "parquet", "parquet-dir", "lance")
 #: batches, 2x with the memory budget's 29,000)
 DATABASE_BATCH_ROWS = 8192
 
+#: Chroma and Qdrant's local mode pass every row through Python as lists of floats (a read
+#: of Chroma builds the whole page at once; Qdrant's upsert copies the lists twice), so their
+#: default batch is smaller (peak memory at the issue's sizes: ``benchmarks/store_memory.py``)
+ENGINE_BATCH_ROWS = {"chroma": 1024, "qdrant": 1024}
+
 
 def _same_store(src, dst):
     from ._connectors import parse_address
@@ -740,8 +813,10 @@ def open_writer(job):
         return NpyShadow(job.dst, job)
     if job.out_kind == "lance":
         return _LanceWriter(job.dst, job)
-    if job.out_kind in ("parquet", "parquet-dir"):
-        return _ParquetWriter(job.dst, job, folder=job.out_kind == "parquet-dir")
+    if job.out_kind == "parquet":
+        return _ParquetFileWriter(job.dst, job)
+    if job.out_kind == "parquet-dir":
+        return _ParquetWriter(job.dst, job)
     from ._connectors import open_connector_writer, parse_address
 
     return open_connector_writer(parse_address(job.dst), job)
@@ -791,7 +866,7 @@ def prepare_translation(model, src, dst, *, column=None, batch_size=None, replac
     if batch_size is None:
         batch_size = default_batch_size(d_in, d_out)
         if out_kind not in FILE_KINDS and out_kind != "faiss":
-            batch_size = min(batch_size, DATABASE_BATCH_ROWS)
+            batch_size = min(batch_size, ENGINE_BATCH_ROWS.get(out_kind, DATABASE_BATCH_ROWS))
     job = Translation(src, dst, reader, out_kind, d_in, d_out, batch_size,
                       column or reader.column or "vector")
     if not replace and not same and open_writer(job).exists():

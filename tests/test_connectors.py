@@ -578,3 +578,31 @@ def test_faiss_flat_reader_maps_windows_of_the_file(tmp_path, wrapper, data):
     assert all(isinstance(v, np.memmap) for v, _, _ in got)
     np.testing.assert_array_equal(np.concatenate([v for v, _, _ in got]), X[256:])
     assert reader.row(got[0][1], 3)["id"] == (259 * 5 + 2 if wrapper else 259)
+
+
+@pytest.mark.parametrize("name", ["chroma", "qdrant"])
+def test_chroma_and_qdrant_translate_in_batches_of_1024_rows(tmp_path, name, monkeypatch):
+    """Their clients pass rows as lists of floats (Chroma's ``get`` builds a whole page at once),
+    so their default batch is 1,024 rows, not the 8,192 of PostgreSQL: Chroma's pages are read
+    and written 1,024 rows at a time (Qdrant's local mode, slow to fill, is checked on the job)."""
+    pytest.importorskip({"chroma": "chromadb", "qdrant": "qdrant_client"}[name])
+    from skalign._stores import prepare_translation
+
+    rng = np.random.default_rng(4)
+    n = 2500 if name == "chroma" else 60
+    X = rng.normal(size=(n, 16)).astype(np.float32)
+    model = ProcrustesAligner().fit(X[:50], rng.normal(size=(50, 24)))
+    b = {"chroma": Chroma, "qdrant": Qdrant}[name]()
+    src = b.make(tmp_path, X)
+    job = prepare_translation(model, src, b.output(tmp_path))
+    assert job.batch_size == 1024
+    if name == "qdrant":
+        return
+    sizes = []
+    transform = ProcrustesAligner.transform
+    monkeypatch.setattr(ProcrustesAligner, "transform",
+                        lambda self, X_: (sizes.append(len(X_)), transform(self, X_))[1])
+    translate(model, src, b.output(tmp_path))
+    assert sizes[:-1] == [1024, 1024, 452]  # then the verification's sample
+    ids, V, _ = b.read(b.output(tmp_path))
+    np.testing.assert_allclose(V, transform(model, X), atol=1e-5)

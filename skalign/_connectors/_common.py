@@ -8,7 +8,8 @@ from pathlib import Path
 
 from .._journal import FileLock
 
-__all__ = ["backup_name", "lock_for", "resume_point", "shadow_name", "shadow_prefix"]
+__all__ = ["backup_name", "lock_for", "release_freed_memory", "resume_point", "shadow_name",
+           "shadow_prefix"]
 
 
 def shadow_prefix(name):
@@ -39,3 +40,23 @@ def lock_for(address, folder=None):
     if folder is not None:
         return FileLock(Path(folder) / f".{address.name}.skalign-lock", address.display)
     return FileLock(Path(tempfile.gettempdir()) / f"skalign-{key}.lock", address.display)
+
+
+def release_freed_memory():
+    """Give the C heap's free pages back to the system (glibc's ``malloc_trim``; elsewhere a
+    no-op).
+
+    The engines' Python clients free what they build per call (lists of floats, pickled points)
+    in small blocks among blocks they keep, so the heap's free pages stay in the resident set;
+    Qdrant's local mode unpickles every point of the folder when it opens it and keeps a
+    large part of that freed memory resident otherwise."""
+    import ctypes
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # not glibc (e.g. musl)
+        return
+    trim(0)

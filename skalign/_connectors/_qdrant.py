@@ -20,7 +20,14 @@ import atexit
 import numpy as np
 
 from ..exceptions import StoreError
-from ._common import backup_name, lock_for, resume_point, shadow_name, shadow_prefix
+from ._common import (
+    backup_name,
+    lock_for,
+    release_freed_memory,
+    resume_point,
+    shadow_name,
+    shadow_prefix,
+)
 
 __all__ = ["Reader", "Writer", "restore"]
 
@@ -40,6 +47,7 @@ def _client(address):
                 raise StoreError(f"{address}: no Qdrant folder {address.path}; check the path "
                                  "(qdrant:DIR/COLLECTION).")
             client = QdrantClient(path=str(address.path))
+            release_freed_memory()  # what loading every collection of the folder freed
         else:
             client = QdrantClient(url=address.url, timeout=10, check_compatibility=False)
             client.get_collections()

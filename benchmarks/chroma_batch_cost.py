@@ -1,0 +1,55 @@
+"""CPU seconds of Chroma's ``get`` and ``add`` by batch size: whether the 1,024-row batches
+``skalign translate`` uses for Chroma (for memory) cost throughput against larger ones.
+
+``python benchmarks/chroma_batch_cost.py [ROWS]`` (default 10,000) makes a collection of ROWS
+384-d clustered vectors in a temporary folder, reads it with ``get`` (vectors, documents,
+metadata) in pages of 1,024 and 8,192 rows, and ``add``s ROWS 768-d vectors to new collections
+in batches of 1,024 and 5,461 (Chroma's largest batch here), printing the CPU seconds
+(``time.process_time``, all threads) of each.
+"""
+
+import shutil
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+
+def main():
+    import chromadb
+
+    n = int(float(sys.argv[1])) if len(sys.argv) > 1 else 10_000
+    folder = tempfile.mkdtemp(prefix="chroma-batch-cost-")
+    try:
+        client = chromadb.PersistentClient(path=folder)
+        rng = np.random.default_rng(0)
+        X = (0.05 * rng.standard_normal((n, 384)) + rng.standard_normal((1, 384))).astype(
+            np.float32)
+        src = client.create_collection("src", metadata={"hnsw:space": "cosine"},
+                                       embedding_function=None)
+        for lo in range(0, n, 4096):
+            src.add(ids=[f"id{i:07d}" for i in range(lo, min(n, lo + 4096))],
+                    embeddings=X[lo:lo + 4096])
+        for batch in (1024, 8192):
+            t0 = time.process_time()
+            for lo in range(0, n, batch):
+                src.get(limit=batch, offset=lo, include=["embeddings", "documents", "metadatas"])
+            print(f"get {n} rows in pages of {batch}: {time.process_time() - t0:.2f} s CPU",
+                  flush=True)
+        Y = np.concatenate([X, X], axis=1)
+        for batch in (1024, 5461):
+            col = client.create_collection(f"out{batch}", metadata={"hnsw:space": "cosine"},
+                                           embedding_function=None)
+            t0 = time.process_time()
+            for lo in range(0, n, batch):
+                col.add(ids=[f"id{i:07d}" for i in range(lo, min(n, lo + batch))],
+                        embeddings=Y[lo:lo + batch])
+            print(f"add {n} rows in batches of {batch}: {time.process_time() - t0:.2f} s CPU",
+                  flush=True)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

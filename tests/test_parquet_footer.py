@@ -1,0 +1,113 @@
+"""The single-file Parquet output: units appended one after the other, joined by one footer
+(skalign._parquet_footer), and its crash safety around the footer."""
+
+import os
+import struct
+
+import numpy as np
+import pytest
+
+from skalign import ProcrustesAligner
+from skalign.io import translate
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+from skalign._parquet_footer import decode, encode, footer_of, join_footers  # noqa: E402
+
+SCHEMA = pa.schema([("id", pa.int64()), ("doc", pa.string()),
+                    ("meta", pa.struct([("k", pa.int64()), ("tags", pa.list_(pa.string()))])),
+                    ("v", pa.list_(pa.float32(), 3))])
+
+
+def _batch(lo, n):
+    v = pa.FixedSizeListArray.from_arrays(
+        pa.array(np.arange(lo * 3, (lo + n) * 3, dtype=np.float32)), 3)
+    meta = pa.array([{"k": i, "tags": ["a", str(i)] * (i % 3)} for i in range(lo, lo + n)],
+                    type=SCHEMA.field("meta").type)
+    return pa.record_batch([pa.array(np.arange(lo, lo + n)),
+                            pa.array([None if i % 7 == 0 else f"d{i}" for i in range(lo, lo + n)]),
+                            meta, v], schema=SCHEMA)
+
+
+def test_units_appended_and_joined_read_as_one_file(tmp_path):
+    """Units written by pyarrow one after the other (dictionaries, nulls, nested columns, a page
+    index on some) and the joined footer: pyarrow reads the file as the concatenation, row group
+    by row group; each unit's footer decodes and encodes again to the same bytes."""
+    path = tmp_path / "x.parquet"
+    footers, starts, batches, lo = [], [], [], 0
+    with open(path, "wb") as f:
+        for k in range(17):  # more than 15 row groups: the long form of a Thrift list header
+            starts.append(f.tell())
+            w = pq.ParquetWriter(f, SCHEMA, use_dictionary=["id", "doc", "meta"],
+                                 write_page_index=k % 2 == 0)
+            batches.append(_batch(lo, 5 + 3 * k))
+            lo += 5 + 3 * k
+            w.write_batch(batches[-1])
+            w.close()
+            f.flush()
+            data = path.read_bytes()
+            footer = footer_of(data)
+            assert encode(decode(footer)) == footer
+            footers.append(footer)
+        joined = join_footers(footers, starts)
+        f.write(joined + struct.pack("<i", len(joined)) + b"PAR1")
+    pf = pq.ParquetFile(path)
+    assert pf.metadata.num_rows == lo and pf.num_row_groups == 17
+    assert pf.read().equals(pa.Table.from_batches(batches))
+    for k in (0, 9, 16):
+        assert pf.read_row_group(k).equals(pa.Table.from_batches([batches[k]]))
+
+
+def test_join_rejects_units_of_another_schema(tmp_path):
+    footers = []
+    for i, schema in enumerate([SCHEMA, pa.schema([("id", pa.int64())])]):
+        pq.write_table(schema.empty_table(), tmp_path / f"{i}.parquet")
+        footers.append(footer_of((tmp_path / f"{i}.parquet").read_bytes()))
+    with pytest.raises(ValueError, match="different schemas"):
+        join_footers(footers, [0, 100])
+
+
+class _Crash(BaseException):
+    """Stops a run the way a kill would (not a StoreError: the shadow stays resumable)."""
+
+
+def test_crash_after_the_footer_resumes_without_translating_again(tmp_path, monkeypatch):
+    """A run stopped after its last unit and footer are written (in the verification), with a
+    torn footer after them as a kill during its write would leave: the rerun cuts the shadow
+    back to the committed units, translates nothing again, and gives the same bytes as an
+    uninterrupted run; nothing else is left."""
+    from skalign import _journal
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(500, 8)).astype(np.float32)
+    model = ProcrustesAligner().fit(X[:100], rng.normal(size=(100, 12)))
+    np.save(tmp_path / "x.npy", X)
+    translate(model, tmp_path / "x.npy", tmp_path / "ref.parquet", batch_size=64)
+    monkeypatch.setattr(_journal, "COMMIT_SECONDS", 0)
+    calls = []
+    transform = ProcrustesAligner.transform
+
+    def crash_in_verify(self, X_):
+        calls.append(len(X_))
+        if len(calls) > 8:  # 8 batches of 64 rows, then the verification's sample
+            raise _Crash
+        return transform(self, X_)
+
+    monkeypatch.setattr(ProcrustesAligner, "transform", crash_in_verify)
+    with pytest.raises(_Crash):
+        translate(model, tmp_path / "x.npy", tmp_path / "out.parquet", batch_size=64)
+    shadow = tmp_path / ".out.parquet.skalign-partial.parquet"
+    with open(shadow, "ab") as f:
+        f.write(b"\x15\x00torn footer")
+    calls.clear()
+    monkeypatch.setattr(ProcrustesAligner, "transform",
+                        lambda self, X_: (calls.append(len(X_)), transform(self, X_))[1])
+    result = translate(model, tmp_path / "x.npy", tmp_path / "out.parquet", batch_size=64)
+    assert result.resumed_from == 500
+    assert calls == []  # nothing translated again (the sample is of rows this run translates)
+    assert (tmp_path / "out.parquet").read_bytes() == (tmp_path / "ref.parquet").read_bytes()
+    table = pq.read_table(tmp_path / "out.parquet")
+    np.testing.assert_allclose(np.stack(table.column("vector").to_numpy(zero_copy_only=False)),
+                               transform(model, X), atol=1e-5)
+    assert sorted(os.listdir(tmp_path)) == ["out.parquet", "ref.parquet", "x.npy"]
