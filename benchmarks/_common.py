@@ -1,9 +1,10 @@
-"""What the benchmark scripts share: a peak-memory probe.
+"""What the benchmark scripts share: a peak-memory probe and a table writer.
 
 The scripts run as ``python benchmarks/bench_*.py`` (this folder is then on ``sys.path``); the
 test suite's ``load_benchmark`` fixture puts it there too.
 """
 
+import csv
 import threading
 import time
 
@@ -42,3 +43,11 @@ class PeakRSS:
     def mib(self):
         """Peak above the start, in MiB."""
         return (self.peak - self.start) / 2**20
+
+
+def write_rows(path, rows):
+    """Write ``rows`` (dicts with the same keys) to the CSV file ``path``, a header first."""
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)

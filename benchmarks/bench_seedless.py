@@ -233,11 +233,10 @@ def figures(runs):
             if method != CEILING:
                 values["seconds"] = np.median([r["seconds"] for r in m])
                 values["seconds_max"] = max(r["seconds"] for r in m)
-                cpu = [r["cpu_seconds"] for r in m if r["cpu_seconds"] == r["cpu_seconds"]]
+                cpu = _cpu_seconds(m)
                 if cpu:  # runs from before the column have none
                     values["cpu_seconds"], values["cpu_seconds_max"] = np.median(cpu), max(cpu)
-                    won = [r["cpu_seconds"] for r in m if r["success"]
-                           and r["cpu_seconds"] == r["cpu_seconds"]]
+                    won = _cpu_seconds([r for r in m if r["success"]])
                     if won:
                         values["cpu_seconds_success_max"] = max(won)
                 loads = [float(r["load"]) for r in m if r.get("load") not in (None, "")]
@@ -249,9 +248,14 @@ def figures(runs):
     return out
 
 
+def _cpu_seconds(runs):
+    """CPU seconds of the runs that have them (runs from before the column hold NaN)."""
+    return [r["cpu_seconds"] for r in runs if not np.isnan(r["cpu_seconds"])]
+
+
 def _median_cpu(runs):
-    """Median CPU seconds of the runs that have them (runs from before the column: "")."""
-    cpu = [r["cpu_seconds"] for r in runs if r["cpu_seconds"] == r["cpu_seconds"]]
+    """Median CPU seconds of the runs that have them ("" where none has)."""
+    cpu = _cpu_seconds(runs)
     return round(float(np.median(cpu)), 1) if cpu else ""
 
 

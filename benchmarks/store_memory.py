@@ -26,7 +26,6 @@ every point with an fsync).
 """
 
 import argparse
-import csv
 import json
 import os
 import shutil
@@ -42,6 +41,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import store_backends as sb  # noqa: E402
+from _common import write_rows  # noqa: E402
 from bench_stores import make_model_and_rows, run_cli  # noqa: E402
 
 _HWM = """
@@ -168,10 +168,7 @@ def main():
         _close()
         shutil.rmtree(work, ignore_errors=True)
     if args.csv:
-        with open(args.csv, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
+        write_rows(args.csv, rows)
         print(f"wrote {args.csv}")
     print(json.dumps({r["step"]: r["peak_rss_mib"] for r in rows}))
 

@@ -10,7 +10,6 @@ rerun resumed at and the 1-minute load average. Every output is removed after it
 """
 
 import argparse
-import csv
 import os
 import re
 import shutil
@@ -23,6 +22,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import store_backends as sb  # noqa: E402
+from _common import write_rows  # noqa: E402
 from bench_stores import make_model_and_rows, run_cli, translate_cpu  # noqa: E402
 
 
@@ -65,10 +65,7 @@ def main():
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if args.csv:
-        with open(args.csv, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
+        write_rows(args.csv, rows)
         print(f"wrote {args.csv}")
 
 
