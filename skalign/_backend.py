@@ -263,26 +263,55 @@ def apply_in_batches_numpy(fn, X, *, batch_size=None, n_outputs=None, out_dtype=
     return out
 
 
+def _affine_parts(W, mean_in, mean_out, normalize_in, scale_out):
+    r"""The map's parts with the output scale folded in: ``(m_in, sW, s·m_out, c)``, float64.
+
+    :math:`s\,((c\,b / \lVert b \rVert - m_\text{in}) W + m_\text{out})
+    = (b \cdot \tfrac{c}{\lVert b \rVert} - m_\text{in})(sW) + s\,m_\text{out}` for a row
+    :math:`b`: the normalisation is one factor per row and the scale moves into the weights and
+    the bias, so a batch costs two passes over its input, one matrix product and one pass over the
+    output. The input is still centred before the product: folding :math:`m_\text{in} W` into
+    the bias as well would subtract two large terms in float32 where the embeddings sit far
+    from the origin.
+    """
+    W, mi, mo = (np.asarray(A, dtype=np.float64) for A in (W, mean_in, mean_out))
+    s = 1.0 if scale_out is None else float(scale_out)
+    return (mi if np.any(mi) else None), s * W, s * mo, normalize_in
+
+
+def _row_factor(norms, c, tiny, big):
+    """``c / max(norm, tiny)`` per row, capped at ``big`` so a zero row times it stays zero."""
+    with np.errstate(over="ignore"):
+        return np.minimum(c / np.maximum(norms, tiny), big)
+
+
 def affine_fn(W, mean_in, mean_out, device, dtype=None, *, normalize_in=None, scale_out=None):
     """A batch function ``B ↦ s · ((n(B) − mean_in) W + mean_out)``, operands moved once.
 
     ``W``, ``mean_in`` and ``mean_out`` are the fitted numpy arrays; used by every aligner whose
     ``transform`` is an affine map. ``n`` L2-normalises each row and multiplies it by
     ``normalize_in`` when that is a number (zero rows stay zero, as in :func:`row_normalize`);
-    ``s`` is ``scale_out`` (1 when ``None``).
+    ``s`` is ``scale_out`` (1 when ``None``), folded into the weights (see ``_affine_parts``).
     ``dtype`` (default float32) is the dtype of the batches it will be given.
     :func:`affine_numpy_fn` is the same map in numpy.
     """
     import torch
 
     dtype = torch.float32 if dtype is None else dtype
-    W, mi, mo = (to_tensor(A, device, dtype) for A in (W, mean_in, mean_out))
+    mi, Ws, bias, c = _affine_parts(W, mean_in, mean_out, normalize_in, scale_out)
+    Ws, bias = to_tensor(Ws, device, dtype), to_tensor(bias, device, dtype)
+    mi = None if mi is None else to_tensor(mi, device, dtype)
+    info = torch.finfo(dtype)
 
     def fn(B):
-        if normalize_in is not None:
-            B = row_normalize(B) if normalize_in == 1 else row_normalize(B) * normalize_in
-        out = torch.addmm(mo, B - mi, W)
-        return out if scale_out is None else out * scale_out
+        if c is not None:
+            norms = torch.linalg.vector_norm(B, dim=-1, keepdim=True)
+            B = B * (float(c) / norms.clamp_min(info.tiny)).clamp_max(info.max)
+            if mi is not None:
+                B -= mi
+        elif mi is not None:
+            B = B - mi
+        return torch.addmm(bias, B, Ws)
 
     return fn
 
@@ -297,16 +326,21 @@ def affine_numpy_fn(W, mean_in, mean_out, dtype=np.float32, *, normalize_in=None
                     scale_out=None):
     """:func:`affine_fn` in numpy, computing in ``dtype``: the CPU path of a fitted affine map
     applied to numpy rows, which therefore never imports torch."""
-    W, mi, mo = (np.asarray(A, dtype=dtype) for A in (W, mean_in, mean_out))
+    mi, Ws, bias, c = _affine_parts(W, mean_in, mean_out, normalize_in, scale_out)
+    mi, Ws, bias = (None if A is None else A.astype(dtype) for A in (mi, Ws, bias))
+    info = np.finfo(dtype)
 
     def fn(B):
-        if normalize_in is not None:
-            B = row_normalize_numpy(B)
-            if normalize_in != 1:
-                B *= B.dtype.type(normalize_in)
-        out = (B - mi) @ W
-        out += mo
-        return out if scale_out is None else out * out.dtype.type(scale_out)
+        if c is not None:
+            norms = np.sqrt(np.einsum("ij,ij->i", B, B))[:, None]
+            B = B * _row_factor(norms, B.dtype.type(c), info.tiny, info.max)
+            if mi is not None:
+                B -= mi
+        elif mi is not None:
+            B = B - mi
+        out = B @ Ws
+        out += bias
+        return out
 
     return fn
 
