@@ -159,6 +159,25 @@ class Reader:
         others = {n: v for n, v in p.vector.items() if n != self.vector} if self.vector else {}
         return {"id": p.id, "payload": p.payload, "vectors": others}
 
+    def take(self, positions, batch_size):
+        """Points at ``positions`` (sorted) in id order: their ids scrolled up to the last one
+        (ids only), then the points retrieved."""
+        ids, offset = [], None
+        while len(ids) <= positions[-1]:
+            points, offset = self.client.scroll(
+                self.address.name, limit=max(batch_size, 1), offset=offset, with_payload=False,
+                with_vectors=False)
+            ids += [p.id for p in points]
+            if offset is None or not points:
+                break
+        got = {p.id: p for p in self.client.retrieve(
+            self.address.name, ids=[ids[pos] for pos in positions], with_payload=True,
+            with_vectors=True)}
+        points = [got[ids[pos]] for pos in positions]
+        vectors = np.asarray([self._vec(p) for p in points], dtype=np.float32)
+        vectors = unit_rows(vectors) if self.cosine else vectors
+        return list(vectors), [self.row(points, k) for k in range(len(points))]
+
     def read_all(self):
         parts = [v for v, _, _ in self.batches(4096)]
         return np.concatenate(parts) if parts else np.empty((0, self.dim), np.float32)
