@@ -19,7 +19,10 @@ it as a pristine copy, and runs each step in a fresh process on a fresh copy of 
   0.2 s, with ``VmRSS``/``VmHWM`` at the end of the open and of every 8th batch.
 
 The folder lives under ``--workdir`` (``/dev/shm`` is fastest: the local mode commits every
-point with an fsync; the resident set does not depend on the file system). Peak in MiB.
+point with an fsync; the resident set does not depend on the file system). Memory in MiB.
+``--csv PATH`` writes one row per step and, beside it, ``<PATH stem>_figures.csv``: the same
+numbers as ``key,value`` (``STEP_KEY``; ``open_source_mib``: the source's 384-d vectors as the
+client holds them) for the user guide's ``:fig:`` roles.
 """
 
 import argparse
@@ -128,13 +131,13 @@ def run_step(step, pristine, work, model):
     return json.loads(out.stdout.split("RESULT", 1)[1])
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("rows", type=float)
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--csv", default=None)
     ap.add_argument("--steps", default=",".join(STEPS))
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     import store_backends as sb
     from _common import write_rows
     from bench_stores import make_model_and_rows
@@ -154,9 +157,7 @@ def main():
         for step in args.steps.split(","):
             got = run_step(step, work / "qdrant", work, model_path)
             print(step, json.dumps(got), flush=True)
-            rows.append({"step": step, "rows": n, "load_1min": round(os.getloadavg()[0], 2),
-                         **{k: (round(v, 1) if isinstance(v, float) else json.dumps(v))
-                            for k, v in got.items()}})
+            rows.append(table_row(step, n, os.getloadavg()[0], got))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if args.csv:
@@ -164,7 +165,43 @@ def main():
         for r in rows:
             keys += [k for k in r if k not in keys]
         write_rows(args.csv, [{k: r.get(k, "") for k in keys} for r in rows])
-        print(f"wrote {args.csv}")
+        print(f"wrote {args.csv} and {write_figures(args.csv)}")
+    return rows
+
+
+def table_row(step, n, load, got):
+    """One row of the table: numbers rounded, the marks as ``WHEN RSS/HWM; ...``."""
+    row = {"step": step, "rows": n, "load_1min": round(load, 2)}
+    for key, value in got.items():
+        if key == "marks":
+            row["rss_hwm_mib_at"] = "; ".join(f"{w} {r:.0f}/{h:.0f}" for w, r, h in value)
+        elif key == "source_vectors":
+            shape, dtype, mib = value["text"]
+            row["source_dtype"], row["source_mib"] = dtype, round(mib, 1)
+        else:
+            row[key] = round(value, 1) if isinstance(value, float) else value
+    return row
+
+
+def write_figures(table):
+    """The numbers of the table ``table`` as a ``key,value`` file beside it; its path."""
+    import csv
+
+    from _common import write_rows
+
+    figures = []
+    with open(table, newline="") as f:
+        for row in csv.DictReader(f):
+            for key, value in row.items():
+                try:
+                    number = float(value)
+                except ValueError:  # words, the marks, or a step without this column
+                    continue
+                if key not in ("rows", "load_1min"):
+                    figures.append({"key": f"{row['step']}_{key}", "value": number})
+    path = Path(table).with_name(Path(table).stem + "_figures.csv")
+    write_rows(path, figures)
+    return path
 
 
 if __name__ == "__main__":
