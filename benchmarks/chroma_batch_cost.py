@@ -1,11 +1,13 @@
 """CPU seconds of Chroma's ``get`` and ``add`` by batch size: whether the 1,024-row batches
 ``skalign translate`` uses for Chroma (for memory) cost throughput against larger ones.
 
-``python benchmarks/chroma_batch_cost.py [ROWS]`` (default 10,000) makes a collection of ROWS
-384-d clustered vectors in a temporary folder, reads it with ``get`` (vectors, documents,
-metadata) in pages of 1,024 and 8,192 rows, and ``add``s ROWS 768-d vectors to new collections
-in batches of 1,024 and 5,461 (Chroma's largest batch here), printing the CPU seconds
-(``time.process_time``, all threads) of each.
+``python benchmarks/chroma_batch_cost.py [ROWS] [--reads-only]`` (default 10,000) makes a
+collection of ROWS 384-d clustered vectors in a temporary folder, reads it with ``get``
+(vectors, documents, metadata) in pages of 1,024 and 8,192 rows (and one page of each at the
+first, middle and last offset, three times: a ``get`` with an ``offset`` skips the rows before
+it one by one, so small pages over a large collection cost more), and ``add``s ROWS 768-d
+vectors to new collections in batches of 1,024 and 5,461 (Chroma's largest batch here; not with
+``--reads-only``), printing the CPU seconds (``time.process_time``, all threads) of each.
 """
 
 import shutil
@@ -19,7 +21,8 @@ import numpy as np
 def main():
     import chromadb
 
-    n = int(float(sys.argv[1])) if len(sys.argv) > 1 else 10_000
+    args = [a for a in sys.argv[1:] if a != "--reads-only"]
+    n = int(float(args[0])) if args else 10_000
     folder = tempfile.mkdtemp(prefix="chroma-batch-cost-")
     try:
         client = chromadb.PersistentClient(path=folder)
@@ -37,6 +40,16 @@ def main():
                 src.get(limit=batch, offset=lo, include=["embeddings", "documents", "metadatas"])
             print(f"get {n} rows in pages of {batch}: {time.process_time() - t0:.2f} s CPU",
                   flush=True)
+        for batch in (1024, 8192):
+            for lo in (0, n // 2, max(0, n - batch)):
+                t0 = time.process_time()
+                for _ in range(3):
+                    src.get(limit=batch, offset=lo, include=["embeddings", "documents",
+                                                             "metadatas"])
+                print(f"get a page of {batch} at offset {lo}: "
+                      f"{(time.process_time() - t0) / 3 * 1000:.0f} ms CPU", flush=True)
+        if "--reads-only" in sys.argv:
+            return
         Y = np.concatenate([X, X], axis=1)
         for batch in (1024, 5461):
             col = client.create_collection(f"out{batch}", metadata={"hnsw:space": "cosine"},

@@ -231,6 +231,10 @@ class _NpyReader:
             yield window, None, None
             del window
 
+    def take(self, positions, batch_size):
+        """Rows at ``positions`` (sorted): their vectors, and no other fields."""
+        return np.array(self._mm[positions]), [None] * len(positions)
+
     def read_all(self):
         return self._mm
 
@@ -313,6 +317,37 @@ class _ParquetReader:
         out.pop(self.column)
         return out
 
+    def _groups(self):
+        """``(first row, rows, file, shard path, row group)`` of every row group, in order."""
+        seen = 0
+        for (p, _), f in zip(self.shards, self._files):
+            for g in range(f.num_row_groups):
+                n = f.metadata.row_group(g).num_rows
+                yield seen, n, f, p, g
+                seen += n
+
+    def take(self, positions, batch_size):
+        """Rows at ``positions`` (sorted): vectors and fields, each row group holding some read
+        a batch at a time from its start up to the last row asked for (Parquet cannot seek
+        inside a row group: at worst the rows a crashed run committed are decoded once more, a
+        few per cent of a translation's time)."""
+        vectors, rows = {}, {}
+        for lo, n, f, p, g in self._groups():
+            inside = [pos - lo for pos in positions if lo <= pos < lo + n]
+            if not inside:
+                continue
+            idx, at = f.schema_arrow.get_field_index(self.column), 0
+            for rb in f.iter_batches(batch_size=batch_size, row_groups=[g]):
+                ks = [k - at for k in inside if at <= k < at + rb.num_rows]
+                if ks:
+                    vecs = arrow_vectors(self._pa, rb.column(idx), self.dim, p, self.column)
+                    for k in ks:
+                        vectors[lo + at + k], rows[lo + at + k] = vecs[k], self.row(rb, k)
+                at += rb.num_rows
+                if at > inside[-1]:
+                    break
+        return [vectors[pos] for pos in positions], [rows[pos] for pos in positions]
+
     def read_all(self):
         parts = [v for v, _, _ in self.batches(65536)]
         if not parts:
@@ -368,6 +403,18 @@ class _LanceReader:
         out = rb.slice(k, 1).to_pylist()[0]
         out.pop(self.column)
         return out
+
+    def take(self, positions, batch_size):
+        """Rows at ``positions``: vectors and fields (one at a time: ``take_offsets`` does not
+        promise the order of several)."""
+        vectors, rows = [], []
+        for pos in positions:
+            rb = self._table.take_offsets([int(pos)]).to_arrow().to_batches()[0]
+            idx = rb.schema.get_field_index(self.column)
+            vectors.append(arrow_vectors(self._pa, rb.column(idx), self.dim, self.path,
+                                         self.column)[0])
+            rows.append(self.row(rb, 0))
+        return vectors, rows
 
     def read_all(self):
         parts = [v for v, _, _ in self.batches(65536)]
@@ -891,44 +938,67 @@ def prepare_translation(model, src, dst, *, column=None, batch_size=None, replac
     return job
 
 
-#: rows re-translated and compared with the output before it is published: ``SAMPLE_ROWS``
-#: rows of each of at most ``N_VERIFY // SAMPLE_ROWS`` batches spread over the store, so a store
-#: read back a row group (a batch) at a time is read in a few places only
+#: The verification sample: rows translated again from the source and compared with the output
+#: before it is published, ``SAMPLE_ROWS`` consecutive rows in each of ``N_VERIFY //
+#: SAMPLE_ROWS`` windows, one in each quarter of the store. Drawn from the whole output: rows a
+#: crashed run committed are read back from the source (``reader.take``), the rows this run
+#: translates are kept as they stream by. The same rows on every run over the same store.
 N_VERIFY = 32
 SAMPLE_ROWS = 8
 
 
-def _sample_rows(reader, rb, vectors, start, positions, sources, rows):
-    rng = np.random.default_rng(start)  # anywhere in the batch, the same on every run
-    ks = np.sort(rng.choice(len(vectors), size=min(SAMPLE_ROWS, len(vectors)), replace=False))
-    positions.append([start + int(k) for k in ks])
-    sources.append(np.array(vectors[ks]))
-    rows.append([reader.row(rb, int(k)) if hasattr(reader, "row") and rb is not None else None
-                 for k in ks])
-    if len(positions) > N_VERIFY // SAMPLE_ROWS:  # keep an even spread over the store
-        del positions[1::2], sources[1::2], rows[1::2]
+def verification_positions(reader, batch_size):
+    """The sorted row positions the verification samples: ``SAMPLE_ROWS`` consecutive rows at
+    a seeded place in each quarter of the store (all rows of a store of at most ``N_VERIFY``)."""
+    n = reader.n_rows
+    windows = N_VERIFY // SAMPLE_ROWS
+    rng = np.random.default_rng(n)  # fixed per store: the same rows on every run
+    picked = []
+    for w in range(windows):
+        a, b = w * n // windows, (w + 1) * n // windows
+        if b > a:
+            s = a + int(rng.integers(0, max(1, b - a - SAMPLE_ROWS + 1)))
+            picked.extend(range(s, min(s + SAMPLE_ROWS, b)))
+    return picked
 
 
-def _verify(job, writer, model, n, positions, sources, rows):
+def _keep_sample(reader, rb, vectors, start, sample, kept):
+    """Keep the sampled rows of a batch this run translates: source vector and fields."""
+    lo, hi = np.searchsorted(sample, [start, start + len(vectors)])
+    for pos in sample[lo:hi]:
+        k = pos - start
+        row = reader.row(rb, k) if hasattr(reader, "row") and rb is not None else None
+        kept[pos] = (np.array(vectors[k]), row)
+
+
+def _verify(job, writer, model, n, sample, kept):
     where = display(job.dst)
     if n != job.reader.n_rows:
         raise StoreError(f"{where}: verification failed: {n} rows written, the input has "
                          f"{job.reader.n_rows}; run the same command again.")
-    if not positions:
+    if not sample:
         return
-    positions = [p for group in positions for p in group]
-    rows = [r for group in rows for r in group]
-    got, got_rows = writer.fetch(positions, rows)
-    want = np.asarray(model.transform(np.concatenate(sources)), dtype=np.float32)
+    earlier = [p for p in sample if p not in kept]  # committed by a crashed run: read back
+    if earlier:
+        vectors, rows = job.reader.take(earlier, job.batch_size)
+        kept.update((p, (v, r)) for p, v, r in zip(earlier, vectors, rows))
+    sources = np.stack([kept[p][0] for p in sample])
+    rows = [kept[p][1] for p in sample]
+    got, got_rows = writer.fetch(sample, rows)
+    want = np.asarray(model.transform(sources), dtype=np.float32)
     if getattr(writer, "normalizes", False):  # cosine engines keep directions: compare those
         want = want / np.maximum(np.linalg.norm(want, axis=1, keepdims=True), 1e-30)
         got = got / np.maximum(np.linalg.norm(got, axis=1, keepdims=True), 1e-30)
     scale = np.maximum(1.0, np.abs(want).max(axis=1, keepdims=True))
-    if got.shape != want.shape or not np.all(np.abs(got - want) <= 1e-5 * scale + 1e-6):
+    close = np.abs(got - want) <= 1e-5 * scale + 1e-6 if got.shape == want.shape else None
+    if close is None or not close.all():
+        bad = sample[int(np.flatnonzero(~close.all(axis=1))[0])] if close is not None else None
+        at = f" (row {bad} among them)" if bad is not None else ""
         raise StoreError(f"{where}: verification failed: sampled rows differ from the model's "
-                         "translation; the output was not published. Run the command again.")
+                         f"translation{at}; the output was not published and its shadow was "
+                         "removed. Run the command again.")
     if got_rows is not None:
-        for pos, a, b in zip(positions, rows, got_rows):
+        for pos, a, b in zip(sample, rows, got_rows):
             if a is not None and {k: v for k, v in b.items() if k != job.out_column} != a:
                 raise StoreError(f"{where}: verification failed: row {pos} lost its id or "
                                  "fields; the output was not published.")
@@ -996,8 +1066,9 @@ def translate_store(model, src, dst, *, column=None, batch_size=None, progress=F
     """Stream the store ``src`` through ``model.transform`` into ``dst``; return the row count.
 
     The output is written in the shadow (a temporary file, table or collection), committed batch
-    by batch, verified (row count; a sample of rows translated again and compared together with
-    their ids and other fields) and only then published under its name. The same call after a
+    by batch, verified (row count; the rows of :func:`verification_positions`, rows a crashed
+    run committed included, translated again from the input and compared together with their
+    ids and other fields) and only then published under its name. The same call after a
     crash resumes from the last committed batch; a second concurrent call on the same output
     fails at once. See :func:`skalign.io.translate` for the formats and guarantees.
     """
@@ -1014,19 +1085,19 @@ def translate_store(model, src, dst, *, column=None, batch_size=None, progress=F
         bar = _progress(reader.n_rows, progress, f"{name(job.src)} -> {name(job.dst)}")
         if bar is not None and start:
             bar.update(start)
-        positions, sources, rows = [], [], []
+        sample, kept = verification_positions(reader, batch_size), {}
         behind = _WriteBehind(writer.write_unit, getattr(writer, "pipelined", False))
         try:
             for vectors, rb, shard in reader.batches(batch_size, start):
                 out = _translate_batch(model, display(job.src), vectors, start)
-                _sample_rows(reader, rb, vectors, start, positions, sources, rows)
+                _keep_sample(reader, rb, vectors, start, sample, kept)
                 behind.submit(out, rb, shard, start)
                 start += len(vectors)
                 if bar is not None:
                     bar.update(len(vectors))
             behind.wait()
             n = writer.finish()
-            _verify(job, writer, model, n, positions, sources, rows)
+            _verify(job, writer, model, n, sample, kept)
             backup = writer.publish(replace)
         except StoreError:
             behind.close()

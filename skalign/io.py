@@ -276,7 +276,8 @@ def translate(model, input, output, *, column=None, batch_size=None, progress=Fa
     The input is never modified. The output is written in the shadow — a hidden file or folder
     next to it, a ``…_skalign_partial`` table or collection — committed as it goes (each
     batch in a database or LanceDB; about every second, fsynced, in the other files),
-    verified (row count; a sample of rows translated again and compared, with their ids and
+    verified (row count; a sample of 32 rows from the whole output, rows a crashed run
+    committed included, translated again from the input and compared, with their ids and
     fields) and only then published under its name. After a crash (even SIGKILL) the same call
     resumes from the last committed batch and removes what the crashed run left; a second call
     writing the same output at the same time fails at once. On bad data (NaN rows, a ragged

@@ -20,6 +20,24 @@ def _docs(n):
     return [f"document {i}" for i in range(n)]
 
 
+def _patch_vector(files, vector):
+    """Overwrite the one stored copy of ``vector`` (float32 bytes) in ``files`` with
+    ``vector + 1``: a committed row corrupted on disk, behind the engine's back."""
+    needle = np.asarray(vector, "<f4").tobytes()
+    hits = []
+    for f in files:
+        data = Path(f).read_bytes()
+        at = data.find(needle)
+        while at >= 0:
+            hits.append((f, at))
+            at = data.find(needle, at + 1)
+    assert len(hits) == 1, hits
+    f, at = hits[0]
+    with open(f, "r+b") as fh:
+        fh.seek(at)
+        fh.write((np.asarray(vector, "<f4") + 1).tobytes())
+
+
 class Npy:
     name = "npy"
 
@@ -40,6 +58,12 @@ class Npy:
     def bulk_load(self, root, ids, V):
         np.save(root / "bulk.npy", V)
         (root / "bulk.npy").unlink()
+
+    def corrupt_shadow(self, root, position, name="out"):
+        """Change row ``position`` of the shadow output a crashed run left."""
+        mm = np.load(root / f".{name}.npy.skalign-partial.npy", mmap_mode="r+")
+        mm[position] += 1
+        mm.flush()
 
 
 class Parquet:
@@ -81,6 +105,32 @@ class Parquet:
         pq.write_table(pa.table({"id": ids, "doc": _docs(len(ids)), "emb": emb}),
                        root / "bulk.parquet")
         (root / "bulk.parquet").unlink()
+
+    def corrupt_shadow(self, root, position, name="out"):
+        """Change row ``position`` of the shadow output a crashed run left: found through its
+        journal (a file: the committed batches' byte ranges; a folder: its committed parts)."""
+        import json
+
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        stem = name if self.folder else f"{name}.parquet"
+        state = json.loads((root / f".{stem}.skalign-journal").read_text())
+        if self.folder:
+            shadow = root / f".{stem}.skalign-partial"
+            units = [(shadow / part, rows) for part, rows in state["parts"]]
+            read = lambda u: pq.read_table(u[0])  # noqa: E731
+        else:
+            shadow = root / f".{stem}.skalign-partial.parquet"
+            data = shadow.read_bytes()
+            units = [((s, e), rows) for s, e, rows in state["units"]]
+            read = lambda u: pq.read_table(pa.BufferReader(data[u[0][0]:u[0][1]]))  # noqa: E731
+        for unit in units:
+            if position < unit[1]:
+                vector = read(unit)["emb"][position].values.to_numpy()
+                return _patch_vector([unit[0] if self.folder else shadow], vector)
+            position -= unit[1]
+        raise AssertionError("row not committed")
 
 
 class ParquetDir(Parquet):
@@ -126,6 +176,14 @@ class Lance(Parquet):
         db.create_table("bulk", data=pa.table({"id": ids, "doc": _docs(len(ids)), "emb": emb}))
         shutil.rmtree(root / "bulkdb")
 
+    def corrupt_shadow(self, root, position, name="out"):
+        import lancedb
+
+        table = lancedb.connect(root / "db").open_table(f"{name}-skalign-partial")
+        vector = table.take_offsets([position]).to_arrow()["emb"][0].values.to_numpy()
+        _patch_vector(sorted((root / "db" / f"{name}-skalign-partial.lance").rglob("*.lance")),
+                      vector)
+
 
 class Faiss:
     name = "faiss"
@@ -160,6 +218,15 @@ class Faiss:
         index.add_with_ids(np.ascontiguousarray(V, np.float32), ids)
         faiss.write_index(index, str(root / "bulk.faiss"))
         (root / "bulk.faiss").unlink()
+
+    def corrupt_shadow(self, root, position, name="out"):
+        import faiss
+
+        shadow = root / f".{name}.faiss.skalign-partial.faiss"
+        index = faiss.read_index(str(shadow), faiss.IO_FLAG_MMAP_IFC)
+        vector = faiss.downcast_index(index.index).reconstruct(position)
+        del index
+        _patch_vector([shadow], vector)
 
 
 class Chroma:
@@ -211,6 +278,16 @@ class Chroma:
             col.add(ids=[f"id{i:07d}" for i in ids[lo:lo + 4096]], embeddings=V[lo:lo + 4096],
                     documents=_docs(len(ids))[lo:lo + 4096])
         client.delete_collection("bulk")
+
+    def corrupt_shadow(self, root, position, name="out"):
+        """Change the record of source row ``position`` in the shadow collection."""
+        client = self._client(root)
+        (shadow,) = [c.name for c in client.list_collections()
+                     if c.name.startswith(f"{name}_skalign_")]
+        col = client.get_collection(shadow, embedding_function=None)
+        key = f"id{position:07d}"
+        vector = np.asarray(col.get(ids=[key], include=["embeddings"])["embeddings"][0])
+        col.update(ids=[key], embeddings=[vector + 1])
 
 
 class Qdrant:
@@ -274,6 +351,18 @@ class Qdrant:
                 payloads=[{"doc": f"document {i}"} for i in ids[lo:lo + 1024]]))
         c.delete_collection("bulk")
 
+    def corrupt_shadow(self, root, position, name="out"):
+        """Change the point of source row ``position`` in the shadow collection."""
+        from qdrant_client import models
+
+        c = self._client(root)
+        (shadow,) = [x.name for x in c.get_collections().collections
+                     if x.name.startswith(f"{name}_skalign_")]
+        (point,) = c.retrieve(shadow, ids=[position], with_payload=True, with_vectors=True)
+        vectors = dict(point.vector, text=(np.asarray(point.vector["text"]) + 1).tolist())
+        c.upsert(shadow, points=[models.PointStruct(id=point.id, vector=vectors,
+                                                    payload=point.payload)])
+
 
 class PgVector:
     """Needs ``base``: a libpq URI of a database with the vector extension."""
@@ -334,6 +423,17 @@ class PgVector:
                 for i, v in zip(ids, V):
                     copy.write_row([int(i), f"document {i}", Jsonb({"k": int(i)}), v])
             conn.execute("DROP TABLE bulk")
+
+    def corrupt_shadow(self, root, position, name="out"):
+        """Change the row of source row ``position`` in the shadow table."""
+        with self._conn() as conn:
+            (table,) = [r[0] for r in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND "
+                "starts_with(tablename, %s)", (f"{name}_skalign_",)).fetchall()]
+            (vector,) = conn.execute(f"SELECT emb FROM {table} WHERE id = %s",
+                                     (position * 3 + 1,)).fetchone()
+            conn.execute(f"UPDATE {table} SET emb = %s WHERE id = %s",
+                         (vector.to_numpy() + 1, position * 3 + 1))
 
     def reset(self):
         with self._conn() as conn:

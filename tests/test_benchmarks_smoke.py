@@ -81,3 +81,21 @@ def test_bench_small_lapack_runs(load_benchmark):
     assert one == {"svd 128 x 128": 1, "svd 384 x 768": 2, "eigh 384 x 384": 2,
                    "eigh 768 x 768": 2, "svd 2000 x 384": 2}
     assert all(r["threads_ms"] > 0 and r["small_lapack_ms"] > 0 for r in rows)
+
+
+def test_qdrant_local_memory_runs(load_benchmark, tmp_path):
+    """``qdrant_local_memory.py`` reads what qdrant-client's local mode holds and patches
+    skalign's Qdrant connector: a change of either shows up here, on a tiny folder."""
+    pytest.importorskip("qdrant_client")
+    import csv
+
+    module = load_benchmark("qdrant_local_memory")
+    rows = module.main(["100", "--steps", "open,translate", "--csv", str(tmp_path / "q.csv")])
+    by = {r["step"]: r for r in rows}
+    assert by["open"]["source_dtype"] in ("float32", "float64")
+    assert by["open"]["open_hwm"] >= by["open"]["import_hwm"] > 0
+    assert by["translate"]["status"] == 0 and by["translate"]["peak_hwm"] > 0
+    assert "open" in by["translate"]["rss_hwm_mib_at"]
+    with open(tmp_path / "q_figures.csv", newline="") as f:
+        keys = {r["key"] for r in csv.DictReader(f)}
+    assert {"open_open_hwm", "open_source_mib", "translate_peak_hwm", "translate_cpu_s"} <= keys

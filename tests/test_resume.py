@@ -163,6 +163,69 @@ def test_sigkill_then_same_command_resumes_to_an_identical_result(tmp_path, back
         assert "alias out" in inventory
 
 
+def _translate_child_stderr(argv, conn):
+    """:func:`_translate_child`, its final message with what the command printed to stderr."""
+    import contextlib
+    import io
+
+    err = io.StringIO()
+
+    class Relay:
+        def send(self, msg):
+            conn.send(msg + (err.getvalue(),) if msg[0] == "done" else msg)
+
+    with contextlib.redirect_stderr(err):
+        _translate_child(argv, Relay())
+
+
+def _sample(address, batch_size):
+    from skalign._stores import open_reader, verification_positions
+
+    return verification_positions(open_reader(address), batch_size)
+
+
+def _corrupt(backend, root, position):
+    return backend.corrupt_shadow(root, position)
+
+
+def test_resumed_run_verifies_rows_the_crashed_run_committed(tmp_path, backend):
+    """Killed as it translates its last batch, the run leaves every row but the last batches
+    committed; one of them, in the verification's sample, is then changed in the shadow. The
+    rerun translates only the last batches, yet reads the sampled committed rows back from the
+    input, translates them again and refuses to publish: exit status 2, one line naming the
+    output and the row, and nothing left (no output, no shadow, journal or lock)."""
+    from skalign._stores import N_VERIFY
+
+    rng = np.random.default_rng(21)
+    n, batch = (120, 10) if backend.name == "qdrant" else (600, 60)
+    X = rng.normal(size=(n, 16)).astype(np.float32)
+    model = ProcrustesAligner().fit(X[:100], rng.normal(size=(100, 24)))
+    path = str(save(model, tmp_path / "m.skops"))
+    src = call(_make, backend, tmp_path, X)
+    out = backend.output(tmp_path, "out")
+    opts = ["--batch-size", str(batch), "--quiet"]
+    n_batches = n // batch
+    assert in_child(_translate_child, ["translate", path, src, out] + opts,
+                    kill_at_batch=n_batches) is None
+    sample = call(_sample, src, batch)
+    assert len(sample) == N_VERIFY
+    # the sample's first window lies in the first quarter: committed by the crashed run (a kill
+    # as the last batch is translated loses it and, written behind it, the one before)
+    position = sample[0]
+    assert position < (n_batches - 2) * batch
+    call(_corrupt, backend, tmp_path, position)
+    status, rows, err = in_child(_translate_child_stderr, ["translate", path, src, out] + opts)
+    assert status == 2
+    assert rows <= 2 * batch  # resumed: the committed rows were not translated again
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "verification failed: sampled rows differ from the model's translation (row " \
+        f"{position} among them); the output was not published" in lines[0]
+    inventory = call(_inventory, backend, tmp_path)
+    assert [x for x in inventory if any(w in x for w in ("out", "partial", "journal", "lock",
+                                                          ".tmp-"))] == []
+
+
 def _wait_for(predicate, timeout=60):
     t0 = time.perf_counter()
     while not predicate():

@@ -12,8 +12,9 @@ Addresses (what ``skalign translate`` accepts besides file paths):
 
 Each engine's module (imported only when its address is used) gives a reader with the protocol
 of the file readers (``n_rows``, ``dim``, ``dtype``, ``column``, ``batches(batch_size, start)``,
-``row(rows, k)``, ``read_all()``) and a shadow writer with that of the file writers (``lock``,
-``exists``, ``begin``, ``write_unit``, ``finish``, ``fetch``, ``publish``, ``discard``).
+``row(rows, k)``, ``take(positions, batch_size)``: rows read back for the verification,
+``read_all()``) and a shadow writer with that of the file writers (``lock``, ``exists``,
+``begin``, ``write_unit``, ``finish``, ``fetch``, ``publish``, ``discard``).
 """
 
 from __future__ import annotations

@@ -83,6 +83,19 @@ class Reader:
         return {"id": got["ids"][k], "document": got["documents"][k],
                 "metadata": got["metadatas"][k]}
 
+    def take(self, positions, batch_size):
+        """Records at ``positions`` (sorted): one ``get`` per run of consecutive positions."""
+        vectors, rows, k = [], [], 0
+        while k < len(positions):
+            j = k + 1
+            while j < len(positions) and positions[j] == positions[j - 1] + 1:
+                j += 1
+            got = self.collection.get(limit=j - k, offset=int(positions[k]), include=_INCLUDE)
+            vectors += list(np.asarray(got["embeddings"], dtype=np.float32))
+            rows += [self.row(got, i) for i in range(len(got["ids"]))]
+            k = j
+        return vectors, rows
+
     def read_all(self):
         parts = [v for v, _, _ in self.batches(4096)]
         return np.concatenate(parts) if parts else np.empty((0, self.dim), np.float32)

@@ -124,6 +124,11 @@ class Reader:
         pos = rows["start"] + k
         return {"id": int(self.ids[pos]) if self.ids is not None else pos}
 
+    def take(self, positions, batch_size):
+        """Rows at ``positions``: vectors (reconstructed) and ids."""
+        vectors = [self._inner.reconstruct(int(pos)) for pos in positions]
+        return vectors, [self.row({"start": int(pos), "n": 1}, 0) for pos in positions]
+
     def read_all(self):
         return self._inner.reconstruct_n(0, self.n_rows) if self.n_rows else np.empty(
             (0, self.dim), np.float32)

@@ -264,6 +264,18 @@ class Reader:
             k = 0
         return {n: v for i, (n, v) in enumerate(zip(self.names, rows[k])) if i != self.vindex}
 
+    def take(self, positions, batch_size):
+        """Rows at ``positions`` in the read order, decoded as :meth:`row` decodes them."""
+        from psycopg import sql
+
+        query = sql.SQL("SELECT {} FROM {} ORDER BY {} OFFSET %s LIMIT 1").format(
+            sql.SQL(", ").join(sql.Identifier(n) for n in self.names),
+            _ident(self.address.name), self.order_by())
+        cur = self.conn.cursor(binary=True)
+        got = [cur.execute(query, (int(pos),)).fetchone() for pos in positions]
+        return list(_stack([r[self.vindex] for r in got])), [self.row(got, k)
+                                                               for k in range(len(got))]
+
     def _decode(self, raw, k):
         from psycopg.pq import Format
 
