@@ -112,7 +112,9 @@ class AnchorBootstrapper(BaseAligner):
       components of each pool: the orthogonal map is fitted on every candidate pair weighted by
       the softmax (temperature 0.02 on the start scores, 0.05 after) of its CSLS score, the
       scores are recomputed under the map, until the objective stalls (a weak start, 1–2 % of
-      rows paired right, takes off where hard pairs stay stuck). Its mutual CSLS pairs are the
+      rows paired right, takes off where hard pairs stay stuck); its steps are over-relaxed
+      (taken three times as far while they keep their direction), which shortens the slow
+      climb before the take-off. Its mutual CSLS pairs are the
       first pseudo-pairs of the self-learning with stochastic dictionary induction [2]_: fit the
       orthogonal map on the pseudo-pairs (seeds weighted 5×), re-pair all rows by CSLS with each
       score kept with probability :math:`p` (0.5, doubled whenever the objective stalls for 3

@@ -45,7 +45,14 @@ import torch
 
 from ._backend import polar
 
-__all__ = ["SOFT_SCHEDULE", "csls_scores", "orthogonal_map", "self_learn", "soft_self_learn"]
+__all__ = [
+    "SOFT_EXTRAPOLATION",
+    "SOFT_SCHEDULE",
+    "csls_scores",
+    "orthogonal_map",
+    "self_learn",
+    "soft_self_learn",
+]
 
 _DROPPED = -1e4
 
@@ -54,6 +61,15 @@ _DROPPED = -1e4
 #: earlier version: it succeeds on most draws of the development data, and explores differently
 #: where the first stalls); the third is the first on fewer, stronger directions.
 SOFT_SCHEDULE = ((128, 0.02, 0.05), (128, 0.05, 0.1), (64, 0.02, 0.05))
+
+#: Over-relaxation of the soft self-learning's steps (:func:`soft_self_learn`): a step goes
+#: ``1 + SOFT_EXTRAPOLATION`` times as far as the plain iteration's, while successive steps
+#: keep their direction (a plain step after one that turned back or lowered the objective).
+#: The plain iteration creeps for 30-100 iterations, a few tenths of a per cent more right
+#: pairs per step, before it takes off; over-relaxed, the soft phase of MiniLM -> e5 (3,000
+#: rows, random states 0 and 9) took 32 and 49 iterations instead of 53 and 105, MPNet -> e5
+#: (state 1, second setting) 55 instead of 114; 1.0 took 34, 63 and 64, 1.5 33, 54 and 56.
+SOFT_EXTRAPOLATION = 2.0
 
 #: Weight of each seed pair in the fits of the map (a pseudo-pair weighs 1).
 SEED_WEIGHT = 5.0
@@ -140,8 +156,8 @@ def _orthogonal_scores(XP, YP, W):
 
 def soft_self_learn(XP, YP, C, LX=None, LY=None, *, seed_weight=SEED_WEIGHT, temperature=0.05,
                     start_temperature=0.02, csls_n_neighbors=10, tol=5e-5, patience=8,
-                    max_iter=100):
-    """Self-learning on soft correspondences, from the start scores ``C``; see the module notes.
+                    max_iter=100, extrapolation=SOFT_EXTRAPOLATION):
+    r"""Self-learning on soft correspondences, from the start scores ``C``; see the module notes.
 
     Parameters
     ----------
@@ -160,16 +176,22 @@ def soft_self_learn(XP, YP, C, LX=None, LY=None, *, seed_weight=SEED_WEIGHT, tem
     tol, patience : float, int
         Stop when the objective (mean best CSLS score of the source rows) has not grown by
         ``tol`` for ``patience`` iterations.
+    extrapolation : float, default=SOFT_EXTRAPOLATION
+        :math:`\beta` of the over-relaxed step :math:`W_{t+1} = \operatorname{polar}\big(T(W_t)
+        + \beta\,(T(W_t) - W_t)\big)`, :math:`T` the plain step above, taken while
+        :math:`\langle T(W_t) - W_t, W_t - W_{t-1}\rangle > 0`; after a step that turned back
+        or lowered the objective the next one is plain. 0: the plain iteration.
 
     Returns
     -------
     W : tensor of shape (d_x, d_y)
         The map of the last iteration.
     history : list of dict
-        Per iteration: ``objective``, ``temperature``, ``seconds``.
+        Per iteration: ``objective``, ``temperature``, ``extrapolated`` (an over-relaxed
+        step), ``seconds``.
     """
     best, stall, history = -float("inf"), 0, []
-    W, tau = None, start_temperature
+    W, W_prev, tau, last, plain = None, None, start_temperature, -float("inf"), True
     for it in range(max_iter):
         t0 = time.perf_counter()
         # the caller's start scores stay as they are (restarts share them); later ones are ours
@@ -177,12 +199,18 @@ def soft_self_learn(XP, YP, C, LX=None, LY=None, *, seed_weight=SEED_WEIGHT, tem
         M = XP.T @ (torch.softmax(C, 1) @ YP)
         M += (torch.softmax(C, 0).T @ XP).T @ YP
         del C
-        W = orthogonal_map(M, LX, LY, seed_weight)
+        step = orthogonal_map(M, LX, LY, seed_weight)
+        # further along the step (see SOFT_EXTRAPOLATION), back onto the orthogonal maps, while
+        # the steps keep their direction; a plain one where it turns back (an overshoot)
+        extrapolated = bool(extrapolation) and not plain and W_prev is not None and float(
+            torch.sum((step - W) * (W - W_prev))) > 0
+        W_prev, W = W, (polar((step + extrapolation * (step - W)).double()).to(step.dtype)
+                        if extrapolated else step)
         C = csls_scores(_orthogonal_scores(XP, YP, W), csls_n_neighbors)
         objective = float(C.max(1).values.mean())
         history.append({"objective": objective, "temperature": tau,
-                        "seconds": time.perf_counter() - t0})
-        tau = temperature
+                        "extrapolated": extrapolated, "seconds": time.perf_counter() - t0})
+        plain, last, tau = objective < last, objective, temperature  # overshot: a plain step
         if objective > best + tol:
             best, stall = objective, 0
         else:

@@ -77,9 +77,44 @@ def test_soft_self_learning_lifts_a_weak_start(split):
     start = right_share(csls_match(U, V, k=10))
     assert start < 0.2  # chance: 0.001
     XR, YR = (row_normalize(Z @ principal_basis(Z, 128).T) for Z in (X, Y))
-    W, history = soft_self_learn(XR, YR, csls_scores(U @ V.T, 10))
+    C = csls_scores(U @ V.T, 10)
+    W, history = soft_self_learn(XR, YR, C)
     assert right_share(csls_match(XR @ W, YR, k=10)) >= 0.95
     assert len(history) < 100  # stopped on its own
+    assert any(h["extrapolated"] for h in history)
+    # deterministic: the same steps again, bit for bit
+    W1, again = soft_self_learn(XR, YR, C)
+    assert torch.equal(W, W1) and [h["objective"] for h in again] == [
+        h["objective"] for h in history]
+
+
+def test_over_relaxed_soft_steps_shorten_a_slow_climb(split):
+    """Softer temperatures climb slowly (20 plain steps here): the over-relaxed steps reach
+    the same pairing in fewer, and at the fixed point they turn plain (no oscillation)."""
+    from skalign._backend import row_normalize
+    from skalign._matching import csls_match
+    from skalign._self_learning import csls_scores, soft_self_learn
+    from skalign._signatures import principal_basis, similarity_signatures
+
+    pool, shuffle, *_ = split
+    X, Y = (row_normalize(torch.as_tensor(A - A.mean(0))) for A in (pool.X, pool.y))
+    C = csls_scores(similarity_signatures(X, len(X)) @ similarity_signatures(Y, len(Y)).T, 10)
+    XR, YR = (row_normalize(Z @ principal_basis(Z, 128).T) for Z in (X, Y))
+    runs = {}
+    for beta in (0.0, 2.0):
+        W, history = soft_self_learn(XR, YR, C.clone(), start_temperature=0.1, temperature=0.2,
+                                     extrapolation=beta)
+        match = csls_match(XR @ W, YR, k=10)
+        mutual = torch.nonzero(match.mutual()).flatten().numpy()
+        right = np.mean(shuffle[match.forward.numpy()[mutual]] == mutual)
+        assert right >= 0.95 and len(mutual) >= 900
+        runs[beta] = history
+    plain, fast = runs[0.0], runs[2.0]
+    assert not any(h["extrapolated"] for h in plain) and fast[1]["extrapolated"] is False
+    assert len(fast) < len(plain)
+    # the last steps sit at the fixed point: the stall test, not max_iter, ended both
+    assert len(plain) < 100 and len(fast) < 100
+    assert abs(fast[-1]["objective"] - plain[-1]["objective"]) < 1e-3
 
 
 @pytest.mark.slow
