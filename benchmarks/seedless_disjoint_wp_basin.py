@@ -43,8 +43,10 @@ def soft_start(XP, YP, state):
     C, svd_x, svd_y = boot._signature_start(XP, YP, e_x, e_y)
     k, t_start, t_soft = SOFT_SCHEDULE[0]
     XR, YR = boot._principal(XP, e_x, k, svd_x), boot._principal(YP, e_y, k, svd_y)
+    # plain steps (extrapolation=0), as when the recorded results ran: the over-relaxed steps
+    # came later and end at the same objective in fewer iterations
     Wr, _ = soft_self_learn(XR[0], YR[0], C, XR[1], YR[1], start_temperature=t_start,
-                            temperature=t_soft, max_iter=150)
+                            temperature=t_soft, max_iter=150, extrapolation=0)
     a, b = boot._mutual_pairs(XR[0] @ Wr, YR[0])
     return orthogonal_map(XP[a].T @ YP[b])
 
