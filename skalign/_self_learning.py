@@ -204,7 +204,7 @@ def soft_self_learn(XP, YP, C, LX=None, LY=None, *, seed_weight=SEED_WEIGHT, tem
         # the steps keep their direction; a plain one where it turns back (an overshoot)
         extrapolated = bool(extrapolation) and not plain and W_prev is not None and float(
             torch.sum((step - W) * (W - W_prev))) > 0
-        W_prev, W = W, (polar((step + extrapolation * (step - W)).double()).to(step.dtype)
+        W_prev, W = W, (polar(step + extrapolation * (step - W)).to(step.dtype)
                         if extrapolated else step)
         C = csls_scores(_orthogonal_scores(XP, YP, W), csls_n_neighbors)
         objective = float(C.max(1).values.mean())

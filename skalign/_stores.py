@@ -317,35 +317,16 @@ class _ParquetReader:
         out.pop(self.column)
         return out
 
-    def _groups(self):
-        """``(first row, rows, file, shard path, row group)`` of every row group, in order."""
-        seen = 0
-        for (p, _), f in zip(self.shards, self._files):
-            for g in range(f.num_row_groups):
-                n = f.metadata.row_group(g).num_rows
-                yield seen, n, f, p, g
-                seen += n
-
     def take(self, positions, batch_size):
-        """Rows at ``positions`` (sorted): vectors and fields, each row group holding some read
-        a batch at a time from its start up to the last row asked for (Parquet cannot seek
-        inside a row group: at worst the rows a crashed run committed are decoded once more, a
-        few per cent of a translation's time)."""
+        """Rows at ``positions``: vectors and fields (read as :func:`_batches_holding` reads:
+        at worst the rows a crashed run committed are decoded once more, a few per cent of a
+        translation's time)."""
         vectors, rows = {}, {}
-        for lo, n, f, p, g in self._groups():
-            inside = [pos - lo for pos in positions if lo <= pos < lo + n]
-            if not inside:
-                continue
-            idx, at = f.schema_arrow.get_field_index(self.column), 0
-            for rb in f.iter_batches(batch_size=batch_size, row_groups=[g]):
-                ks = [k - at for k in inside if at <= k < at + rb.num_rows]
-                if ks:
-                    vecs = arrow_vectors(self._pa, rb.column(idx), self.dim, p, self.column)
-                    for k in ks:
-                        vectors[lo + at + k], rows[lo + at + k] = vecs[k], self.row(rb, k)
-                at += rb.num_rows
-                if at > inside[-1]:
-                    break
+        for i, rb, here in _batches_holding(self._files, positions, batch_size):
+            vecs = arrow_vectors(self._pa, rb.column(rb.schema.get_field_index(self.column)),
+                                 self.dim, self.shards[i][0], self.column)
+            for pos, k in here.items():
+                vectors[pos], rows[pos] = vecs[k], self.row(rb, k)
         return [vectors[pos] for pos in positions], [rows[pos] for pos in positions]
 
     def read_all(self):
@@ -664,37 +645,42 @@ def _fsync(f):
     os.fsync(f.fileno())
 
 
+def _batches_holding(files, positions, batch_size):
+    """The batches of the Parquet ``files`` (``pq.ParquetFile``, rows numbered across them in
+    order) that hold rows at ``positions``: ``(index of the file, batch, {position: row in the
+    batch})``.
+
+    A row group holding some is read a batch at a time from its start up to its last row
+    wanted: Parquet cannot seek inside a row group, and decoding a whole group of 768-d lists
+    as one table took about 0.5 s for a few of its rows.
+    """
+    wanted, seen = sorted(set(positions)), 0
+    for i, f in enumerate(files):
+        for g in range(f.num_row_groups):
+            lo, seen = seen, seen + f.metadata.row_group(g).num_rows
+            inside = [pos for pos in wanted if lo <= pos < seen]
+            if not inside:
+                continue
+            at = lo
+            for rb in f.iter_batches(batch_size=batch_size, row_groups=[g]):
+                here = {pos: pos - at for pos in inside if at <= pos < at + rb.num_rows}
+                if here:
+                    yield i, rb, here
+                at += rb.num_rows
+                if at > inside[-1]:
+                    break
+
+
 #: rows decoded at a time while :func:`_parquet_take` looks for the sampled rows of a row group
 TAKE_BATCH_ROWS = 1024
 
 
 def _parquet_take(pa, pq, files, positions, column):
-    """Rows at ``positions`` of the concatenation of ``files``: vectors, other columns (each
-    row group holding some of them read once)."""
-    groups = []  # (first row, last row + 1, file, row group)
-    start = 0
-    for p in files:
-        f = pq.ParquetFile(p)
-        for i in range(f.num_row_groups):
-            n = f.metadata.row_group(i).num_rows
-            groups.append((start, start + n, f, i))
-            start += n
+    """Rows at ``positions`` of the concatenation of ``files``: vectors, other columns."""
     got = {}
-    for lo, hi, f, i in groups:
-        inside = sorted({pos for pos in positions if lo <= pos < hi})
-        if not inside:
-            continue
-        # the row group's batches up to the last wanted row, not the whole group as one table:
-        # a few of its rows are wanted, and decoding a whole group of 768-d lists took ~0.5 s
-        seen = lo
-        for rb in f.iter_batches(batch_size=TAKE_BATCH_ROWS, row_groups=[i]):
-            here = [pos for pos in inside if seen <= pos < seen + rb.num_rows]
-            if here:
-                picked = rb.take(pa.array([pos - seen for pos in here]))
-                got.update(zip(here, picked.to_pylist()))
-            seen += rb.num_rows
-            if seen > inside[-1]:
-                break
+    for _, rb, here in _batches_holding([pq.ParquetFile(p) for p in files], positions,
+                                        TAKE_BATCH_ROWS):
+        got.update(zip(here, rb.take(pa.array(list(here.values()))).to_pylist()))
     vecs, rows = [], []
     for pos in positions:
         row = dict(got[pos])

@@ -18,7 +18,14 @@ import re
 import numpy as np
 
 from ..exceptions import StoreError
-from ._common import backup_name, lock_for, resume_point, shadow_name, shadow_prefix
+from ._common import (
+    backup_name,
+    consecutive_runs,
+    lock_for,
+    resume_point,
+    shadow_name,
+    shadow_prefix,
+)
 
 __all__ = ["Reader", "Writer", "restore"]
 
@@ -85,15 +92,11 @@ class Reader:
 
     def take(self, positions, batch_size):
         """Records at ``positions`` (sorted): one ``get`` per run of consecutive positions."""
-        vectors, rows, k = [], [], 0
-        while k < len(positions):
-            j = k + 1
-            while j < len(positions) and positions[j] == positions[j - 1] + 1:
-                j += 1
-            got = self.collection.get(limit=j - k, offset=int(positions[k]), include=_INCLUDE)
+        vectors, rows = [], []
+        for first, count in consecutive_runs(positions):
+            got = self.collection.get(limit=count, offset=first, include=_INCLUDE)
             vectors += list(np.asarray(got["embeddings"], dtype=np.float32))
             rows += [self.row(got, i) for i in range(len(got["ids"]))]
-            k = j
         return vectors, rows
 
     def read_all(self):

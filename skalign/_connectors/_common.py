@@ -32,6 +32,18 @@ def resume_point(count, n_rows, batch_size):
     return n_rows if count >= n_rows else count - count % batch_size
 
 
+def consecutive_runs(positions):
+    """``(first, count)`` of each run of consecutive positions in the sorted ``positions``: one
+    engine read per run where an engine reads a range (offset and limit) at a time."""
+    runs = []
+    for pos in positions:
+        if runs and pos == runs[-1][0] + runs[-1][1]:
+            runs[-1][1] += 1
+        else:
+            runs.append([int(pos), 1])
+    return [tuple(r) for r in runs]
+
+
 def lock_for(address, folder=None):
     """A lock file in the database's folder (local modes) or, for a server, in the temporary
     folder of this machine: two runs on one machine exclude each other; runs on two machines

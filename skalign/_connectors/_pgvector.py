@@ -25,7 +25,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from ..exceptions import StoreError
-from ._common import backup_name, resume_point, shadow_name, shadow_prefix
+from ._common import backup_name, consecutive_runs, resume_point, shadow_name, shadow_prefix
 
 __all__ = ["Reader", "Writer", "restore"]
 
@@ -265,14 +265,15 @@ class Reader:
         return {n: v for i, (n, v) in enumerate(zip(self.names, rows[k])) if i != self.vindex}
 
     def take(self, positions, batch_size):
-        """Rows at ``positions`` in the read order, decoded as :meth:`row` decodes them."""
+        """Rows at ``positions`` (sorted) in the read order, decoded as :meth:`row` decodes them:
+        one query per run of consecutive positions."""
         from psycopg import sql
 
-        query = sql.SQL("SELECT {} FROM {} ORDER BY {} OFFSET %s LIMIT 1").format(
+        query = sql.SQL("SELECT {} FROM {} ORDER BY {} OFFSET %s LIMIT %s").format(
             sql.SQL(", ").join(sql.Identifier(n) for n in self.names),
             _ident(self.address.name), self.order_by())
         cur = self.conn.cursor(binary=True)
-        got = [cur.execute(query, (int(pos),)).fetchone() for pos in positions]
+        got = [r for run in consecutive_runs(positions) for r in cur.execute(query, run).fetchall()]
         return list(_stack([r[self.vindex] for r in got])), [self.row(got, k)
                                                                for k in range(len(got))]
 
