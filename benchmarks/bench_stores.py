@@ -337,7 +337,9 @@ def main():
     ap.add_argument("--kills", type=int, help="SIGKILLs per backend (default 10, quick 2)")
     ap.add_argument("--backends", default="npy,parquet,parquet-dir,lance,faiss,chroma,qdrant,"
                     "pgvector")
-    ap.add_argument("--workdir", default=None)
+    ap.add_argument("--workdir", default=None,
+                    help="where the stores are made (a temporary folder inside it, removed "
+                    "at the end)")
     ap.add_argument("--csv", default=str(ROOT / "benchmarks" / "results" / "stores.csv"))
     args = ap.parse_args()
     load_start = os.getloadavg()[0]
@@ -350,8 +352,10 @@ def main():
     names = args.backends.split(",")
     n_max = max(args.rows or sizes[b] for b in names)
     model, X = make_model_and_rows(n_max)
-    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="bench-stores-"))
-    workdir.mkdir(parents=True, exist_ok=True)
+    # a folder of our own, inside ``--workdir`` when given: it is removed at the end
+    if args.workdir:
+        Path(args.workdir).mkdir(parents=True, exist_ok=True)
+    workdir = Path(tempfile.mkdtemp(prefix="bench-stores-", dir=args.workdir))
     from skalign.io import save
 
     model_path = str(save(model, workdir / "model.skops"))
