@@ -14,6 +14,7 @@ from skalign import (
     LinearAligner,
     ProcrustesAligner,
     UnpairedPool,
+    _stores,
 )
 from skalign._stores import open_reader
 from skalign.datasets import load_docstring_embeddings
@@ -207,11 +208,14 @@ def test_resumed_parquet_reader_leaves_earlier_row_groups_unread(tmp_path, monke
         assert read == list(range(start // 300, 4))
 
 
-def test_resumed_lance_reader_starts_at_its_row(tmp_path):
-    """A resume from a committed row count scans from that row (``offset``), giving the same
-    batches, with the same breaks at fragment ends, as a scan from row 0 gives after it."""
+@pytest.mark.parametrize("window", [8192, 50])
+def test_resumed_lance_reader_starts_at_its_row(tmp_path, monkeypatch, window):
+    """Batches of a LanceDB table run across its fragments (read in windows of at most
+    ``LANCE_WINDOW_ROWS`` rows, here also fewer than a batch), and a resume from a committed row
+    count reads from that row on: the same rows, in the same batches, as a read from row 0."""
     pa = pytest.importorskip("pyarrow")
     lancedb = pytest.importorskip("lancedb")
+    monkeypatch.setattr(_stores, "LANCE_WINDOW_ROWS", window)
     X = np.arange(1000 * 4, dtype=np.float32).reshape(1000, 4)
 
     def part(lo, hi):
@@ -224,9 +228,12 @@ def test_resumed_lance_reader_starts_at_its_row(tmp_path):
         t.add(part(lo, lo + 350))
     reader = open_reader(tmp_path / "db" / "x.lance")
     full = list(reader.batches(128))
-    assert [len(v) for v, _, _ in full] == [128, 128, 44, 128, 128, 94, 128, 128, 94]
+    assert [len(v) for v, _, _ in full] == [128] * 7 + [104]
+    np.testing.assert_array_equal(np.concatenate([v for v, _, _ in full]), X)
+    assert [rb.column("id").to_pylist() for _, rb, _ in full] == [
+        list(range(lo * 7, min(lo + 128, 1000) * 7, 7)) for lo in range(0, 1000, 128)]
     for k in range(1, len(full)):
-        start = sum(len(v) for v, _, _ in full[:k])
+        start = 128 * k
         resumed = list(reader.batches(128, start=start))
         assert [len(v) for v, _, _ in resumed] == [len(v) for v, _, _ in full[k:]]
         np.testing.assert_array_equal(np.concatenate([v for v, _, _ in resumed]), X[start:])

@@ -49,6 +49,26 @@ def _translate_child(argv, conn):
     conn.send(("done", status, sum(calls[:-1])))  # the last call re-translates the sample
 
 
+def _translate_child_held_in_add(argv, conn):
+    """``skalign`` with ``argv`` (a LanceDB output), held as it enters the ``add`` of each
+    batch after reporting it: a kill at batch ``k`` lands before the ``k``-th add wrote
+    anything, with the ``k - 1`` before it committed and in the journal."""
+    import time
+
+    from skalign import _stores
+
+    write_unit, calls = _stores._LanceWriter.write_unit, []
+
+    def held(self, *args):
+        calls.append(1)
+        conn.send(("batch", len(calls)))
+        time.sleep(0.5)  # the parent kills meanwhile
+        return write_unit(self, *args)
+
+    _stores._LanceWriter.write_unit = held
+    conn.send(("done", main(argv), 0))
+
+
 def _call_child(fn, args, conn):
     conn.send(("done", fn(*args)))
 
@@ -309,22 +329,21 @@ def test_lance_data_of_an_uncommitted_add_is_not_published(tmp_path):
     src = call(_make, backend, tmp_path, X)
     out = backend.output(tmp_path, "out")
     opts = ["--batch-size", "60", "--quiet"]
-    assert in_child(_translate_child, ["translate", path, src, out] + opts,
-                    kill_at_batch=4) is None
+    # killed as the third add begins: two adds committed and in the journal (the kill cannot
+    # land between an add's commit and its journal entry, a moment after which no file is
+    # stray and none is removed)
+    assert in_child(_translate_child_held_in_add, ["translate", path, src, out] + opts,
+                    kill_at_batch=3) is None
     shadow = tmp_path / "db" / "out-skalign-partial.lance"
     data = sorted((shadow / "data").iterdir())
-    # the third add, written behind the fourth batch, may be cut off before or after its data
-    # file was written, so the data files say at most how many adds were committed
-    written = len(data)
-    assert written in (2, 3)
-    # what the fourth add, killed before its commit, leaves: its data and transaction files
+    assert len(data) == 2
+    # what the third add, killed before its commit, would leave: its data and transaction files
     stray = [shadow / "data" / ("0" * 30 + "deadbeef" * 2 + "00.lance"),
-             shadow / "_transactions" / "4-00000000-0000-0000-0000-000000000000.txn"]
+             shadow / "_transactions" / "3-00000000-0000-0000-0000-000000000000.txn"]
     shutil.copy(data[0], stray[0])
     shutil.copy(next((shadow / "_transactions").iterdir()), stray[1])
     status, rows = in_child(_translate_child, ["translate", path, src, out] + opts)
-    # resumed after the last commit: 2 adds, or 3 when the third committed before the kill
-    assert status == 0 and rows in [600 - c * 60 for c in (2, 3) if c <= written], (rows, written)
+    assert status == 0 and rows == 600 - 2 * 60, rows  # resumed after the two commits
     published = tmp_path / "db" / "out.lance"
     files, fragments = call(_lance_files, str(published))
     assert stray[0].name not in files and len(files) == fragments == 10
