@@ -2,9 +2,10 @@
 engine's own bulk load, peak memory, and crash recovery (issue 20).
 
 ``python benchmarks/bench_stores.py [--quick] [--rows N | --sizes npy=1e5,chroma=2e4]
-[--kills K] [--backends a,b] [--csv benchmarks/results/stores.csv]`` (also writes
-``stores_machine.csv``: cores, load average, sizes; with kills, ``stores_trials.csv``: each
-kill's moment, the row its rerun resumed at, the rerun's time and the time it was allowed)
+[--kills K] [--backends a,b] [--csv benchmarks/results/stores.csv] [--merge]`` (also writes
+``stores_machine.csv``: cores, load average, the lowest and highest load over the rows, sizes;
+with kills, ``stores_trials.csv``: each kill's moment, the row its rerun resumed at, the rerun's
+time and the time it was allowed)
 
 Per backend (npy, parquet, parquet-dir, lance, faiss, chroma, qdrant, pgvector):
 
@@ -341,6 +342,9 @@ def main():
                     help="where the stores are made (a temporary folder inside it, removed "
                     "at the end)")
     ap.add_argument("--csv", default=str(ROOT / "benchmarks" / "results" / "stores.csv"))
+    ap.add_argument("--merge", action="store_true",
+                    help="replace the rows of the backends run in an existing --csv and keep "
+                    "the others (the _machine file then sums up every row)")
     args = ap.parse_args()
     load_start = os.getloadavg()[0]
     sizes = dict(QUICK if args.quick else FULL)
@@ -384,7 +388,21 @@ def main():
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def _merged(path, rows):
+    """The rows of an earlier run in ``path`` with those of the backends run now replaced, in
+    the earlier order (backends new to the file at the end)."""
+    if not Path(path).exists():
+        return rows
+    with open(path, newline="") as f:
+        old = list(csv.DictReader(f))
+    fresh = {r["backend"]: r for r in rows}
+    out = [fresh.pop(r["backend"], r) for r in old]
+    return out + list(fresh.values())
+
+
 def write_results(args, rows, load_start, kills):
+    if args.merge:
+        rows = _merged(args.csv, rows)
     keys = list(rows[0])
     for r in rows:
         keys += [k for k in r if k not in keys]
@@ -398,9 +416,12 @@ def write_results(args, rows, load_start, kills):
     with open(summary, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["key", "value"])
+        loads = [float(r["load_1min"]) for r in rows if r.get("load_1min") not in (None, "")]
         w.writerows([("cpu_count", float(os.cpu_count())),
                      ("load_avg_1min_start", load_start),
                      ("load_avg_1min_end", os.getloadavg()[0]),
+                     ("load_1min_min", min(loads, default=float("nan"))),
+                     ("load_1min_max", max(loads, default=float("nan"))),
                      ("kills", float(kills))]
                     + [(f"rows_{r['backend'].replace('-', '_')}", float(r["rows"]))
                        for r in rows])
