@@ -116,14 +116,18 @@ class AnchorBootstrapper(BaseAligner):
       CSLS scores of these profiles start a *soft* self-learning on the top 128 principal
       components of each pool: the orthogonal map is fitted on every candidate pair weighted by
       the softmax (temperature 0.02 on the start scores, 0.05 after) of its CSLS score, the
-      scores are recomputed under the map, until the objective stalls (a weak start, 1–2 % of
+      scores are recomputed under the map, until the objective stalls (8 iterations without
+      growth; 3 once it has taken off, at four times its first value) (a weak start, 1–2 % of
       rows paired right, takes off where hard pairs stay stuck); its steps are over-relaxed
       (taken three times as far while they keep their direction), which shortens the slow
       climb before the take-off. Its mutual CSLS pairs are the
-      first pseudo-pairs of the self-learning with stochastic dictionary induction [2]_: fit the
-      orthogonal map on the pseudo-pairs (seeds weighted 5×), re-pair all rows by CSLS with each
-      score kept with probability :math:`p` (0.5, doubled whenever the objective stalls for 3
-      iterations), until it stalls at :math:`p = 1`. Up to ``n_restarts`` starts (the first
+      first pseudo-pairs of the hard self-learning [2]_ in the full dimension: fit the
+      orthogonal map on the pseudo-pairs (seeds weighted 5×), re-pair every source row and
+      every target row with its best CSLS partner, until the pairs repeat or the objective
+      stalls for 3 iterations (the
+      stochastic dictionary induction of [2]_, dropping scores at random, has nothing to
+      escape from these mostly right pairs: it starts at keep probability 1). Up to
+      ``n_restarts`` starts (the first
       three each with its own temperatures and number of principal components, later ones from
       a random 80 % of the rows; when the widths match and there are no seeds, the second start
       is the identity map) are run until one passes the certificate; the best is kept. A
