@@ -10,10 +10,19 @@ tree's is ``skalign``. Draws as ``bench_seedless.py`` (``--pairs`` index its enc
 MiniLM → MPNet, 1 MiniLM → e5, 2 MPNet → e5; 3,000-row pools), ``AnchorBootstrapper`` with its
 defaults and ``random_state`` = the state. Printed per fit and version: CPU seconds of the fit
 (one thread: run with ``OMP_NUM_THREADS=1``), top-1 on the 1,000 held-out texts, certificate,
-soft and hard iterations of every start, and the CPU seconds of each stage (exclusive: a stage's
-own time, the stages it calls not counted): signature start, soft phase, start pairs, held-out
-tests, hard phase, matchings, inner fit, certificate, the rest. Data:
-``../shared/data/docstrings_en.npz``.
+soft and hard iterations of every start (``starts``: ``27s/5h``; ``x`` for a start stopped
+before its hard phase), and the CPU seconds of each stage, exclusive (a stage's own time, the
+stages it calls not counted): ``signature`` (the start scores and the SVDs), ``principal``,
+``soft`` and ``hard`` (the two phases), ``match`` (every mutual CSLS matching: the start pairs,
+the learned map's, the held-out tests'), ``held_out`` (the restarts' held-out tests, their
+matchings aside), ``inner_fit``, ``certify`` (``certificate_``) and ``rest``. Data:
+``../shared/data/docstrings_en.npz``. ``results/seedless_side_by_side.csv`` holds the runs the
+user guide quotes::
+
+    nice -n 19 env OMP_NUM_THREADS=1 python benchmarks/seedless_side_by_side.py \
+        ../shared/data/docstrings_en.npz --old-commit 5ee7682 --pairs 1 0 --states 0 --seeds 0 5
+    nice -n 19 env OMP_NUM_THREADS=1 python benchmarks/seedless_side_by_side.py \
+        ../shared/data/docstrings_en.npz --old-commit 5ee7682 --pairs 2 --states 2 --new-first
 """
 
 import argparse
@@ -37,8 +46,8 @@ from _seedless_common import ENCODER_PAIRS, draw, load, top1_mrr  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_NPZ = ROOT.parent / "shared" / "data" / "docstrings_en.npz"
 STAGES = [("_signature_start", "signature"), ("_principal", "principal"),
-          ("_mutual_pairs", "start pairs"), ("_held_out_pairs", "held-out"),
-          ("_held_out_orthogonal", "match"), ("_fit_on_anchors", "inner fit"),
+          ("_mutual_pairs", "start_pairs"), ("_held_out_pairs", "held_out"),
+          ("_held_out_orthogonal", "match"), ("_fit_on_anchors", "inner_fit"),
           ("_certify", "certify"), ("_self_learning", "rest"), ("fit", "rest")]
 FUNCTIONS = [("soft_self_learn", "soft"), ("self_learn", "hard"), ("csls_match", "match")]
 
