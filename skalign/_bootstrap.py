@@ -52,9 +52,9 @@ _SOFT_MAX_ITER = 150
 #: certificate's own, 0.5.
 _START_CERTIFICATE_MIN = 0.5
 #: Keep probability the hard phase starts from. From the soft phase's pairs (mostly right) the
-#: random dropping has nothing to escape: from the same soft pairs, 1 took 4-5 iterations where
-#: 0.5 took 7-9 (half the hard phase's seconds) to the same top-1 within 0.001 (3,000-row pools
-#: of the three encoder pairs, 0 and 5 seeds, five fits).
+#: random dropping has nothing to escape: from the same soft pairs, 1 took 4 iterations and
+#: 1.6-2.2 s where 0.5 took 7-9 and 3.8-5.3 s, to the same top-1 within 0.001 (3,000-row pools
+#: of the three encoder pairs, 0 and 5 seeds, five fits: ``benchmarks/seedless_hard_keep.py``).
 _HARD_KEEP_PROBABILITY = 1.0
 
 
@@ -118,26 +118,24 @@ class AnchorBootstrapper(BaseAligner):
       components of each pool: the orthogonal map is fitted on every candidate pair weighted by
       the softmax (temperature 0.02 on the start scores, 0.05 after) of its CSLS score, the
       scores are recomputed under the map, until the objective stalls (8 iterations without
-      growth; 3 once it has taken off, at four times its first value) (a weak start, 1–2 % of
+      growth, 3 once it has taken off to four times its first value; a weak start, 1–2 % of
       rows paired right, takes off where hard pairs stay stuck); its steps are over-relaxed
       (taken three times as far while they keep their direction), which shortens the slow
-      climb before the take-off. Its mutual CSLS pairs are the
-      first pseudo-pairs of the hard self-learning [2]_ in the full dimension: fit the
-      orthogonal map on the pseudo-pairs (seeds weighted 5×), re-pair every source row and
-      every target row with its best CSLS partner, until the pairs repeat or the objective
-      stalls for 3 iterations (the
-      stochastic dictionary induction of [2]_, dropping scores at random, has nothing to
-      escape from these mostly right pairs: it starts at keep probability 1). Up to
-      ``n_restarts`` starts (the first
-      three each with its own temperatures and number of principal components, later ones from
-      a random 80 % of the rows; when the widths match and there are no seeds, the second start
-      is the identity map) are run until one passes the certificate; the best is kept. A
-      start whose own pairs fail a cheap held-out test (an orthogonal map fitted on half of
-      them must find the other half: the share that ``certificate_`` measures, below 0.5 or
-      ``min_certificate`` if lower)
-      stops there, before the hard phase and the certificate, which would only polish a wrong
-      pairing. The final pairs are the mutual CSLS nearest neighbours under the learned map.
-      Memory: dense :math:`n \times m` scores over at most ``max_candidates`` rows per side.
+      climb before the take-off. Its mutual CSLS pairs are the first pseudo-pairs of the hard
+      self-learning [2]_ in the full dimension: fit the orthogonal map on the pseudo-pairs
+      (seeds weighted 5×), re-pair every source row and every target row with its best CSLS
+      partner, until the pairs repeat or the objective stalls for 3 iterations (the stochastic
+      dictionary induction of [2]_, dropping scores at random, has nothing to escape from these
+      mostly right pairs: it starts at keep probability 1). Up to ``n_restarts`` starts (the
+      first three each with its own temperatures and number of principal components, later
+      ones from a random 80 % of the rows; when the widths match and there are no seeds, the
+      second start is the identity map) are run until one passes the certificate; the best is
+      kept. A start whose own pairs fail a cheap held-out test (an orthogonal map fitted on
+      half of them must find the other half: the share that ``certificate_`` measures, below
+      0.5 or ``min_certificate`` if lower) stops there, before the hard phase and the
+      certificate, which would only polish a wrong pairing. The final pairs are the mutual CSLS
+      nearest neighbours under the learned map. Memory: dense :math:`n \times m` scores over at most
+      ``max_candidates`` rows per side.
     * ``"rounds"`` (the relative-representation rounds described next).
 
     **Rounds.** Each pool is centred on its mean and its rows (and the seed rows of that side,
