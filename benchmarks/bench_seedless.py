@@ -275,13 +275,16 @@ def method_order(method):
 
 
 def restarts_note(boot):
-    """What each self-learning restart did, e.g. ``1: signatures soft 0.138 start cert 0.030
-    stopped 31.0 s; 2: signatures soft 0.410 start cert 0.985 cert 0.990 40.2 s``."""
+    """What each self-learning restart did, e.g. ``1: signatures soft 0.138 (61 it) start cert
+    0.030 stopped 31.0 s; 2: signatures soft 0.410 (27 it) start cert 0.985 cert 0.990 (5 it)
+    40.2 s`` (soft and hard iterations in brackets)."""
     parts = []
     for r in getattr(boot, "restarts_", []):
-        soft = "" if r.get("soft_objective") is None else f" soft {r['soft_objective']:.3f}"
+        soft = "" if r.get("soft_objective") is None else (
+            f" soft {r['soft_objective']:.3f} ({r['n_soft_iter']} it)")
         start = f" start cert {r['start_certificate']:.3f}"
-        end = " stopped" if r.get("stopped") else f" cert {r['certificate']:.3f}"
+        end = " stopped" if r.get("stopped") else (
+            f" cert {r['certificate']:.3f} ({r['n_iter']} it)")
         parts.append(f"{r['restart']}: {r['start']}{soft}{start}{end} {r['seconds']:.1f} s")
     return "; ".join(parts)
 

@@ -11,10 +11,14 @@ From a start correspondence between two pools (centred, L2-normalised rows), alt
 
 The objective is the mean over source rows of their best CSLS score; when it has not improved
 for ``patience`` iterations :math:`p` doubles, and the loop stops when it stalls at
-:math:`p = 1`. Dropping entries at random lets a poor start escape the local optimum it would
-otherwise lock into. Started from :func:`soft_self_learn`'s pairs (as the bootstrapper does),
-which are mostly right already, the loop only polishes them in the full dimension: :math:`p`
-starts at 0.5 there (11 iterations on MPNet → multilingual-e5 where 0.1 takes 19, same pairs).
+:math:`p = 1`, or as soon as its pairs repeat at :math:`p = 1` (a fixed point: the same pairs
+give the same map and the same pairs again). Dropping entries at random lets a poor start
+escape the local optimum it would otherwise lock into. Started from :func:`soft_self_learn`'s
+pairs (as the bootstrapper does), which are mostly right already, the loop only polishes them
+in the full dimension, and there is nothing to escape: the bootstrapper starts at :math:`p = 1`
+(4 iterations on 3,000-row pools where 0.5 took 7-9, both stopping at the fixed point, to the
+same top-1 within 0.001, ``benchmarks/seedless_hard_keep.py``; 11-12 from 0.5 without that
+stop).
 
 The start can be too weak for the hard loop alone (1–2 % of rows paired right between encoder
 families without seeds). :func:`soft_self_learn` runs first: the same alternation with the hard
@@ -47,7 +51,9 @@ from ._backend import polar
 
 __all__ = [
     "SOFT_EXTRAPOLATION",
+    "SOFT_LANDED_PATIENCE",
     "SOFT_SCHEDULE",
+    "SOFT_TAKEOFF",
     "csls_scores",
     "orthogonal_map",
     "self_learn",
@@ -71,6 +77,20 @@ SOFT_SCHEDULE = ((128, 0.02, 0.05), (128, 0.05, 0.1), (64, 0.02, 0.05))
 #: (state 1, second setting) 55 instead of 114; 1.0 took 34, 63 and 64, 1.5 33, 54 and 56.
 SOFT_EXTRAPOLATION = 2.0
 
+#: A soft phase has taken off once its objective is this many times that of its first
+#: iteration; from then on it stops after ``landed_patience`` (:data:`SOFT_LANDED_PATIENCE`)
+#: iterations without growth instead of ``patience``. Before the take-off the objective creeps
+#: with long flat stretches (MPNet -> e5, 3,000 rows, state 2: up to seven iterations without
+#: growth, at 2.25x the first objective, before it takes off after 100), so the full patience
+#: stays; after it, the objective sits at its plateau (MiniLM -> e5 state 0 at 6.0x, MPNet ->
+#: e5 state 2 at 5.3x) and the eight iterations of the full patience were spent there. The
+#: first objective of those two is 0.064; the soft phases that stalled on the development data
+#: ended at 0.11-0.14.
+SOFT_TAKEOFF = 4.0
+
+#: Iterations without growth that stop a soft phase that has taken off (see SOFT_TAKEOFF).
+SOFT_LANDED_PATIENCE = 3
+
 #: Weight of each seed pair in the fits of the map (a pseudo-pair weighs 1).
 SEED_WEIGHT = 5.0
 
@@ -84,13 +104,14 @@ def orthogonal_map(M, LX=None, LY=None, seed_weight=SEED_WEIGHT):
     return polar(M.double()).to(M.dtype)
 
 
-def csls_scores(S, k):
-    """Dense CSLS of a similarity matrix: :math:`2S - r^X_i - r^Y_j` (``k`` nearest means)."""
+def csls_scores(S, k, overwrite=False):
+    """Dense CSLS of a similarity matrix: :math:`2S - r^X_i - r^Y_j` (``k`` nearest means);
+    ``overwrite=True`` computes it in ``S``'s memory (the same numbers, one allocation less)."""
     kx, ky = min(k, S.shape[1]), min(k, S.shape[0])
     rx = torch.topk(S, kx, dim=1).values.mean(1)
     # along rows of the transposed copy: a top-k down the columns is several times slower
     ry = torch.topk(S.T.contiguous(), ky, dim=1).values.mean(1)
-    C = 2 * S
+    C = S.mul_(2) if overwrite else 2 * S
     C -= rx[:, None]
     C -= ry[None, :]
     return C
@@ -120,11 +141,11 @@ def self_learn(XP, YP, a, b, LX=None, LY=None, *, seed_weight=SEED_WEIGHT, csls_
     """
     n, m = len(XP), len(YP)
     best, best_W, stall, p = -float("inf"), None, 0, p0
-    history = []
+    history, last = [], None
     for _ in range(max_iter):
         t0 = time.perf_counter()
         W = orthogonal_map(XP[a].T @ YP[b], LX, LY, seed_weight)
-        C = csls_scores(_orthogonal_scores(XP, YP, W), csls_n_neighbors)
+        C = csls_scores(_orthogonal_scores(XP, YP, W), csls_n_neighbors, overwrite=True)
         objective = float(C.max(1).values.mean())
         if p < 1:
             drop = torch.rand(C.shape, generator=generator, device=C.device,
@@ -142,6 +163,12 @@ def self_learn(XP, YP, a, b, LX=None, LY=None, *, seed_weight=SEED_WEIGHT, csls_
             best, best_W, stall = objective, W, 0
         else:
             stall += 1
+        # at p = 1 the step is deterministic: pairs that repeat the last ones give the same map
+        # and the same pairs from now on, so the iterations left could not change the result
+        if p >= 1 and last is not None and torch.equal(forward, last[0]) and torch.equal(
+                backward, last[1]):
+            break
+        last = forward, backward
         if stall >= patience:
             if p >= 1:
                 break
@@ -156,7 +183,8 @@ def _orthogonal_scores(XP, YP, W):
 
 def soft_self_learn(XP, YP, C, LX=None, LY=None, *, seed_weight=SEED_WEIGHT, temperature=0.05,
                     start_temperature=0.02, csls_n_neighbors=10, tol=5e-5, patience=8,
-                    max_iter=100, extrapolation=SOFT_EXTRAPOLATION):
+                    max_iter=100, extrapolation=SOFT_EXTRAPOLATION,
+                    landed_patience=SOFT_LANDED_PATIENCE):
     r"""Self-learning on soft correspondences, from the start scores ``C``; see the module notes.
 
     Parameters
@@ -176,6 +204,9 @@ def soft_self_learn(XP, YP, C, LX=None, LY=None, *, seed_weight=SEED_WEIGHT, tem
     tol, patience : float, int
         Stop when the objective (mean best CSLS score of the source rows) has not grown by
         ``tol`` for ``patience`` iterations.
+    landed_patience : int, default=SOFT_LANDED_PATIENCE
+        ``patience`` once the objective has reached :data:`SOFT_TAKEOFF` times its first
+        iteration's (the take-off is over); ``patience`` itself keeps the old rule.
     extrapolation : float, default=SOFT_EXTRAPOLATION
         :math:`\beta` of the over-relaxed step :math:`W_{t+1} = \operatorname{polar}\big(T(W_t)
         + \beta\,(T(W_t) - W_t)\big)`, :math:`T` the plain step above, taken while
@@ -190,7 +221,7 @@ def soft_self_learn(XP, YP, C, LX=None, LY=None, *, seed_weight=SEED_WEIGHT, tem
         Per iteration: ``objective``, ``temperature``, ``extrapolated`` (an over-relaxed
         step), ``seconds``.
     """
-    best, stall, history = -float("inf"), 0, []
+    best, stall, history, first = -float("inf"), 0, [], None
     W, W_prev, tau, last, plain = None, None, start_temperature, -float("inf"), True
     for it in range(max_iter):
         t0 = time.perf_counter()
@@ -206,15 +237,17 @@ def soft_self_learn(XP, YP, C, LX=None, LY=None, *, seed_weight=SEED_WEIGHT, tem
             torch.sum((step - W) * (W - W_prev))) > 0
         W_prev, W = W, (polar(step + extrapolation * (step - W)).to(step.dtype)
                         if extrapolated else step)
-        C = csls_scores(_orthogonal_scores(XP, YP, W), csls_n_neighbors)
+        C = csls_scores(_orthogonal_scores(XP, YP, W), csls_n_neighbors, overwrite=True)
         objective = float(C.max(1).values.mean())
         history.append({"objective": objective, "temperature": tau,
                         "extrapolated": extrapolated, "seconds": time.perf_counter() - t0})
         plain, last, tau = objective < last, objective, temperature  # overshot: a plain step
+        first = objective if first is None else first
         if objective > best + tol:
             best, stall = objective, 0
         else:
             stall += 1
-            if stall >= patience:
+            landed = first > 0 and best >= SOFT_TAKEOFF * first  # see SOFT_TAKEOFF
+            if stall >= (landed_patience if landed else patience):
                 break
     return W, history

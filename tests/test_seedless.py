@@ -117,6 +117,65 @@ def test_over_relaxed_soft_steps_shorten_a_slow_climb(split):
     assert abs(fast[-1]["objective"] - plain[-1]["objective"]) < 1e-3
 
 
+def test_soft_phase_stops_sooner_once_it_has_taken_off(split):
+    """After the take-off the soft phase stops after SOFT_LANDED_PATIENCE flat iterations, not
+    the full patience; up to there its course is the same, bit for bit, and so are its pairs."""
+    from skalign._backend import row_normalize
+    from skalign._matching import csls_match
+    from skalign._self_learning import SOFT_TAKEOFF, csls_scores, soft_self_learn
+    from skalign._signatures import principal_basis, similarity_signatures
+
+    pool, shuffle, *_ = split
+    X, Y = (row_normalize(torch.as_tensor(A - A.mean(0))) for A in (pool.X, pool.y))
+    C = csls_scores(similarity_signatures(X, len(X)) @ similarity_signatures(Y, len(Y)).T, 10)
+    XR, YR = (row_normalize(Z @ principal_basis(Z, 128).T) for Z in (X, Y))
+    runs = {}
+    for landed in (3, 8):  # 8: the full patience all along, the previous rule
+        W, history = soft_self_learn(XR, YR, C, landed_patience=landed)
+        match = csls_match(XR @ W, YR, k=10)
+        mutual = torch.nonzero(match.mutual()).flatten().numpy()
+        runs[landed] = history, set(zip(mutual, match.forward.numpy()[mutual]))
+        assert np.mean(shuffle[match.forward.numpy()[mutual]] == mutual) >= 0.95
+    (fast, fast_pairs), (full, full_pairs) = runs[3], runs[8]
+    objectives = [h["objective"] for h in fast]
+    assert max(objectives) >= SOFT_TAKEOFF * objectives[0]  # it took off
+    assert len(full) - len(fast) >= 3
+    assert objectives == [h["objective"] for h in full[:len(fast)]]
+    assert abs(full[-1]["objective"] - fast[-1]["objective"]) < 1e-3
+    assert len(fast_pairs ^ full_pairs) <= 0.02 * len(full_pairs)
+
+
+def test_hard_phase_stops_at_its_fixed_point(split, monkeypatch):
+    """At keep probability 1 the hard loop is deterministic: it stops as soon as its pairs
+    repeat. Without that exit it runs on to its stall test and returns the same map, bit for
+    bit, and the same objective."""
+    from skalign._backend import row_normalize
+    from skalign._matching import csls_match
+    from skalign._self_learning import csls_scores, self_learn, soft_self_learn
+    from skalign._signatures import principal_basis, similarity_signatures
+
+    pool, shuffle, *_ = split
+    X, Y = (row_normalize(torch.as_tensor(A - A.mean(0))) for A in (pool.X, pool.y))
+    C = csls_scores(similarity_signatures(X, len(X)) @ similarity_signatures(Y, len(Y)).T, 10)
+    XR, YR = (row_normalize(Z @ principal_basis(Z, 128).T) for Z in (X, Y))
+    W, _ = soft_self_learn(XR, YR, C)
+    match = csls_match(XR @ W, YR, k=10)
+    a = torch.nonzero(match.mutual()).flatten()
+    W, history, objective = self_learn(X, Y, a, match.forward[a], p0=1.0)
+    final = csls_match(X @ W, Y, k=10)
+    mutual = torch.nonzero(final.mutual()).flatten().numpy()
+    assert len(mutual) >= 900
+    assert np.mean(shuffle[final.forward.numpy()[mutual]] == mutual) >= 0.97
+    # the same loop with the exit disabled (no two pair sets compare equal)
+    monkeypatch.setattr(torch, "equal", lambda *args: False)
+    W_on, history_on, objective_on = self_learn(X, Y, a, match.forward[a], p0=1.0)
+    assert len(history_on) > len(history) and objective_on == objective
+    assert [h["objective"] for h in history_on[:len(history)]] == [
+        h["objective"] for h in history]
+    monkeypatch.undo()
+    assert torch.equal(W_on, W)
+
+
 @pytest.mark.slow
 def test_zero_pairs_the_other_way(docstring_pair):
     """MPNet (768) -> MiniLM (384): the wider source, another pool of 1,000 texts."""
