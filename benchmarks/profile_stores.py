@@ -17,6 +17,10 @@ transform, as a crash would, leaving the shadow) after the batch that reaches th
 rows; the rerun that resumes it is the one profiled, against the time the issue allows it:
 uninterrupted × rows left ÷ rows + 10 % of uninterrupted. ``read (first batch)`` is the time to
 the first batch, where a reader that skips the committed rows by reading them shows up.
+
+``--no-writeback`` (with either form): without the write-back that ``.npy``, FAISS and the
+single Parquet file start after each batch's write (``skalign._shadow.start_writeback``), so
+that the commits' ``fsync`` waits with and without it can be compared.
 """
 
 import collections
@@ -63,8 +67,12 @@ class _Crash(BaseException):
 
 
 def main():
-    kind, n = sys.argv[1], int(float(sys.argv[2]))
-    resume_after = float(sys.argv[4]) if sys.argv[3:4] == ["--resume-after"] else None
+    args = sys.argv[1:]
+    if "--no-writeback" in args:  # the commits' fsyncs without the early write-back
+        args.remove("--no-writeback")
+        shadow._SYNC_FILE_RANGE.append(None)
+    kind, n = args[0], int(float(args[1]))
+    resume_after = float(args[3]) if args[2:3] == ["--resume-after"] else None
     model, X = make_model_and_rows(n)
     backend = {"npy": sb.Npy(), "parquet": sb.Parquet(), "parquet-dir": sb.ParquetDir(),
                "lance": sb.Lance(), "faiss": sb.Faiss()}[kind]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import sys
 from contextlib import contextmanager
 from glob import escape as glob_escape
 from pathlib import Path
@@ -73,6 +74,33 @@ def atomic_file(path, suffix=""):
 def _fsync(f):
     f.flush()
     os.fsync(f.fileno())
+
+
+_SYNC_FILE_RANGE = []  # libc's sync_file_range, once looked up (None where there is none)
+
+
+def start_writeback(f, offset, nbytes):
+    """Start writing bytes ``[offset, offset + nbytes)`` of the open file ``f`` to the disk and
+    return at once (Linux's ``sync_file_range(..., SYNC_FILE_RANGE_WRITE)``; nothing elsewhere).
+
+    Durability still comes from the commit's fsync; started early, the disk writes while the
+    next batches are translated instead of all at once when the commit waits for it.
+    """
+    if not _SYNC_FILE_RANGE:
+        fn = None
+        if sys.platform.startswith("linux"):
+            import ctypes
+
+            try:
+                fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+                fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+            except (OSError, AttributeError):
+                fn = None
+        _SYNC_FILE_RANGE.append(fn)
+    fn = _SYNC_FILE_RANGE[0]
+    if fn is not None and nbytes > 0:
+        f.flush()
+        fn(f.fileno(), offset, nbytes, 2)  # SYNC_FILE_RANGE_WRITE; advice: errors are moot
 
 
 class FileShadow:
@@ -171,8 +199,10 @@ class NpyShadow(FileShadow):
         if start != self.rows:  # pragma: no cover - a reader that skipped or repeated rows
             raise StoreError(f"{self.path}: internal error, row {start} after {self.rows}.")
         # sequential writes after the header: the page cache, not this process, holds the data
-        self._file.seek(self.offset + start * self.row_bytes)
+        at = self.offset + start * self.row_bytes
+        self._file.seek(at)
         self._file.write(np.ascontiguousarray(out, dtype=np.float32).data)
+        start_writeback(self._file, at, len(out) * self.row_bytes)
         self.rows += len(out)
         if self.clock.due():
             self.commit()

@@ -41,6 +41,7 @@ from ._shadow import (
     atomic_file,
     check_parent,
     fsync_dir,
+    start_writeback,
     swap_paths,
 )
 from .exceptions import StoreError
@@ -611,6 +612,7 @@ class _ParquetFileWriter(FileShadow):
             writer.close()  # the unit's footer; the file object stays open
         self._file.flush()
         end = self._file.tell()
+        start_writeback(self._file, at, end - at)
         self._footers.append(self._footer(end))
         self._unsynced.append((at, end, len(out)))
         self.rows += len(out)
