@@ -19,7 +19,6 @@ those pairs (the bootstrapper's inner fit). Run with ``OMP_NUM_THREADS=1``. Data
 """
 
 import argparse
-import csv
 import os
 import sys
 import time
@@ -30,6 +29,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _common import write_rows  # noqa: E402
 from _seedless_common import ENCODER_PAIRS, draw, load, top1_mrr  # noqa: E402
 
 import skalign._bootstrap as bootstrap  # noqa: E402
@@ -85,10 +85,7 @@ def main(argv=None):
         finally:
             bootstrap.self_learn = self_learn
     if args.out:
-        with open(args.out, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
+        write_rows(args.out, rows)
 
 
 if __name__ == "__main__":

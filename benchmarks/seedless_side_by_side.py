@@ -26,7 +26,6 @@ user guide quotes::
 """
 
 import argparse
-import csv
 import importlib
 import os
 import subprocess
@@ -41,6 +40,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _common import write_rows  # noqa: E402
 from _seedless_common import ENCODER_PAIRS, draw, load, top1_mrr  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -148,10 +148,7 @@ def main(argv=None):
                     rows.append(row)
                     print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
     if args.out:
-        with open(args.out, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
+        write_rows(args.out, rows)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ from ._journal import read_journal, write_journal
 from ._shadow import (
     FileShadow,
     NpyShadow,
+    _fsync,
     atomic_file,
     check_parent,
     fsync_dir,
@@ -648,11 +649,6 @@ class _ParquetFileWriter(FileShadow):
         f = getattr(self, "_file", None)
         if f is not None and not f.closed:
             f.close()
-
-
-def _fsync(f):
-    f.flush()
-    os.fsync(f.fileno())
 
 
 def _batches_holding(files, positions, batch_size):
