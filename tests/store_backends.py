@@ -5,10 +5,14 @@ A backend makes a source store of ``X`` with ids, documents and payloads (``make
 output (``output``), reads a store back as ``(ids, vectors, fields)`` sorted by id (``read``),
 lists what lives in its folder or database (``inventory``: leftovers show up there) and bulk
 loads given vectors with the engine's own fastest path (``bulk_load``, the benchmark's baseline).
+``digest`` fingerprints a store in its stored order, batch by batch where the engine allows it
+(the benchmark's kill study compares million-row outputs with it: ``read`` holds a whole store
+in memory, several times over while it sorts).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -18,6 +22,55 @@ import numpy as np
 
 def _docs(n):
     return [f"document {i}" for i in range(n)]
+
+
+class _Digest:
+    """SHA-256 of a store's ids, vectors and other fields, each hashed as one stream, so that
+    the result does not depend on how the rows were split into batches."""
+
+    def __init__(self):
+        import hashlib
+
+        self.parts = {k: hashlib.sha256() for k in ("ids", "vectors", "fields")}
+        self.rows = 0
+
+    def update(self, ids=None, vectors=None, fields=()):
+        """One batch: ``ids`` (array), ``vectors`` (2-d float32), ``fields`` (one list of
+        values per other column, hashed as JSON with sorted keys: engines need not keep the
+        order of a payload's keys)."""
+        if vectors is not None:
+            vectors = np.ascontiguousarray(vectors, "<f4")
+            self.rows += len(vectors)
+            self.parts["vectors"].update(vectors.tobytes())
+        if ids is not None:
+            self.parts["ids"].update(np.ascontiguousarray(ids, "<i8").tobytes())
+        for column in fields:
+            self.parts["fields"].update("".join(
+                json.dumps(v, sort_keys=True, default=repr) + "\x00" for v in column).encode())
+
+    def hexdigest(self):
+        return f"{self.rows}:" + ":".join(h.hexdigest()[:16] for h in self.parts.values())
+
+
+def _read_digest(self, address):
+    """:class:`_Digest` of ``self.read(address)``: for the engines read whole anyway."""
+    ids, V, fields = self.read(address)
+    d = _Digest()
+    d.update(ids, V, [fields] if fields is not None else ())
+    return d.hexdigest()
+
+
+def _arrow_digest(batches, vector="emb"):
+    """:class:`_Digest` of Arrow record batches: ``id``, the fixed-size list column ``vector``
+    and every other column."""
+    d = _Digest()
+    for rb in batches:
+        col = rb.column(rb.schema.get_field_index(vector))
+        V = np.asarray(col.flatten()).reshape(len(rb), -1)
+        others = [rb.column(i).to_pylist() for i, f in enumerate(rb.schema)
+                  if f.name not in ("id", vector)]
+        d.update(np.asarray(rb.column(rb.schema.get_field_index("id"))), V, others)
+    return d.hexdigest()
 
 
 def _patch_vector(files, vector):
@@ -51,6 +104,13 @@ class Npy:
     def read(self, address):
         V = np.load(address)
         return np.arange(len(V)), V, None
+
+    def digest(self, address):
+        V = np.load(address, mmap_mode="r")
+        d = _Digest()
+        for lo in range(0, len(V), 65536):
+            d.update(np.arange(lo, min(lo + 65536, len(V))), V[lo:lo + 65536])
+        return d.hexdigest()
 
     def inventory(self, root):
         return sorted(os.listdir(root))
@@ -94,6 +154,14 @@ class Parquet:
         docs = t["doc"].to_pylist()  # once: inside the comprehension it made reading quadratic
         return ids[order], V[order], [docs[i] for i in order]
 
+    def digest(self, address):
+        import pyarrow.dataset as ds
+
+        files = sorted(Path(address).glob("*.parquet")) if self.folder else [address]
+        # one file at a time in name order (a folder's parts are numbered), in stored order
+        return _arrow_digest(b for f in files
+                             for b in ds.dataset(str(f)).to_batches(batch_size=65536))
+
     def inventory(self, root):
         return sorted(os.listdir(root))
 
@@ -109,8 +177,6 @@ class Parquet:
     def corrupt_shadow(self, root, position, name="out"):
         """Change row ``position`` of the shadow output a crashed run left: found through its
         journal (a file: the committed batches' byte ranges; a folder: its committed parts)."""
-        import json
-
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -164,6 +230,16 @@ class Lance(Parquet):
         docs = t["doc"].to_pylist()  # once: inside the comprehension it made reading quadratic
         return ids[order], V[order], [docs[i] for i in order]
 
+    def digest(self, address):
+        import lancedb
+
+        p = Path(address)
+        table = lancedb.connect(p.parent).open_table(p.name[:-6])
+        n, step = table.count_rows(), 65536
+        # windows by offset and limit: a whole scan reads far ahead
+        return _arrow_digest(table.search().offset(lo).limit(min(step, n - lo)).to_arrow()
+                             .combine_chunks().to_batches()[0] for lo in range(0, n, step))
+
     def inventory(self, root):
         return sorted(os.listdir(root)) + sorted(os.listdir(root / "db"))
 
@@ -208,6 +284,18 @@ class Faiss:
         order = np.argsort(ids)
         return ids[order], V[order], None
 
+    def digest(self, address):
+        import faiss
+
+        index = faiss.read_index(address, faiss.IO_FLAG_MMAP_IFC)
+        ids = faiss.vector_to_array(index.id_map)
+        flat = faiss.downcast_index(index.index)
+        d = _Digest()
+        for lo in range(0, index.ntotal, 65536):
+            hi = min(lo + 65536, index.ntotal)
+            d.update(ids[lo:hi], flat.reconstruct_n(lo, hi - lo))
+        return d.hexdigest()
+
     def inventory(self, root):
         return sorted(os.listdir(root))
 
@@ -231,6 +319,7 @@ class Faiss:
 
 class Chroma:
     name = "chroma"
+    digest = _read_digest
 
     def _client(self, root):
         import chromadb
@@ -292,6 +381,7 @@ class Chroma:
 
 class Qdrant:
     name = "qdrant"
+    digest = _read_digest
 
     def _client(self, root):
         from skalign._connectors import parse_address
@@ -404,6 +494,17 @@ class PgVector:
             rows = conn.execute(f"SELECT id, doc, meta, emb FROM {table} ORDER BY id").fetchall()
         V = np.asarray([r[3].to_numpy() for r in rows], np.float32)
         return np.array([r[0] for r in rows]), V, [(r[1], r[2]) for r in rows]
+
+    def digest(self, address):
+        table = address.split("table=")[1].split("&")[0]
+        d = _Digest()
+        # a server-side cursor (it streams) lives in a transaction
+        with self._conn() as conn, conn.transaction(), conn.cursor(name="digest") as cur:
+            cur.execute(f"SELECT id, doc, meta, emb FROM {table} ORDER BY id")
+            while rows := cur.fetchmany(20000):
+                d.update([r[0] for r in rows], [r[3].to_numpy() for r in rows],
+                         [[(r[1], r[2]) for r in rows]])
+        return d.hexdigest()
 
     def inventory(self, root):
         with self._conn() as conn:
