@@ -350,8 +350,9 @@ def main():
                     "at the end)")
     ap.add_argument("--csv", default=str(ROOT / "benchmarks" / "results" / "stores.csv"))
     ap.add_argument("--merge", action="store_true",
-                    help="replace the rows of the backends run in an existing --csv and keep "
-                    "the others (the _machine file then sums up every row)")
+                    help="replace the rows of the backends run in an existing --csv (and its "
+                    "_trials file) and keep the others (the _machine file then sums up every "
+                    "row)")
     args = ap.parse_args()
     load_start = os.getloadavg()[0]
     sizes = dict(QUICK if args.quick else FULL)
@@ -434,10 +435,15 @@ def write_results(args, rows, load_start, kills):
                        for r in rows])
     if TRIALS:
         trials = Path(args.csv).with_name(Path(args.csv).stem + "_trials.csv")
+        kept = []
+        if args.merge and trials.exists():  # the earlier trials of the backends not run now
+            run_now = {t["backend"] for t in TRIALS}
+            with open(trials, newline="") as f:
+                kept = [t for t in csv.DictReader(f) if t["backend"] not in run_now]
         with open(trials, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(TRIALS[0]))
             w.writeheader()
-            w.writerows(TRIALS)
+            w.writerows(kept + TRIALS)
         summary = f"{summary} and {trials}"
     print(f"wrote {args.csv} and {summary}")
 
