@@ -100,6 +100,9 @@ def main(argv=None):
                          "method")
     ap.add_argument("--disjoint", action="store_true",
                     help="source and target pools from different texts (halves)")
+    ap.add_argument("--device", default="cpu",
+                    help="where skalign's fits run (its rows are named '... (DEVICE)' when not "
+                         "the CPU); mini-vec2vec runs on the CPU")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     if args.out is None:
@@ -131,7 +134,8 @@ def main(argv=None):
             settings = [("mini-vec2vec defaults", {})] if mv2v else []
             if mv2v and args.mv2v_other:
                 settings.append((f"mini-vec2vec {other}", args.mv2v_other))
-            wanted = [f"skalign {n} pairs" for n in args.seeds] + [n for n, _ in settings]
+            wanted = [_skalign_method(n, args.device) for n in args.seeds] + [
+                n for n, _ in settings]
             if not args.replace:
                 wanted = [w for w in wanted if w not in done]
             if not wanted:
@@ -145,13 +149,15 @@ def main(argv=None):
             results = [(CEILING, ceil, ceil_mrr, float("nan"), float("nan"), "", float("nan"),
                         "", "", "")]
             for n_seed in args.seeds:
-                if f"skalign {n_seed} pairs" not in wanted:
+                method = _skalign_method(n_seed, args.device)
+                if method not in wanted:
                     continue
                 load_avg, c0 = os.getloadavg()[0], time.process_time()
-                boot, sec, warned, _ = fit_skalign(X, Y, partner, n_seed, state, Yt=Yt)
+                boot, sec, warned, _ = fit_skalign(X, Y, partner, n_seed, state, Yt=Yt,
+                                                   device=args.device)
                 cpu = time.process_time() - c0
                 t1, mrr = top1_mrr(Ye, boot.transform(Xe))
-                results.append((f"skalign {n_seed} pairs", t1, mrr, sec, cpu,
+                results.append((method, t1, mrr, sec, cpu,
                                 f"certificate {boot.certificate_:.3f}"
                                 + (" (warned)" if warned else ""),
                                 boot.certificate_, warned, load_avg, restarts_note(boot)))
@@ -207,6 +213,10 @@ def main(argv=None):
     write_csv(Path(args.out), table)
     write_csv(Path(args.out.replace(".csv", "_figures.csv")), figures(runs))
     return table
+
+
+def _skalign_method(n_seed, device):
+    return f"skalign {n_seed} pairs" + ("" if device == "cpu" else f" ({device})")
 
 
 def figures(runs):

@@ -229,7 +229,8 @@ def apply_in_batches(fn, X, *, device, batch_size=None, n_outputs=None, out_dtyp
         res = fn(to_tensor(X[rows], device, dtype))
         if out is None:
             out = np.empty((n_rows,) + tuple(res.shape[1:]), dtype=out_dtype)
-        out[rows] = to_numpy(res)
+        # straight into the output rows: from a GPU, no intermediate host tensor to copy again
+        torch.from_numpy(out[rows]).copy_(res.detach())
     if out is None:  # zero rows
         out = np.empty((0, n_outputs or 0), dtype=out_dtype)
     return out

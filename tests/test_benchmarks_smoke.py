@@ -99,3 +99,27 @@ def test_qdrant_local_memory_runs(load_benchmark, tmp_path):
     with open(tmp_path / "q_figures.csv", newline="") as f:
         keys = {r["key"] for r in csv.DictReader(f)}
     assert {"open_open_hwm", "open_source_mib", "translate_peak_hwm", "translate_cpu_s"} <= keys
+
+
+def test_bench_cuda_runs_its_transform_part(load_benchmark, tmp_path):
+    """``--gpu cpu`` (only to try the script out where there is no GPU): one fitted map applied
+    by both paths gives the same rows, and the figures file names what the guide quotes."""
+    import csv
+
+    import numpy as np
+
+    from skalign.datasets import load_docstring_embeddings
+
+    data = tmp_path / "pair.npz"
+    np.savez(data, **load_docstring_embeddings().embeddings)
+    bench = load_benchmark("bench_cuda")
+    bench.main([str(data), "--out", str(tmp_path), "--parts", "transform", "--gpu", "cpu",
+                "--repeats", "1", "--rows", "5000"])
+    with open(tmp_path / "bench_cuda_transform.csv", newline="") as f:
+        rows = {r["what"]: r for r in csv.DictReader(f)}
+    assert float(rows["transform, numpy in/out (gpu)"]["max_abs_diff"]) == 0.0
+    assert int(rows["transform, numpy in/out (cpu)"]["rows"]) == 5000
+    assert float(rows["CPU fit vs GPU fit, real rows"]["max_abs_diff"]) < 1e-5
+    with open(tmp_path / "bench_cuda_figures.csv", newline="") as f:
+        keys = {r["key"] for r in csv.DictReader(f)}
+    assert {"transform_cpu__rows_per_s", "transform_gpu__seconds"} <= keys
