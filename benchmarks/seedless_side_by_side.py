@@ -23,6 +23,13 @@ user guide quotes::
         ../shared/data/docstrings_en.npz --old-commit 5ee7682 --pairs 1 0 --states 0 --seeds 0 5
     nice -n 19 env OMP_NUM_THREADS=1 python benchmarks/seedless_side_by_side.py \
         ../shared/data/docstrings_en.npz --old-commit 5ee7682 --pairs 2 --states 2 --new-first
+
+and ``results/seedless_side_by_side_candidates.csv`` the dense softmaxes against the candidate
+softmaxes of the soft phase::
+
+    env OMP_NUM_THREADS=1 python benchmarks/seedless_side_by_side.py \
+        ../shared/data/docstrings_en.npz --old-commit e3648d3 --pairs 2 0 --states 4 \
+        --seeds 0 5 --out benchmarks/results/seedless_side_by_side_candidates.csv
 """
 
 import argparse

@@ -115,8 +115,9 @@ class AnchorBootstrapper(BaseAligner):
       *similarity signature* (the sorted row of :math:`\sqrt{Z Z^\top}`, vecmap's unsupervised
       start [2]_), concatenated with its cosines to the seed rows when there are seeds; the
       CSLS scores of these profiles start a *soft* self-learning on the top 128 principal
-      components of each pool: the orthogonal map is fitted on every candidate pair weighted by
-      the softmax (temperature 0.02 on the start scores, 0.05 after) of its CSLS score, the
+      components of each pool: the orthogonal map is fitted on the candidate pairs (each
+      row's 32 most similar rows of the other pool, and each column's) weighted by the
+      softmax (temperature 0.02 on the start scores, 0.05 after) of their CSLS scores, the
       scores are recomputed under the map, until the objective stalls (8 iterations without
       growth, 3 once it has taken off to four times its first value; a weak start, 1–2 % of
       rows paired right, takes off where hard pairs stay stuck); its steps are over-relaxed
