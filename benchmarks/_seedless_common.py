@@ -19,6 +19,9 @@ from skalign.exceptions import DiscoveryFailedWarning
 
 ENCODER_PAIRS = [("minilm_l6", "mpnet_base"), ("minilm_l6", "me5_small_q4"),
                  ("mpnet_base", "me5_small_q4")]
+#: English -> German pairs of the cross-lingual development set (``data/crosslingual_de.npz``,
+#: ``make_crosslingual.py``): another model and language, and one model in two languages
+CROSSLINGUAL_PAIRS = [("en_minilm_l6", "de_me5_small_q4"), ("en_me5_small_q4", "de_me5_small_q4")]
 N_EVAL = 1000
 
 

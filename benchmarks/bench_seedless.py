@@ -25,6 +25,12 @@ then its certificate or ``stopped``). Written:
 ``results/bench_seedless_runs.csv`` and
 ``results/bench_seedless_figures.csv`` (``key,value``: the figures the guide's prose quotes).
 
+``--crosslingual``: the English -> German pairs of ``benchmarks/data/crosslingual_de.npz`` (its
+path as DATA; 2,897 texts, so pools of at most 1,897 rows: use ``--pool 1500``), MiniLM English
+-> e5 German and e5 English -> e5 German; for the second, one model in two languages, a row
+``no map`` (the raw embeddings, each side centred as in every row's ranking) is the reference to
+beat. Written to ``results/bench_seedless_crosslingual.csv`` unless ``--out`` says otherwise.
+
 ``--disjoint``: the source pool and the target pool hold different texts (the 3,000 texts not
 held out, cut in two halves of 1,500: source embeddings of one, target embeddings of the other);
 the seed pairs are source-pool texts with their own target embeddings, and the ceiling is
@@ -35,6 +41,8 @@ Procrustes on 1,000 true pairs of the source-pool texts. Written to
     python benchmarks/bench_seedless.py PATH.npz --states 0 1 --no-mv2v
     python benchmarks/bench_seedless.py PATH.npz --resume --mv2v-states 0 --mv2v-other "{}"
     python benchmarks/bench_seedless.py PATH.npz --disjoint --no-mv2v
+    python benchmarks/bench_seedless.py benchmarks/data/crosslingual_de.npz --crosslingual \
+        --pool 1500
     python benchmarks/bench_seedless.py PATH.npz --resume --no-mv2v --merge A_runs.csv B_runs.csv
     nice -n 10 env OMP_NUM_THREADS=1 python benchmarks/bench_seedless.py PATH.npz --resume \
         --replace --seeds 0 --no-mv2v --pairs 2 --states 0 1   # rerun zero pairs, keep the rest
@@ -50,11 +58,22 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from _seedless_common import ENCODER_PAIRS, ceiling, draw, fit_skalign, load, top1_mrr
+from _seedless_common import (
+    CROSSLINGUAL_PAIRS,
+    ENCODER_PAIRS,
+    ceiling,
+    draw,
+    fit_skalign,
+    load,
+    top1_mrr,
+)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 CEILING = "Procrustes 1,000 pairs"
 MV2V_OTHER = dict(n_clusters=50, subsample=1.0)
+NO_MAP = "no map"
+#: the encoder pairs of this run: ENCODER_PAIRS, or CROSSLINGUAL_PAIRS with --crosslingual
+PAIRS = list(ENCODER_PAIRS)
 
 
 def fit_mv2v(X, Y, state, **params):
@@ -86,8 +105,10 @@ def main(argv=None):
                     help="random states mini-vec2vec runs on (default: all of --states)")
     ap.add_argument("--seeds", type=int, nargs="*", default=[0, 5],
                     help="seed-pair counts of the skalign rows (none: no skalign rows)")
-    ap.add_argument("--pairs", type=int, nargs="+", default=list(range(len(ENCODER_PAIRS))),
-                    help="indices into ENCODER_PAIRS")
+    ap.add_argument("--pairs", type=int, nargs="+", default=None,
+                    help="indices into ENCODER_PAIRS (CROSSLINGUAL_PAIRS with --crosslingual)")
+    ap.add_argument("--crosslingual", action="store_true",
+                    help="DATA is crosslingual_de.npz: its English -> German pairs")
     ap.add_argument("--resume", action="store_true",
                     help="keep the runs already in the runs CSV and skip the methods that ran "
                          "on their pair and state")
@@ -105,8 +126,14 @@ def main(argv=None):
                          "the CPU); mini-vec2vec runs on the CPU")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
+    global PAIRS
+    PAIRS = list(CROSSLINGUAL_PAIRS if args.crosslingual else ENCODER_PAIRS)
+    if args.pairs is None:
+        args.pairs = list(range(len(PAIRS)))
     if args.out is None:
         name = "bench_seedless_disjoint.csv" if args.disjoint else "bench_seedless.csv"
+        if args.crosslingual:
+            name = name.replace("bench_seedless", "bench_seedless_crosslingual")
         args.out = str(RESULTS / name)
     runs_path = Path(args.out.replace(".csv", "_runs.csv"))
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
@@ -125,7 +152,7 @@ def main(argv=None):
     if args.merge:
         write_csv(runs_path, sorted(runs, key=run_order))
     threads = torch.get_num_threads()
-    for source, target in [ENCODER_PAIRS[i] for i in args.pairs]:
+    for source, target in [PAIRS[i] for i in args.pairs]:
         for state in args.states:
             done = {r["method"] for r in runs
                     if (r["source"], r["target"], r["state"]) == (source, target, state)}
@@ -142,12 +169,16 @@ def main(argv=None):
                 continue
             runs = [r for r in runs if not ((r["source"], r["target"], r["state"])
                                             == (source, target, state)
-                                            and r["method"] in {*wanted, CEILING})]
+                                            and r["method"] in {*wanted, CEILING, NO_MAP})]
             X, Y, partner, Xe, Ye, Xt, Yt = draw(E, source, target, state, args.pool,
                                                  disjoint=args.disjoint)
             ceil, ceil_mrr = ceiling(Xt, Yt, Xe, Ye)
             results = [(CEILING, ceil, ceil_mrr, float("nan"), float("nan"), "", float("nan"),
                         "", "", "")]
+            if args.crosslingual and source.split("_", 1)[1] == target.split("_", 1)[1]:
+                # one model, two languages: the raw embeddings are the reference to beat
+                results.append((NO_MAP, *top1_mrr(Ye, Xe), float("nan"), float("nan"), "",
+                                float("nan"), "", "", ""))
             for n_seed in args.seeds:
                 method = _skalign_method(n_seed, args.device)
                 if method not in wanted:
@@ -188,7 +219,7 @@ def main(argv=None):
           "pair (column states); medians")
     print(f"{'pair':32s} {'method':42s} {'top-1':>6s} {'MRR':>6s} {'success':>8s} {'fit s':>6s} "
           f"{'cpu s':>6s} {'states':>6s}")
-    for source, target in ENCODER_PAIRS:
+    for source, target in PAIRS:
         methods = sorted(dict.fromkeys(r["method"] for r in runs if r["source"] == source
                                        and r["target"] == target), key=method_order)
         if not methods:
@@ -202,8 +233,8 @@ def main(argv=None):
                 "mrr": round(float(np.median([r["mrr"] for r in rs])), 3),
                 "success": f"{sum(r['success'] for r in rs)}/{len(rs)}",
                 "seconds": round(float(np.median([r["seconds"] for r in rs])), 1)
-                if method != CEILING else "",
-                "cpu_seconds": _median_cpu(rs) if method != CEILING else "",
+                if method not in (CEILING, NO_MAP) else "",
+                "cpu_seconds": _median_cpu(rs) if method not in (CEILING, NO_MAP) else "",
                 "states": len(rs),
             }
             table.append(summary)
@@ -229,7 +260,7 @@ def figures(runs):
     runs' largest).
     """
     out = []
-    for source, target in ENCODER_PAIRS:
+    for source, target in PAIRS:
         rs = [r for r in runs if (r["source"], r["target"]) == (source, target)]
         for method in sorted(dict.fromkeys(r["method"] for r in rs), key=method_order):
             m = [r for r in rs if r["method"] == method]
@@ -240,7 +271,7 @@ def figures(runs):
                       "successes": sum(r["success"] for r in m),
                       "warned": sum(str(r["warned"]) == "True" for r in m),
                       "states": len(m)}
-            if method != CEILING:
+            if method not in (CEILING, NO_MAP):
                 values["seconds"] = np.median([r["seconds"] for r in m])
                 values["seconds_max"] = max(r["seconds"] for r in m)
                 cpu = _cpu_seconds(m)
@@ -275,13 +306,15 @@ def run_key(r):
 
 def run_order(r):
     """Runs by encoder pair, state, then method (the table's order)."""
-    return ENCODER_PAIRS.index((r["source"], r["target"])), r["state"], method_order(r["method"])
+    return PAIRS.index((r["source"], r["target"])), r["state"], method_order(r["method"])
 
 
 def method_order(method):
-    """The table's order: the ceiling, skalign by seed count, then mini-vec2vec."""
+    """The table's order: the ceiling, no map, skalign by seed count, then mini-vec2vec."""
     seeds = re.match(r"skalign (\d+) pairs", method)
-    return (0, 0) if method == CEILING else (1, int(seeds[1])) if seeds else (2, method)
+    if method in (CEILING, NO_MAP):
+        return 0, int(method == NO_MAP)
+    return (1, int(seeds[1])) if seeds else (2, method)
 
 
 def restarts_note(boot):

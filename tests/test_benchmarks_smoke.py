@@ -123,3 +123,21 @@ def test_bench_cuda_runs_its_transform_part(load_benchmark, tmp_path):
     with open(tmp_path / "bench_cuda_figures.csv", newline="") as f:
         keys = {r["key"] for r in csv.DictReader(f)}
     assert {"transform_cpu__rows_per_s", "transform_gpu__seconds"} <= keys
+
+
+def test_bench_seedless_crosslingual_runs(load_benchmark, tmp_path):
+    """The cross-lingual pairs at a small pool: the ceiling, the no-map reference for the
+    one-model pair, a five-seed fit, each row with its figures."""
+    from pathlib import Path
+
+    data = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "crosslingual_de.npz"
+    bench = load_benchmark("bench_seedless")
+    out = tmp_path / "cl.csv"
+    table = bench.main([str(data), "--crosslingual", "--pool", "400", "--states", "0",
+                        "--seeds", "5", "--no-mv2v", "--pairs", "1", "--out", str(out)])
+    methods = [r["method"] for r in table]
+    assert methods == ["Procrustes 1,000 pairs", "no map", "skalign 5 pairs"]
+    no_map = table[1]
+    assert no_map["pair"] == "en_me5_small_q4 → de_me5_small_q4" and no_map["seconds"] == ""
+    assert 0.5 < no_map["top1"] <= 1  # one model: the raw embeddings already translate
+    assert (tmp_path / "cl_runs.csv").exists() and (tmp_path / "cl_figures.csv").exists()
