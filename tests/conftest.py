@@ -46,6 +46,27 @@ def docstring_pair():
     return A, B, np.random.default_rng(0).permutation(len(A))
 
 
+@pytest.fixture(scope="module")
+def seedless_split(docstring_pair):
+    """MiniLM -> MPNet: a 1,000-text pool (target side shuffled) and 350 held-out texts.
+
+    Returns ``pool, shuffle, X_test, Y_test, ceiling``: the unpaired pool, the permutation of
+    its target side (target row ``j`` is source row ``shuffle[j]``), the held-out pairs and the
+    held-out top-1 of Procrustes on the pool's 1,000 true pairs.
+    """
+    from skalign import ProcrustesAligner, UnpairedPool
+    from skalign.metrics import top_k_accuracy
+
+    A, B, order = docstring_pair
+    pool_rows, test_rows = order[:1000], order[1000:]
+    shuffle = np.random.default_rng(1).permutation(1000)
+    pool = UnpairedPool(X=A[pool_rows], y=B[pool_rows][shuffle])
+    ceiling = top_k_accuracy(B[test_rows],
+                             ProcrustesAligner().fit(A[pool_rows], B[pool_rows])
+                             .transform(A[test_rows]))
+    return pool, shuffle, A[test_rows], B[test_rows], ceiling
+
+
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
