@@ -12,6 +12,10 @@ exactly its share; the issue allows up to 1 + 0.1 ÷ that share). The outputs ar
 disk synced and 3 s waited before the next share, so that each uninterrupted run and each rerun
 starts after a kill or a pause alike.
 
+``--twice``: no kills; for each share the command runs uninterrupted twice in a row (the first
+output kept meanwhile), timed with the process's user and system CPU seconds (``wait4``): what
+the run after another costs by itself.
+
 ``--afresh``: every other share, the killed run's shadow and journal are removed before the
 rerun, which then starts from row 0 right after a kill: against the uninterrupted run, what
 following a killed run costs without any resuming.
@@ -38,7 +42,8 @@ from bench_stores import _CLI, make_model_and_rows, translate_cpu  # noqa: E402
 
 def command(model_path, src, out, env, kill_at=None, n=None):
     """Run the command; with ``kill_at``, SIGKILL it once its shadow holds that share of the
-    output's vectors and return None; else (seconds, CPU seconds, row resumed at)."""
+    output's vectors and return None; else (seconds, CPU seconds, row resumed at, the process's
+    user and system CPU seconds from ``wait4``)."""
     with tempfile.TemporaryFile("w+") as log:
         p = subprocess.Popen([sys.executable, "-c", _CLI, "translate", model_path, src, out],
                              stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
@@ -52,20 +57,38 @@ def command(model_path, src, out, env, kill_at=None, n=None):
                     return None
                 time.sleep(0.005)
             raise SystemExit(f"the command ended before {kill_at:.0%} of it was written")
-        p.wait()
+        _, status, usage = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
         log.seek(0)
         text = log.read()
     took = re.search(r" in ([\d.]+) s", text)
     if p.returncode or not took:
         raise SystemExit(text)
     at = re.search(r"resumed at row (\d+)", text)
-    return float(took.group(1)), translate_cpu(text), int(at.group(1)) if at else 0
+    return (float(took.group(1)), translate_cpu(text), int(at.group(1)) if at else 0,
+            usage.ru_utime, usage.ru_stime)
+
+
+def twice(model_path, src, root, env, k):
+    """The command uninterrupted twice in a row, the first output kept meanwhile: what a run
+    right after another costs, without any kill."""
+    outs = [str(root / f"twice{k}-{i}.parquet") for i in (1, 2)]
+    runs = [(os.getloadavg()[0], *command(model_path, src, out, env)) for out in outs]
+    print("twice: " + "; ".join(f"{secs:.2f} s, user {user:.2f} s, system {system:.2f} s (load "
+                                f"{load:.2f})" for load, secs, _, _, user, system in runs)
+          + f"; the second ÷ the first: {runs[1][1] / runs[0][1]:.3f}", flush=True)
+    for p in outs:
+        os.unlink(p)
+    os.sync()
+    time.sleep(3)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("rows", nargs="?", default="1e6")
     ap.add_argument("--shares", default="0.2,0.2,0.2")
+    ap.add_argument("--twice", action="store_true",
+                    help="no kills: the command uninterrupted twice in a row, per share")
     ap.add_argument("--afresh", action="store_true",
                     help="every other rerun starts from row 0 (the killed run's shadow removed)")
     args = ap.parse_args()
@@ -80,9 +103,12 @@ def main():
         del X
         model_path = str(save(model, root / "model.skops"))
         for k, share in enumerate(float(s) for s in args.shares.split(",")):
+            if args.twice:
+                twice(model_path, src, root, env, k)
+                continue
             full_out, out = str(root / f"full{k}.parquet"), str(root / f"kill{k}.parquet")
             load = os.getloadavg()[0]
-            full_s, full_cpu, _ = command(model_path, src, full_out, env)
+            full_s, full_cpu, _, _, _ = command(model_path, src, full_out, env)
             command(model_path, src, out, env, kill_at=share, n=n)
             afresh = args.afresh and k % 2 == 1
             if afresh:  # the lock file is the command's own; the rest is the shadow
@@ -90,7 +116,7 @@ def main():
                     if not p.name.endswith("-lock"):
                         p.unlink()
             rerun_load = os.getloadavg()[0]
-            secs, cpu, at = command(model_path, src, out, env)
+            secs, cpu, at, _, _ = command(model_path, src, out, env)
             left = (n - at) / n
             tag = " (afresh)" if afresh else ""
             print(f"F={share}{tag}: uninterrupted {full_s:.2f} s, {full_cpu:.2f} s CPU (load "
