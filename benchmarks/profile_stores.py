@@ -6,8 +6,12 @@ it in this process with the 384 → 768 Procrustes model, and prints the wall an
 (CPU: of the thread that ran it; a BLAS product's helper threads are not counted there, only
 in the total) spent in each phase: ``read`` (the reader's batches),
 ``transform`` (``model.transform``, main thread), ``write_unit`` (the write-behind thread,
-fsyncs and journal included), ``fsync``, ``journal``, ``finish``, ``verify``, ``publish`` — then
-the engine's bulk load of the same output and the ratio. Phases overlap (the writes run beside
+fsyncs and journal included), ``fsync``, ``journal``, ``begin`` (opening the shadow: on a resume,
+reading the journal and cutting the shadow back), ``finish``, ``verify`` (of which ``verify:
+source rows``, the sampled rows a crashed run committed read back from the input, and ``verify:
+output rows``, the sampled rows read back from the shadow), ``publish``, ``start to first
+write`` (until the writer gets its first batch) — then the engine's bulk load of the same output
+and the ratio (not with ``--no-bulk``). Phases overlap (the writes run beside
 the transform), so the wall times do not add up to the total.
 
 ``python benchmarks/profile_stores.py KIND ROWS --resume-after F``: the same phases for a
@@ -18,9 +22,16 @@ rows; the rerun that resumes it is the one profiled, against the time the issue 
 uninterrupted × rows left ÷ rows + 10 % of uninterrupted. ``read (first batch)`` is the time to
 the first batch, where a reader that skips the committed rows by reading them shows up.
 
-``--no-writeback`` (with either form): without the write-back that ``.npy``, FAISS and the
+``python benchmarks/profile_stores.py parquet ROWS --kill-at F``: the same, but the run before the
+profiled one is ``python -m skalign translate`` in a child process, SIGKILLed as soon as its
+shadow holds the share F of the output's vector bytes, as the kill study kills it: commits
+every ``COMMIT_SECONDS``, batches written after the last commit cut off by the rerun, their
+disk writes perhaps still going on. It prints how much was written and how much committed.
+
+``--no-writeback`` (with any form): without the write-back that ``.npy``, FAISS and the
 single Parquet file start after each batch's write (``skalign._shadow.start_writeback``), so
-that the commits' ``fsync`` waits with and without it can be compared.
+that the commits' ``fsync`` waits with and without it can be compared. ``--no-bulk``: the
+translation only, without the bulk load (which reads the whole output back first).
 """
 
 import collections
@@ -44,6 +55,7 @@ import skalign._stores as stores  # noqa: E402
 
 SPENT = collections.defaultdict(float)
 _LOCK = threading.Lock()
+T0 = [0.0]  # when the profiled translation started
 
 
 def timed(owner, name, label):
@@ -66,13 +78,120 @@ class _Crash(BaseException):
     """Stops a run the way a kill would: not a ``StoreError``, so the shadow stays resumable."""
 
 
+def instrument(model_cls):
+    """Wrap the phases of :func:`skalign._stores.translate_store` (in this process) with timers
+    adding up in ``SPENT``. On the model's class: an attribute of the model would change the
+    job's fingerprint (a resume would start afresh)."""
+    timed(model_cls, "transform", "transform")
+    timed(stores, "_verify", "verify")
+    for cls in (stores._NpyReader, stores._ParquetReader, stores._LanceReader):
+        timed(cls, "take", "verify: source rows")  # rows a crashed run committed
+    timed(os, "fsync", "fsync")
+    timed(stores, "write_journal", "journal")
+    timed(shadow, "write_journal", "journal")
+    # inside write_unit: the output batch made, pyarrow's encoding and the unit's footer
+    # written (Parquet), the early write-back started, the footer read back (single file)
+    timed(stores, "_output_batch", "write: output batch")
+    timed(stores, "start_writeback", "write: start write-back")
+    timed(stores._ParquetFileWriter, "_footer", "write: footer read back")
+    import pyarrow.parquet as pq
+
+    timed(pq.ParquetWriter, "write_batch", "write: pyarrow write_batch")
+    timed(pq.ParquetWriter, "close", "write: pyarrow close")
+    open_writer, open_reader = stores.open_writer, stores.open_reader
+
+    def writer(job):
+        w = open_writer(job)
+        for name in ("write_unit", "finish", "publish", "begin"):
+            timed(w, name, name)
+        timed(w, "fetch", "verify: output rows")
+        write_unit = w.write_unit
+
+        def first_write(*args, **kwargs):  # how long the writer waited for its first batch
+            if "start to first write" not in SPENT:
+                SPENT["start to first write"] = time.perf_counter() - T0[0]
+            return write_unit(*args, **kwargs)
+
+        w.write_unit = first_write
+        return w
+
+    def reader(*args, **kwargs):
+        T0[0] = time.perf_counter()  # the first thing a translation does is open its input
+        r = open_reader(*args, **kwargs)
+        batches = r.batches
+
+        def timed_batches(*a, **k):
+            it = batches(*a, **k)
+            first = True
+            while True:
+                t0 = time.perf_counter()
+                try:
+                    item = next(it)
+                except StopIteration:
+                    return
+                finally:
+                    SPENT["read"] += time.perf_counter() - t0
+                    if first:
+                        SPENT["read (first batch)"] += time.perf_counter() - t0
+                        first = False
+                yield item
+
+        r.batches = timed_batches
+        return r
+
+    stores.open_writer, stores.open_reader = writer, reader
+
+
+def report():
+    for label, secs in sorted(SPENT.items(), key=lambda kv: -kv[1]):
+        print(f"  {label:28s} {secs:7.2f}")
+
+
+def _killed_run(model, src, out, root, n, share):
+    """``skalign translate`` in a child process, SIGKILLed once its shadow holds ``share`` of
+    the output's vector bytes (what is written then, committed or not, as a kill leaves it)."""
+    import json
+    import signal
+    import subprocess
+
+    from skalign.io import save
+
+    model_path = str(save(model, root / "model.skops"))
+    job = stores.prepare_translation(model, src, out)
+    writer = stores.open_writer(job)
+    partial, journal = writer.partial, writer.journal
+    want = share * n * job.d_out * 4
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    child = subprocess.Popen([sys.executable, "-m", "skalign", "translate", model_path, src,
+                              out, "--quiet"], env=env, cwd=ROOT)
+    while child.poll() is None:
+        if partial.exists() and partial.stat().st_size >= want:
+            child.send_signal(signal.SIGKILL)
+            child.wait()
+            break
+        time.sleep(0.005)
+    else:
+        raise SystemExit(f"the translation ended before {share:.0%} of it was written")
+    size = partial.stat().st_size
+    state = json.loads(journal.read_text()) if journal.exists() else {}
+    committed = state.get("rows", sum(u[-1] for u in state.get("units", state.get("parts", []))))
+    print(f"killed with {size / 2**20:.0f} MiB in the shadow (about "
+          f"{size / (job.d_out * 4):,.0f} rows' vectors), {committed:,} rows committed")
+
+
 def main():
     args = sys.argv[1:]
+    bulk = "--no-bulk" not in args
+    if not bulk:
+        args.remove("--no-bulk")
     if "--no-writeback" in args:  # the commits' fsyncs without the early write-back
         args.remove("--no-writeback")
         shadow._SYNC_FILE_RANGE.append(None)
     kind, n = args[0], int(float(args[1]))
     resume_after = float(args[3]) if args[2:3] == ["--resume-after"] else None
+    kill_at = float(args[3]) if args[2:3] == ["--kill-at"] else None
+    if kill_at is not None and kind != "parquet":  # the others' shadows do not grow as written
+        raise SystemExit("--kill-at: KIND parquet only")
     model, X = make_model_and_rows(n)
     backend = {"npy": sb.Npy(), "parquet": sb.Parquet(), "parquet-dir": sb.ParquetDir(),
                "lance": sb.Lance(), "faiss": sb.Faiss()}[kind]
@@ -105,45 +224,12 @@ def main():
             finally:
                 cls.transform = transform
             _journal.COMMIT_SECONDS = 1.0
-        # on the class: an attribute of the model changes the job's fingerprint (a resume
-        # would start afresh)
-        timed(type(model), "transform", "transform")
-        timed(stores, "_verify", "verify")
-        timed(os, "fsync", "fsync")
-        timed(stores, "write_journal", "journal")
-        timed(shadow, "write_journal", "journal")
-        open_writer, open_reader = stores.open_writer, stores.open_reader
-
-        def writer(job):
-            w = open_writer(job)
-            for name in ("write_unit", "finish", "publish", "begin"):
-                timed(w, name, name)
-            return w
-
-        def reader(*args, **kwargs):
-            r = open_reader(*args, **kwargs)
-            batches = r.batches
-
-            def timed_batches(*a, **k):
-                it = batches(*a, **k)
-                first = True
-                while True:
-                    t0 = time.perf_counter()
-                    try:
-                        item = next(it)
-                    except StopIteration:
-                        return
-                    finally:
-                        SPENT["read"] += time.perf_counter() - t0
-                        if first:
-                            SPENT["read (first batch)"] += time.perf_counter() - t0
-                            first = False
-                    yield item
-
-            r.batches = timed_batches
-            return r
-
-        stores.open_writer, stores.open_reader = writer, reader
+        if kill_at is not None:
+            t0 = time.perf_counter()
+            stores.translate_store(model, src, backend.output(root, "uninterrupted"))
+            full_s = time.perf_counter() - t0
+            _killed_run(model, src, out, root, n, kill_at)
+        instrument(type(model))
         c0, t0 = time.process_time(), time.perf_counter()
         result = stores.translate_store(model, src, out)
         total, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -155,13 +241,13 @@ def main():
             print(f"  resumed at row {result.resumed_from}; uninterrupted {full_s:.2f} s, "
                   f"allowed {allowed:.2f} s, took {total:.2f} s "
                   f"({'in' if total <= allowed else 'NOT in'} time)")
-        for label, secs in sorted(SPENT.items(), key=lambda kv: -kv[1]):
-            print(f"  {label:28s} {secs:7.2f}")
-        ids, V, _ = backend.read(out)
-        t0 = time.perf_counter()
-        backend.bulk_load(root, ids, V)
-        bulk = time.perf_counter() - t0
-        print(f"  bulk load {bulk:.2f} s, ratio {bulk / total:.2f}")
+        report()
+        if bulk:
+            ids, V, _ = backend.read(out)
+            t0 = time.perf_counter()
+            backend.bulk_load(root, ids, V)
+            secs = time.perf_counter() - t0
+            print(f"  bulk load {secs:.2f} s, ratio {secs / total:.2f}")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -320,11 +320,12 @@ class _ParquetReader:
         return out
 
     def take(self, positions, batch_size):
-        """Rows at ``positions``: vectors and fields (read as :func:`_batches_holding` reads:
-        at worst the rows a crashed run committed are decoded once more, a few per cent of a
-        translation's time)."""
+        """Rows at ``positions``: vectors and fields, read as :func:`_batches_holding` reads, in
+        batches of ``TAKE_BATCH_ROWS`` rows whatever ``batch_size``: a row group is decoded
+        from its start up to the last row wanted, not on to the end of a translation batch
+        (a resumed run's verification reads back the sampled rows the crashed run committed)."""
         vectors, rows = {}, {}
-        for i, rb, here in _batches_holding(self._files, positions, batch_size):
+        for i, rb, here in _batches_holding(self._files, positions, TAKE_BATCH_ROWS):
             vecs = arrow_vectors(self._pa, rb.column(rb.schema.get_field_index(self.column)),
                                  self.dim, self.shards[i][0], self.column)
             for pos, k in here.items():
@@ -677,7 +678,8 @@ def _batches_holding(files, positions, batch_size):
                     break
 
 
-#: rows decoded at a time while :func:`_parquet_take` looks for the sampled rows of a row group
+#: rows decoded at a time while the verification looks for the sampled rows of a row group, in
+#: the output (:func:`_parquet_take`) and in a Parquet input (``_ParquetReader.take``)
 TAKE_BATCH_ROWS = 1024
 
 

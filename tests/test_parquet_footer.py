@@ -132,3 +132,32 @@ def test_sampled_rows_are_read_back_exactly(tmp_path, monkeypatch):
                                                   dtype=np.float32))
     assert rows == [{k: v for k, v in whole[p].items() if k != "v"} for p in positions]
     assert [r["id"] for r in rows] == positions
+
+
+def test_input_rows_read_back_stop_after_the_last_one_wanted(tmp_path, monkeypatch):
+    """The verification of a resumed run reads the sampled rows the crashed run committed back
+    from a Parquet input in batches of ``TAKE_BATCH_ROWS``, whatever the translation's batch
+    size: a row group is decoded up to the batch holding its last wanted row, no further."""
+    from skalign import _stores
+
+    path = tmp_path / "in.parquet"
+    pq.write_table(pa.Table.from_batches([_batch(0, 400)]), path, row_group_size=200)
+    reader = _stores.open_reader(path, column="v")
+    decoded = []
+    iter_batches = pq.ParquetFile.iter_batches
+
+    def counting(self, *args, **kwargs):
+        for rb in iter_batches(self, *args, **kwargs):
+            decoded.append(rb.num_rows)
+            yield rb
+
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", counting)
+    monkeypatch.setattr(_stores, "TAKE_BATCH_ROWS", 16)
+    positions = [205, 3, 204, 17]
+    vectors, rows = reader.take(positions, batch_size=150)
+    # group 0 up to row 17 (two batches of 16), group 1 up to its row 5 (one batch)
+    assert decoded == [16, 16, 16]
+    whole = pq.read_table(path).to_pylist()
+    np.testing.assert_array_equal(vectors, np.array([whole[p]["v"] for p in positions],
+                                                     dtype=np.float32))
+    assert rows == [{k: v for k, v in whole[p].items() if k != "v"} for p in positions]
