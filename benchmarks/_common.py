@@ -46,8 +46,9 @@ class PeakRSS:
 
 
 def write_rows(path, rows):
-    """Write ``rows`` (dicts with the same keys) to the CSV file ``path``, a header first."""
+    """Write ``rows`` (dicts) to the CSV file ``path``, a header first: every key of any row, in
+    the order they first appear (a row without a key leaves its cell empty)."""
     with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
         w.writeheader()
         w.writerows(rows)

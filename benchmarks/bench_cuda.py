@@ -24,6 +24,7 @@ stops. The user guide's GPU section was made from a run on a lent NVIDIA H100 (1
 """
 
 import argparse
+import copy
 import csv
 import os
 import time
@@ -31,8 +32,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from _common import write_rows
 from _seedless_common import ENCODER_PAIRS, ceiling, draw, fit_skalign, load, top1_mrr
-from sklearn.base import clone
 
 PAIR = ("minilm_l6", "mpnet_base")
 
@@ -153,8 +154,7 @@ def transform(E, n_rows, repeats, gpu):
     X, Y = E[PAIR[0]][:n_fit], E[PAIR[1]][:n_fit]
     big = np.random.default_rng(0).standard_normal((n_rows, X.shape[1])).astype(np.float32)
     model = ProcrustesAligner(device=gpu).fit(X, Y)
-    on_cpu = clone(model)
-    on_cpu.__dict__.update({k: v for k, v in vars(model).items() if k.endswith("_")})
+    on_cpu = copy.copy(model)
     on_cpu.device_ = "cpu"  # the same fitted map, applied on the CPU (numpy path)
     refit = ProcrustesAligner(device="cpu").fit(X, Y)
     real = E[PAIR[0]][n_fit:]
@@ -195,14 +195,6 @@ def transform(E, n_rows, repeats, gpu):
         out.append(row)
         print(row, flush=True)
     return out
-
-
-def _write(path, rows):
-    fields = list(dict.fromkeys(k for r in rows for k in r))
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields)
-        w.writeheader()
-        w.writerows(rows)
 
 
 def _print(title, rows):
@@ -248,7 +240,7 @@ def figures(out):
     for r in read("transform"):
         for k in ("seconds", "rows_per_s", "max_abs_diff"):
             add(f"{names.get(r['what'], r['what'])}__{k}", r.get(k))
-    _write(out / "bench_cuda_figures.csv", rows)
+    write_rows(out / "bench_cuda_figures.csv", rows)
     return rows
 
 
@@ -284,7 +276,7 @@ def main(argv=None):
             tables[part] = seedless(E, args.states, args.seeds, args.gpu)
         elif part == "transform":
             tables[part] = transform(E, int(args.rows), args.repeats, args.gpu)
-        _write(out / f"bench_cuda_{part}.csv", tables[part])
+        write_rows(out / f"bench_cuda_{part}.csv", tables[part])
     figures(out)
     for part, rows in tables.items():
         _print(part, rows)

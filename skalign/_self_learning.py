@@ -268,8 +268,7 @@ def soft_self_learn(XP, YP, C, LX=None, LY=None, *, seed_weight=SEED_WEIGHT, tem
     W, W_prev, tau, last, plain = None, None, start_temperature, -float("inf"), True
     sparse = n_candidates is not None
     if sparse:  # the start scores' candidates; the caller's C stays as it is
-        k = min(n_candidates, C.shape[1])
-        rows = torch.topk(C, k, dim=1)
+        rows = torch.topk(C, min(n_candidates, C.shape[1]), dim=1)
         cols = torch.topk(C.T.contiguous(), min(n_candidates, C.shape[0]), dim=1)
         rows, cols, C = (rows.values, rows.indices), (cols.values, cols.indices), None
     for it in range(max_iter):

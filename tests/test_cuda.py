@@ -102,11 +102,6 @@ def test_gpu_fitted_model_transforms_in_a_process_without_cuda(estimator):
 
 
 # ------------------------------------------------------------------ real pools (vendored subset)
-@pytest.fixture(scope="module")
-def split(seedless_split):
-    return seedless_split
-
-
 def _discover(X, y, pool, **params):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -114,8 +109,8 @@ def _discover(X, y, pool, **params):
     return boot, [w.category for w in caught]
 
 
-def test_zero_pair_discovery_on_the_gpu(split):
-    pool, shuffle, Xt, Yt, ceiling = split
+def test_zero_pair_discovery_on_the_gpu(seedless_split):
+    pool, shuffle, Xt, Yt, ceiling = seedless_split
     boot, caught = _discover(None, None, pool)
     assert str(boot.device_).startswith("cuda") and boot.discovery_ == "self_learning"
     assert DiscoveryFailedWarning not in caught and boot.certificate_ >= 0.8
@@ -124,8 +119,8 @@ def test_zero_pair_discovery_on_the_gpu(split):
     assert top_k_accuracy(Yt, boot.transform(Xt)) >= 0.95 * ceiling
 
 
-def test_five_seed_discovery_on_the_gpu(split):
-    pool, shuffle, Xt, Yt, ceiling = split
+def test_five_seed_discovery_on_the_gpu(seedless_split):
+    pool, shuffle, Xt, Yt, ceiling = seedless_split
     seeds = np.arange(5)
     boot, caught = _discover(pool.X[seeds], pool.y[np.argsort(shuffle)[seeds]], pool)
     assert DiscoveryFailedWarning not in caught and boot.certificate_ >= 0.8
@@ -134,8 +129,8 @@ def test_five_seed_discovery_on_the_gpu(split):
     assert top_k_accuracy(Yt, boot.transform(Xt)) >= 0.95 * ceiling
 
 
-def test_impossible_target_pool_warns_on_the_gpu(split):
-    pool, *_ = split
+def test_impossible_target_pool_warns_on_the_gpu(seedless_split):
+    pool, *_ = seedless_split
     noise = np.random.default_rng(0).standard_normal((500, 768)).astype(np.float32)
     boot, caught = _discover(None, None, UnpairedPool(X=pool.X[:500], y=noise), n_restarts=1)
     assert DiscoveryFailedWarning in caught
