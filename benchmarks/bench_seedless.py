@@ -13,7 +13,10 @@ held-out texts (see ``_seedless_common.py``). Rows:
   more centroids, all rows in every k-means run);
 * ``Procrustes 1,000 pairs``: the supervised ceiling.
 
-Printed: median top-1 and MRR over the states, the success rate (top-1 ≥ 0.9 × the ceiling of
+Printed: median top-1 and MRR over the states, the median neighbourhood retention
+(``recall10``: the held-out texts as a translated store, recall@10 of each text's ten nearest
+others against those among the target encoder's own embeddings; 1.0 keeps every neighbourhood,
+see :func:`skalign.metrics.retrieval_retention`), the success rate (top-1 ≥ 0.9 × the ceiling of
 the same draw), the median fit seconds (wall clock) and the median CPU seconds of the fit
 (``cpu_seconds``: all the process's threads; with one thread and a core of its own it is the
 wall time, and unlike the wall time it barely moves when other jobs share the machine). Each
@@ -61,10 +64,11 @@ import torch
 from _seedless_common import (
     CROSSLINGUAL_PAIRS,
     ENCODER_PAIRS,
-    ceiling,
+    ceiling_map,
     draw,
     fit_skalign,
     load,
+    retention10,
     top1_mrr,
 )
 
@@ -172,13 +176,14 @@ def main(argv=None):
                                             and r["method"] in {*wanted, CEILING, NO_MAP})]
             X, Y, partner, Xe, Ye, Xt, Yt = draw(E, source, target, state, args.pool,
                                                  disjoint=args.disjoint)
-            ceil, ceil_mrr = ceiling(Xt, Yt, Xe, Ye)
-            results = [(CEILING, ceil, ceil_mrr, float("nan"), float("nan"), "", float("nan"),
-                        "", "", "")]
+            ceil_pred = ceiling_map(Xt, Yt).transform(Xe)
+            ceil, ceil_mrr = top1_mrr(Ye, ceil_pred)
+            results = [(CEILING, ceil, ceil_mrr, retention10(Ye, ceil_pred), float("nan"),
+                        float("nan"), "", float("nan"), "", "", "")]
             if args.crosslingual and source.split("_", 1)[1] == target.split("_", 1)[1]:
                 # one model, two languages: the raw embeddings are the reference to beat
-                results.append((NO_MAP, *top1_mrr(Ye, Xe), float("nan"), float("nan"), "",
-                                float("nan"), "", "", ""))
+                results.append((NO_MAP, *top1_mrr(Ye, Xe), retention10(Ye, Xe), float("nan"),
+                                float("nan"), "", float("nan"), "", "", ""))
             for n_seed in args.seeds:
                 method = _skalign_method(n_seed, args.device)
                 if method not in wanted:
@@ -187,8 +192,9 @@ def main(argv=None):
                 boot, sec, warned, _ = fit_skalign(X, Y, partner, n_seed, state, Yt=Yt,
                                                    device=args.device)
                 cpu = time.process_time() - c0
-                t1, mrr = top1_mrr(Ye, boot.transform(Xe))
-                results.append((method, t1, mrr, sec, cpu,
+                pred = boot.transform(Xe)
+                t1, mrr = top1_mrr(Ye, pred)
+                results.append((method, t1, mrr, retention10(Ye, pred), sec, cpu,
                                 f"certificate {boot.certificate_:.3f}"
                                 + (" (warned)" if warned else ""),
                                 boot.certificate_, warned, load_avg, restarts_note(boot)))
@@ -197,12 +203,16 @@ def main(argv=None):
                     continue
                 load_avg = os.getloadavg()[0]
                 transform, sec, cpu = fit_mv2v(X, Y, state, **params)
-                t1, mrr = top1_mrr(Ye, transform(Xe))
-                results.append((name, t1, mrr, sec, cpu, "", float("nan"), "", load_avg, ""))
-            for method, t1, mrr, sec, cpu, note, cert, warned, load_avg, restarts in results:
+                pred = transform(Xe)
+                t1, mrr = top1_mrr(Ye, pred)
+                results.append((name, t1, mrr, retention10(Ye, pred), sec, cpu, "",
+                                float("nan"), "", load_avg, ""))
+            for (method, t1, mrr, r10, sec, cpu, note, cert, warned, load_avg,
+                 restarts) in results:
                 row = dict(source=source, target=target, n_pool=len(X), state=state,
                            disjoint=args.disjoint, method=method,
-                           top1=round(t1, 4), mrr=round(mrr, 4), ceiling=round(ceil, 4),
+                           top1=round(t1, 4), mrr=round(mrr, 4), recall10=round(r10, 4),
+                           ceiling=round(ceil, 4),
                            success=t1 >= 0.9 * ceil, seconds=round(sec, 1),
                            cpu_seconds=round(cpu, 1), note=note,
                            certificate=round(cert, 4), warned=warned,
@@ -217,8 +227,8 @@ def main(argv=None):
     n_states = len({r["state"] for r in runs})
     print(f"\npools of {rows} texts per side ({kind}), up to {n_states} random states per "
           "pair (column states); medians")
-    print(f"{'pair':32s} {'method':42s} {'top-1':>6s} {'MRR':>6s} {'success':>8s} {'fit s':>6s} "
-          f"{'cpu s':>6s} {'states':>6s}")
+    print(f"{'pair':32s} {'method':42s} {'top-1':>6s} {'MRR':>6s} {'R@10':>6s} {'success':>8s} "
+          f"{'fit s':>6s} {'cpu s':>6s} {'states':>6s}")
     for source, target in PAIRS:
         methods = sorted(dict.fromkeys(r["method"] for r in runs if r["source"] == source
                                        and r["target"] == target), key=method_order)
@@ -231,6 +241,7 @@ def main(argv=None):
                 "pair": f"{source} → {target}", "method": method,
                 "top1": round(float(np.median([r["top1"] for r in rs])), 3),
                 "mrr": round(float(np.median([r["mrr"] for r in rs])), 3),
+                "recall10": _median_recall(rs),
                 "success": f"{sum(r['success'] for r in rs)}/{len(rs)}",
                 "seconds": round(float(np.median([r["seconds"] for r in rs])), 1)
                 if method not in (CEILING, NO_MAP) else "",
@@ -239,7 +250,8 @@ def main(argv=None):
             }
             table.append(summary)
             print(f"{summary['pair']:32s} {method:42s} {summary['top1']:6.3f} "
-                  f"{summary['mrr']:6.3f} {summary['success']:>8s} {summary['seconds']!s:>6s} "
+                  f"{summary['mrr']:6.3f} {summary['recall10']!s:>6s} {summary['success']:>8s} "
+                  f"{summary['seconds']!s:>6s} "
                   f"{summary['cpu_seconds']!s:>6s} {len(rs):6d}")
     write_csv(Path(args.out), table)
     write_csv(Path(args.out.replace(".csv", "_figures.csv")), figures(runs))
@@ -254,7 +266,8 @@ def figures(runs):
     """``key,value`` rows quoted in the user guide: per pair and method, over the states.
 
     Keys ``<source>__<target>__<method>__<what>``, the method as a slug (``skalign_0_pairs``);
-    ``what``: ``top1`` (median), ``top1_min``, ``ratio_min`` (smallest top-1 / ceiling),
+    ``what``: ``top1`` (median), ``top1_min``, ``recall10`` (median) and ``recall10_min``
+    (where every run has it), ``ratio_min`` (smallest top-1 / ceiling),
     ``successes``, ``warned``, ``states``, ``seconds`` (median), ``seconds_max``,
     ``cpu_seconds`` (median), ``cpu_seconds_max``, ``cpu_seconds_success_max`` (the successful
     runs' largest).
@@ -267,6 +280,8 @@ def figures(runs):
             slug = re.sub(r"\W+", "_", method.lower()).strip("_")
             top1 = [r["top1"] for r in m]
             values = {"top1": np.median(top1), "top1_min": min(top1),
+                      **({"recall10": _median_recall(m), "recall10_min":
+                          min(r["recall10"] for r in m)} if _median_recall(m) != "" else {}),
                       "ratio_min": min(r["top1"] / r["ceiling"] for r in m),
                       "successes": sum(r["success"] for r in m),
                       "warned": sum(str(r["warned"]) == "True" for r in m),
@@ -292,6 +307,13 @@ def figures(runs):
 def _cpu_seconds(runs):
     """CPU seconds of the runs that have them (runs from before the column hold NaN)."""
     return [r["cpu_seconds"] for r in runs if not np.isnan(r["cpu_seconds"])]
+
+
+def _median_recall(runs):
+    """Median recall@10 retention over the runs, "" unless every run has it (runs from before
+    the column have none)."""
+    r10 = [r.get("recall10", float("nan")) for r in runs]
+    return "" if np.isnan(r10).any() else round(float(np.median(r10)), 3)
 
 
 def _median_cpu(runs):
@@ -374,6 +396,7 @@ def read_runs(path):
         for k in ("top1", "mrr", "ceiling", "seconds"):
             r[k] = float(r[k])
         r["cpu_seconds"] = float(r.get("cpu_seconds") or "nan")
+        r["recall10"] = float(r.get("recall10") or "nan")
     return rows
 
 

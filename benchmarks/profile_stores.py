@@ -5,7 +5,8 @@ faiss; ROWS e.g. 2e5) makes a source of ROWS 384-d rows as ``bench_stores.py`` d
 it in this process with the 384 → 768 Procrustes model, and prints the wall and CPU seconds
 (CPU: of the thread that ran it; a BLAS product's helper threads are not counted there, only
 in the total) spent in each phase: ``read`` (the reader's batches),
-``transform`` (``model.transform``, main thread), ``write_unit`` (the write-behind thread,
+``transform`` (each batch's ``model.transform`` and finite check, main thread),
+``write_unit`` (the write-behind thread,
 fsyncs and journal included), ``fsync``, ``journal``, ``begin`` (opening the shadow: on a resume,
 reading the journal and cutting the shadow back), ``finish``, ``verify`` (of which ``verify:
 source rows``, the sampled rows a crashed run committed read back from the input, and ``verify:
@@ -82,7 +83,7 @@ def instrument(model_cls):
     """Wrap the phases of :func:`skalign._stores.translate_store` (in this process) with timers
     adding up in ``SPENT``. On the model's class: an attribute of the model would change the
     job's fingerprint (a resume would start afresh)."""
-    timed(model_cls, "transform", "transform")
+    timed(stores._BatchTranslator, "__call__", "transform")
     timed(stores, "_verify", "verify")
     for cls in (stores._NpyReader, stores._ParquetReader, stores._LanceReader):
         timed(cls, "take", "verify: source rows")  # rows a crashed run committed
@@ -207,22 +208,22 @@ def main():
             full_s = time.perf_counter() - t0
             _journal.COMMIT_SECONDS = 0  # the crashed run commits every batch
             # on the class: an attribute of the model would change the job's fingerprint
-            cls, done = type(model), [0]
-            transform = cls.transform
+            cls, done = stores._BatchTranslator, [0]
+            transform = cls.__call__
 
-            def crashing(self, X_):
+            def crashing(self, X_, start):
                 if done[0] + len(X_) > resume_after * n:
                     raise _Crash
                 done[0] += len(X_)
-                return transform(self, X_)
+                return transform(self, X_, start)
 
-            cls.transform = crashing
+            cls.__call__ = crashing
             try:
                 stores.translate_store(model, src, out)
             except _Crash:
                 pass
             finally:
-                cls.transform = transform
+                cls.__call__ = transform
             _journal.COMMIT_SECONDS = 1.0
         if kill_at is not None:
             t0 = time.perf_counter()

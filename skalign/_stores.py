@@ -1039,20 +1039,51 @@ class _WriteBehind:
             self.pool = None
 
 
-def _translate_batch(model, where, vectors, start):
-    """``model.transform`` of one batch as float32, after checking it holds numbers only."""
-    # the sum is finite when every number is (one pass, no boolean array); an overflowing sum
-    # of finite numbers only costs the exact check
-    if not np.isfinite(np.add.reduce(vectors, axis=None)) and not np.isfinite(vectors).all():
-        bad = start + int(np.flatnonzero(~np.isfinite(vectors).all(axis=1))[0])
-        raise StoreError(f"{where}: row {bad} has NaN or infinite numbers; drop or re-embed "
-                         "those rows first.")
-    try:
-        out = model.transform(vectors)
-    except ValueError as exc:
-        msg = " ".join(str(exc).split())
-        raise StoreError(f"{where}: rows {start}-{start + len(vectors) - 1}: {msg}") from None
-    return np.asarray(out, dtype=np.float32)
+class _BatchTranslator:
+    """``model.transform`` of each streamed batch as float32, after checking it holds numbers
+    only.
+
+    A CPU affine map (``ProcrustesAligner``, ``LinearAligner``) applied to float32 batches
+    writes into two output buffers used in turn (one is being written behind while the next
+    batch is translated into the other) instead of fresh arrays, which would be new pages for
+    the kernel to zero first, batch after batch. A writer must therefore
+    be done with a batch when its ``write_unit`` returns (every writer copies or encodes it).
+    The product is the same as ``model.transform``'s, so are the results.
+    """
+
+    def __init__(self, model, where):
+        from .base import BaseAligner
+
+        self.model, self.where, self.fn, self.buffers = model, where, None, []
+        direct = (type(model).transform is BaseAligner.transform
+                  and hasattr(model, "_transform_numpy_fn")
+                  and not model._needs_nonzero_rows()
+                  and str(getattr(model, "device_", "cpu")).startswith("cpu"))
+        if direct:
+            self.fn = model._transform_numpy_fn(dtype=np.float32)
+
+    def _buffer(self, n, d_out):
+        if len(self.buffers) < 2 or self.buffers[0].shape[0] < n:
+            self.buffers = [np.empty((n, d_out), np.float32) for _ in range(2)]
+        self.buffers.reverse()
+        return self.buffers[0][:n]
+
+    def __call__(self, vectors, start):
+        # the sum is finite when every number is (one pass, no boolean array); an overflowing
+        # sum of finite numbers only costs the exact check
+        if not np.isfinite(np.add.reduce(vectors, axis=None)) and not np.isfinite(vectors).all():
+            bad = start + int(np.flatnonzero(~np.isfinite(vectors).all(axis=1))[0])
+            raise StoreError(f"{self.where}: row {bad} has NaN or infinite numbers; drop or "
+                             "re-embed those rows first.")
+        if self.fn is not None and vectors.dtype == np.float32 and vectors.ndim == 2:
+            return self.fn(vectors, out=self._buffer(len(vectors), self.model.n_features_out_))
+        try:
+            res = self.model.transform(vectors)
+        except ValueError as exc:
+            msg = " ".join(str(exc).split())
+            raise StoreError(f"{self.where}: rows {start}-{start + len(vectors) - 1}: {msg}") \
+                from None
+        return np.asarray(res, dtype=np.float32)
 
 
 def translate_store(model, src, dst, *, column=None, batch_size=None, progress=False,
@@ -1081,9 +1112,10 @@ def translate_store(model, src, dst, *, column=None, batch_size=None, progress=F
             bar.update(start)
         sample, kept = verification_positions(reader, batch_size), {}
         behind = _WriteBehind(writer.write_unit, getattr(writer, "pipelined", False))
+        translate = _BatchTranslator(model, display(job.src))
         try:
             for vectors, rb, shard in reader.batches(batch_size, start):
-                out = _translate_batch(model, display(job.src), vectors, start)
+                out = translate(vectors, start)
                 _keep_sample(reader, rb, vectors, start, sample, kept)
                 behind.submit(out, rb, shard, start)
                 start += len(vectors)

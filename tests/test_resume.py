@@ -33,20 +33,20 @@ def _translate_child(argv, conn):
     """``skalign`` with ``argv``; reports each batch it translates, then the exit status and the
     number of rows it translated. Every batch is committed (not only after
     ``COMMIT_SECONDS``), so the batch a kill lands in says how much a rerun may skip."""
-    from skalign import _journal
+    from skalign import _journal, _stores
 
     _journal.COMMIT_SECONDS = 0
     calls = []
-    transform = ProcrustesAligner.transform
+    translate = _stores._BatchTranslator.__call__
 
-    def spy(self, X):
+    def spy(self, X, start):
         calls.append(len(X))
         conn.send(("batch", len(calls)))
-        return transform(self, X)
+        return translate(self, X, start)
 
-    ProcrustesAligner.transform = spy
+    _stores._BatchTranslator.__call__ = spy
     status = main(argv)
-    conn.send(("done", status, sum(calls[:-1])))  # the last call re-translates the sample
+    conn.send(("done", status, sum(calls)))
 
 
 def _translate_child_held_in_add(argv, conn):
