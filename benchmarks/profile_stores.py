@@ -4,11 +4,12 @@
 faiss; ROWS e.g. 2e5) makes a source of ROWS 384-d rows as ``bench_stores.py`` does, translates
 it in this process with the 384 → 768 Procrustes model, and prints the wall and CPU seconds
 (CPU: of the thread that ran it; a BLAS product's helper threads are not counted there, only
-in the total) spent in each phase: ``read`` (the reader's batches),
-``transform`` (each batch's ``model.transform`` and finite check, main thread),
-``write_unit`` (the write-behind thread,
-fsyncs and journal included), ``fsync``, ``journal``, ``begin`` (opening the shadow: on a resume,
-reading the journal and cutting the shadow back), ``finish``, ``verify`` (of which ``verify:
+in the total) spent in each phase: ``read`` (the reader's batches), ``transform`` (each
+batch's ``model.transform`` and finite check, main thread), ``write_unit`` (the write-behind
+thread, fsyncs and journal included; for the single Parquet file the encoding is apart,
+``encode_unit``, in threads of its own, their seconds added up), ``fsync``, ``journal``,
+``begin`` (opening the shadow: on a resume, reading the journal and cutting the shadow back),
+``finish``, ``verify`` (of which ``verify:
 source rows``, the sampled rows a crashed run committed read back from the input, and ``verify:
 output rows``, the sampled rows read back from the shadow), ``publish``, ``start to first
 write`` (until the writer gets its first batch) — then the engine's bulk load of the same output
@@ -28,6 +29,10 @@ profiled one is ``python -m skalign translate`` in a child process, SIGKILLed as
 shadow holds the share F of the output's vector bytes, as the kill study kills it: commits
 every ``COMMIT_SECONDS``, batches written after the last commit cut off by the rerun, their
 disk writes perhaps still going on. It prints how much was written and how much committed.
+
+``--encode-depth N``: the single Parquet file encodes N batches at once
+(``skalign._stores.ENCODE_DEPTH``, default 2; 1 is the earlier one at a time). ``--help``
+lists the options.
 
 ``--no-writeback`` (with any form): without the write-back that ``.npy``, FAISS and the
 single Parquet file start after each batch's write (``skalign._shadow.start_writeback``), so
@@ -90,7 +95,8 @@ def instrument(model_cls):
     timed(os, "fsync", "fsync")
     timed(stores, "write_journal", "journal")
     timed(shadow, "write_journal", "journal")
-    # inside write_unit: the output batch made, pyarrow's encoding and the unit's footer
+    # inside write_unit (the single Parquet file: encode_unit, in ENCODE_DEPTH threads, their
+    # seconds added up): the output batch made, pyarrow's encoding and the unit's footer
     # written (Parquet), the early write-back started, the footer read back (single file)
     timed(stores, "_output_batch", "write: output batch")
     timed(stores, "start_writeback", "write: start write-back")
@@ -103,8 +109,9 @@ def instrument(model_cls):
 
     def writer(job):
         w = open_writer(job)
-        for name in ("write_unit", "finish", "publish", "begin"):
-            timed(w, name, name)
+        for name in ("write_unit", "encode_unit", "finish", "publish", "begin"):
+            if hasattr(w, name):
+                timed(w, name, name)
         timed(w, "fetch", "verify: output rows")
         write_unit = w.write_unit
 
@@ -180,19 +187,40 @@ def _killed_run(model, src, out, root, n, share):
           f"{size / (job.d_out * 4):,.0f} rows' vectors), {committed:,} rows committed")
 
 
+def parse_args(argv=None):
+    import argparse
+
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0].replace("\n", " "),
+        epilog="See this script's docstring for what each phase covers.")
+    ap.add_argument("kind", choices=["npy", "parquet", "parquet-dir", "lance", "faiss"])
+    ap.add_argument("rows", type=lambda v: int(float(v)), help="rows of the source, e.g. 1e6")
+    how = ap.add_mutually_exclusive_group()
+    how.add_argument("--resume-after", type=float, metavar="F",
+                     help="profile the run that resumes one stopped after the share F of rows")
+    how.add_argument("--kill-at", type=float, metavar="F",
+                     help="parquet: profile the run after one SIGKILLed at the share F")
+    ap.add_argument("--no-writeback", action="store_true",
+                    help="without the early write-back after each batch's write")
+    ap.add_argument("--no-bulk", action="store_true", help="the translation only")
+    ap.add_argument("--encode-depth", type=int, default=None, metavar="N",
+                    help="batches the single Parquet file encodes at once "
+                         "(skalign._stores.ENCODE_DEPTH; 1: one at a time, as before)")
+    args = ap.parse_args(argv)
+    if args.kill_at is not None and args.kind != "parquet":
+        ap.error("--kill-at: KIND parquet only")  # the others' shadows do not grow as written
+    return args
+
+
 def main():
-    args = sys.argv[1:]
-    bulk = "--no-bulk" not in args
-    if not bulk:
-        args.remove("--no-bulk")
-    if "--no-writeback" in args:  # the commits' fsyncs without the early write-back
-        args.remove("--no-writeback")
+    args = parse_args()
+    bulk = not args.no_bulk
+    if args.no_writeback:  # the commits' fsyncs without the early write-back
         shadow._SYNC_FILE_RANGE.append(None)
-    kind, n = args[0], int(float(args[1]))
-    resume_after = float(args[3]) if args[2:3] == ["--resume-after"] else None
-    kill_at = float(args[3]) if args[2:3] == ["--kill-at"] else None
-    if kill_at is not None and kind != "parquet":  # the others' shadows do not grow as written
-        raise SystemExit("--kill-at: KIND parquet only")
+    if args.encode_depth is not None:
+        stores.ENCODE_DEPTH = args.encode_depth
+    kind, n = args.kind, args.rows
+    resume_after, kill_at = args.resume_after, args.kill_at
     model, X = make_model_and_rows(n)
     backend = {"npy": sb.Npy(), "parquet": sb.Parquet(), "parquet-dir": sb.ParquetDir(),
                "lance": sb.Lance(), "faiss": sb.Faiss()}[kind]

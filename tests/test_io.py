@@ -390,3 +390,48 @@ def test_store_errors_leave_nothing_behind(tmp_path, real, case, match):
         with pytest.raises(StoreError, match=match):
             translate(model, path, tmp_path / out, column=column, batch_size=8)
         assert _listing(tmp_path) == before, out
+
+
+def test_write_behind_encodes_ahead_but_writes_in_order_and_stops_at_a_failure():
+    """Batches encoded in parallel are written in submission order; once one batch fails
+    (in its encoding or its write), no later batch is written and the first error is raised."""
+    import threading
+    import time as _time
+
+    from skalign._stores import ENCODE_DEPTH, _WriteBehind
+
+    assert ENCODE_DEPTH >= 2
+    written, running, most = [], [0], [0]
+    lock = threading.Lock()
+
+    def encode(k, *rest):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        _time.sleep(0.05 if k % 2 == 0 else 0.0)  # later batches finish encoding first
+        with lock:
+            running[0] -= 1
+        if k == 5:
+            raise ValueError("batch 5 cannot be encoded")
+        return f"unit {k}"
+
+    def write(unit, *rest):
+        written.append(unit)
+
+    behind = _WriteBehind(write, True, encode)
+    assert behind.depth == ENCODE_DEPTH
+    for k in range(4):
+        behind.submit(k, None, None, k)
+    behind.wait()
+    assert written == [f"unit {k}" for k in range(4)]
+    assert most[0] == ENCODE_DEPTH  # batches were encoded side by side
+    with pytest.raises(ValueError, match="batch 5"):
+        for k in range(4, 9):
+            behind.submit(k, None, None, k)
+        behind.wait()
+    behind.close()
+    assert written == [f"unit {k}" for k in range(5)]  # nothing after the failed batch
+    plain = []
+    inline = _WriteBehind(lambda unit, *rest: plain.append(unit), False, encode)
+    inline.submit(2, None, None, 2)
+    assert plain == ["unit 2"] and inline.depth == 1
