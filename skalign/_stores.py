@@ -467,6 +467,18 @@ def _parquet_writer(pq, schema, column, target):
         compression={n: ("none" if n == column else "snappy") for n in schema.names})
 
 
+def _encode_unit(writer, out, rb, start):
+    """``(bytes, rows)``: a batch of a Parquet writer's output as a complete Parquet file."""
+    batch = _output_batch(writer.pa, writer.schema, writer.job.out_column, out, rb, start)
+    sink = writer.pa.BufferOutputStream()
+    pw = _parquet_writer(writer.pq, writer.schema, writer.job.out_column, sink)
+    try:
+        pw.write_batch(batch)
+    finally:
+        pw.close()  # the unit's footer
+    return sink.getvalue(), len(out)
+
+
 class _ParquetWriter(FileShadow):
     """A folder of Parquet shards. The shadow is a hidden folder; every committed unit is a
     complete Parquet file listed in the journal: one file per input shard (sharded input) or per
@@ -526,8 +538,29 @@ class _ParquetWriter(FileShadow):
         write_journal(self.journal, fingerprint=self.fp, parts=self.parts)
         self.clock.reset()
 
+    def encode_unit(self, out, rb, shard, start):
+        """Without shards, the batch as its own part, a complete Parquet file in memory (see
+        ``_ParquetFileWriter.encode_unit``); the rows of a shard go to :meth:`write_unit` as
+        they are (a shard's batches share one file, written in order)."""
+        if shard:
+            return out
+        return _encode_unit(self, out, rb, start)
+
     def write_unit(self, out, rb, shard, start):
-        """Append a batch; a unit ends at a shard change or, without shards, after each batch."""
+        """Append a batch; a unit ends at a shard change or, without shards, after each batch
+        (given encoded by :meth:`encode_unit`: written as it is)."""
+        if isinstance(out, tuple):
+            unit, n_rows = out
+            self._close_unit()
+            name = f"part-{len(self.parts) + len(self._unsynced):05d}.parquet"
+            with open(self.work / name, "wb") as f:
+                f.write(unit)
+                start_writeback(f, 0, len(unit))
+            self._unsynced.append((name, n_rows))
+            self.rows += n_rows
+            if self.clock.due():
+                self._commit()
+            return
         batch = _output_batch(self.pa, self.schema, self.job.out_column, out, rb, start)
         n_parts = len(self.parts) + len(self._unsynced)
         name = shard if shard else f"part-{n_parts:05d}.parquet"
@@ -606,14 +639,7 @@ class _ParquetFileWriter(FileShadow):
     def encode_unit(self, out, rb, shard, start):
         """The batch as a complete Parquet file in memory (pyarrow's encoder, without the GIL;
         several batches at once, see ``_WriteBehind``)."""
-        batch = _output_batch(self.pa, self.schema, self.job.out_column, out, rb, start)
-        sink = self.pa.BufferOutputStream()
-        writer = _parquet_writer(self.pq, self.schema, self.job.out_column, sink)
-        try:
-            writer.write_batch(batch)
-        finally:
-            writer.close()  # the unit's footer
-        return sink.getvalue(), len(out)
+        return _encode_unit(self, out, rb, start)
 
     def write_unit(self, encoded, rb, shard, start):
         """Append a batch encoded by :meth:`encode_unit` (a batch of rows is encoded first)."""
@@ -930,6 +956,9 @@ def prepare_translation(model, src, dst, *, column=None, batch_size=None, replac
         )
     if batch_size is None:
         batch_size = default_batch_size(d_in, d_out)
+        if out_kind in ("parquet", "parquet-dir"):  # ENCODE_DEPTH batches in flight: the
+            # memory of one at a time
+            batch_size = max(1, batch_size // ENCODE_DEPTH)
         if out_kind not in FILE_KINDS and out_kind != "faiss":
             batch_size = min(batch_size, ENGINE_BATCH_ROWS.get(out_kind, DATABASE_BATCH_ROWS))
     job = Translation(src, dst, reader, out_kind, d_in, d_out, batch_size,
