@@ -1037,9 +1037,10 @@ def _verify(job, writer, model, n, sample, kept):
                                  "fields; the output was not published.")
 
 
-#: Batches a writer with an ``encode_unit`` (the single Parquet file) encodes at once, each in a
-#: thread of its own, while the next batch is translated: pyarrow's encoder is single-threaded
-#: and was the translation's critical path (24.5 of 29.7 s at 10⁶ rows, one batch at a time)
+#: Batches a writer with an ``encode_unit`` (Parquet: the single file's units, the folder's
+#: unsharded parts) encodes at once, each in a thread of its own, while the next batch is
+#: translated: pyarrow's encoder is single-threaded and was the translation's critical path
+#: (24.5 of 29.7 s at 10⁶ rows, one batch at a time)
 ENCODE_DEPTH = 2
 
 
@@ -1050,7 +1051,7 @@ class _WriteBehind:
     ``COPY`` waiting on the server, Chroma's store — release the GIL, so on two cores the
     translation and the write overlap instead of adding up. Writes run one at a time and in
     order, so the commits (made inside the writes) are exactly those of a plain loop; one extra
-    batch is held in memory. A writer with an ``encode_unit`` (bytes from a batch, no side
+    batch is held in memory (``ENCODE_DEPTH`` where batches are encoded ahead). A writer with an ``encode_unit`` (bytes from a batch, no side
     effect) has up to ``ENCODE_DEPTH`` batches encoded in parallel ahead of their writes, which
     still run in order; once a write fails none after it runs. Writers that must stay on their
     thread (Qdrant's local mode: SQLite) say ``pipelined = False`` and are called inline.
