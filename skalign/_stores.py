@@ -1051,9 +1051,10 @@ class _WriteBehind:
     ``COPY`` waiting on the server, Chroma's store — release the GIL, so on two cores the
     translation and the write overlap instead of adding up. Writes run one at a time and in
     order, so the commits (made inside the writes) are exactly those of a plain loop; one extra
-    batch is held in memory (``ENCODE_DEPTH`` where batches are encoded ahead). A writer with an ``encode_unit`` (bytes from a batch, no side
-    effect) has up to ``ENCODE_DEPTH`` batches encoded in parallel ahead of their writes, which
-    still run in order; once a write fails none after it runs. Writers that must stay on their
+    batch is held in memory (``ENCODE_DEPTH`` where batches are encoded ahead). A writer with an
+    ``encode_unit`` (bytes from a batch, no side effect) has up to ``ENCODE_DEPTH`` batches
+    encoded in parallel ahead of their writes, which still run in order; once a write fails
+    none after it runs. Writers that must stay on their
     thread (Qdrant's local mode: SQLite) say ``pipelined = False`` and are called inline.
     """
 
