@@ -103,8 +103,9 @@ def test_one_batch_returns_the_product_itself_never_a_view_of_the_input():
 
 def test_batches_written_in_place_give_the_same_numbers():
     """An affine map applied batch by batch into the output's rows (``fn(B, out=...)``, one
-    working buffer reused) gives exactly the numbers of one batch at a time, normalised and
-    centred inputs included, and the store's batch translator gives them too."""
+    working buffer reused) gives the numbers of one batch at a time, normalised and centred
+    inputs included, and the store's batch translator gives exactly those of ``transform`` with
+    the same batches."""
     from skalign._stores import _BatchTranslator
 
     rng = np.random.default_rng(3)
@@ -115,9 +116,10 @@ def test_batches_written_in_place_give_the_same_numbers():
         model.fit(X, Y)
         whole = model.transform(X)
         rows = [model.transform(X[s:s + 1]) for s in range(0, 500, 97)]
-        np.testing.assert_array_equal(np.concatenate(rows), whole[::97])
+        # one row is a matrix-vector product in BLAS, which may sum in another order
+        np.testing.assert_allclose(np.concatenate(rows), whole[::97], rtol=1e-5, atol=1e-5)
         batched = clone(model).set_params(batch_size=64).fit(X, Y).transform(X)
-        np.testing.assert_allclose(batched, whole, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(batched, whole, rtol=1e-5, atol=1e-5)  # float32 rounding
         translate = _BatchTranslator(model, "x")
         assert translate.fn is not None
         parts = []
