@@ -268,7 +268,7 @@ def apply_in_batches_numpy(fn, X, *, batch_size=None, n_outputs=None, out_dtype=
             out = np.empty((n_rows,) + res.shape[1:], dtype=out_dtype)
         out[rows] = res
     if out is None:  # zero rows
-        out = np.empty((0, 0), dtype=out_dtype)
+        out = np.empty((0, n_outputs or 0), dtype=out_dtype)
     return out
 
 
@@ -337,9 +337,9 @@ def affine_numpy_fn(W, mean_in, mean_out, dtype=np.float32, *, normalize_in=None
     applied to numpy rows, which therefore never imports torch.
 
     The function returned, ``fn(B, out=None)``, writes into ``out`` when given one, and keeps
-    one working buffer for the centred batch between calls: a batch's fresh arrays would
-    otherwise be new pages the kernel zeroes first (at store sizes, a tenth of the time). It
-    is therefore for one thread at a time; ``transform`` builds one per call.
+    one working buffer for the centred batch between calls, so that a stream of batches does
+    not allocate fresh pages for the kernel to zero each time. It is therefore for one thread
+    at a time; ``transform`` builds one per call.
     """
     mi, Ws, bias, c = _affine_parts(W, mean_in, mean_out, normalize_in, scale_out)
     mi, Ws, bias = (None if A is None else A.astype(dtype) for A in (mi, Ws, bias))

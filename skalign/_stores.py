@@ -549,10 +549,10 @@ class _ParquetWriter(FileShadow):
     def write_unit(self, out, rb, shard, start):
         """Append a batch; a unit ends at a shard change or, without shards, after each batch
         (given encoded by :meth:`encode_unit`: written as it is)."""
-        if isinstance(out, tuple):
+        n_parts = len(self.parts) + len(self._unsynced)
+        name = shard if shard else f"part-{n_parts:05d}.parquet"
+        if isinstance(out, tuple):  # an unsharded part, already a Parquet file's bytes
             unit, n_rows = out
-            self._close_unit()
-            name = f"part-{len(self.parts) + len(self._unsynced):05d}.parquet"
             with open(self.work / name, "wb") as f:
                 f.write(unit)
                 start_writeback(f, 0, len(unit))
@@ -562,8 +562,6 @@ class _ParquetWriter(FileShadow):
                 self._commit()
             return
         batch = _output_batch(self.pa, self.schema, self.job.out_column, out, rb, start)
-        n_parts = len(self.parts) + len(self._unsynced)
-        name = shard if shard else f"part-{n_parts:05d}.parquet"
         if self._writer is not None and name != self._current:
             self._close_unit()
         if self._writer is None:
@@ -642,9 +640,8 @@ class _ParquetFileWriter(FileShadow):
         return _encode_unit(self, out, rb, start)
 
     def write_unit(self, encoded, rb, shard, start):
-        """Append a batch encoded by :meth:`encode_unit` (a batch of rows is encoded first)."""
-        if not isinstance(encoded, tuple):
-            encoded = self.encode_unit(encoded, rb, shard, start)
+        """Append a batch encoded by :meth:`encode_unit` (``_WriteBehind`` encodes every
+        batch before its write)."""
         unit, n_rows = encoded
         at = self._file.tell()
         self._file.write(unit)
@@ -1054,8 +1051,8 @@ class _WriteBehind:
     batch is held in memory (``ENCODE_DEPTH`` where batches are encoded ahead). A writer with an
     ``encode_unit`` (bytes from a batch, no side effect) has up to ``ENCODE_DEPTH`` batches
     encoded in parallel ahead of their writes, which still run in order; once a write fails
-    none after it runs. Writers that must stay on their
-    thread (Qdrant's local mode: SQLite) say ``pipelined = False`` and are called inline.
+    none after it runs. Writers that must stay on their thread (Qdrant's local mode: SQLite)
+    say ``pipelined = False`` and are called inline (encoded first where they encode).
     """
 
     def __init__(self, write, enabled, encode=None):

@@ -301,7 +301,7 @@ def translate(model, input, output, *, column=None, batch_size=None, progress=Fa
         (default ``"vector"``).
     batch_size : int, default=None
         Rows per batch; ``None`` keeps one batch's float32 input and output near 128 MiB (64
-        MiB for a single Parquet file, which encodes two batches at once).
+        MiB for Parquet output, which encodes two batches at once).
     progress : bool, default=False
         Show a tqdm progress bar on standard error.
     replace : bool, default=False
