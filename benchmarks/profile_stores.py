@@ -34,9 +34,13 @@ disk writes perhaps still going on. It prints how much was written and how much 
 (``skalign._stores.ENCODE_DEPTH``, default 2; 1 is the earlier one at a time). ``--help``
 lists the options.
 
-``--no-writeback`` (with any form): without the write-back that ``.npy``, FAISS and the
-single Parquet file start after each batch's write (``skalign._shadow.start_writeback``), so
-that the commits' ``fsync`` waits with and without it can be compared. ``--no-bulk``: the
+``--no-direct``: the ``.npy`` shadow, the single Parquet file and the Parquet folder's parts
+written through the page cache, each batch's write-back started at once, as before direct I/O
+(``skalign._direct_io.SequentialWriter``).
+
+``--no-writeback`` (with ``--no-direct``, or where a file system has no direct I/O): without
+that early write-back (``skalign._direct_io.start_writeback``), so that the commits' ``fsync``
+waits with and without it can be compared. ``--no-bulk``: the
 translation only, without the bulk load (which reads the whole output back first).
 """
 
@@ -56,6 +60,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import store_backends as sb  # noqa: E402
 from bench_stores import make_model_and_rows  # noqa: E402
 
+import skalign._direct_io as direct_io  # noqa: E402
 import skalign._shadow as shadow  # noqa: E402
 import skalign._stores as stores  # noqa: E402
 
@@ -99,7 +104,7 @@ def instrument(model_cls):
     # seconds added up): the output batch made, pyarrow's encoding and the unit's footer
     # written (Parquet), the early write-back started, the footer read back (single file)
     timed(stores, "_output_batch", "write: output batch")
-    timed(stores, "start_writeback", "write: start write-back")
+    timed(direct_io, "start_writeback", "write: start write-back")
     timed(stores._ParquetFileWriter, "_footer", "write: footer read back")
     import pyarrow.parquet as pq
 
@@ -202,6 +207,8 @@ def parse_args(argv=None):
                      help="parquet: profile the run after one SIGKILLed at the share F")
     ap.add_argument("--no-writeback", action="store_true",
                     help="without the early write-back after each batch's write")
+    ap.add_argument("--no-direct", action="store_true",
+                    help="the shadow written through the page cache, not with direct I/O")
     ap.add_argument("--no-bulk", action="store_true", help="the translation only")
     ap.add_argument("--encode-depth", type=int, default=None, metavar="N",
                     help="batches the single Parquet file encodes at once "
@@ -216,7 +223,10 @@ def main():
     args = parse_args()
     bulk = not args.no_bulk
     if args.no_writeback:  # the commits' fsyncs without the early write-back
-        shadow._SYNC_FILE_RANGE.append(None)
+        direct_io._SYNC_FILE_RANGE.append(None)
+    if args.no_direct:
+        for cls in (shadow.NpyShadow, stores._ParquetFileWriter, stores._ParquetWriter):
+            cls.direct = False
     if args.encode_depth is not None:
         stores.ENCODE_DEPTH = args.encode_depth
     kind, n = args.kind, args.rows

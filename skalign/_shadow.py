@@ -11,13 +11,13 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-import sys
 from contextlib import contextmanager
 from glob import escape as glob_escape
 from pathlib import Path
 
 import numpy as np
 
+from ._direct_io import SequentialWriter
 from ._journal import CommitClock, FileLock, fsync_dir, read_journal, write_journal
 from .exceptions import StoreError
 
@@ -74,33 +74,6 @@ def atomic_file(path, suffix=""):
 def _fsync(f):
     f.flush()
     os.fsync(f.fileno())
-
-
-_SYNC_FILE_RANGE = []  # libc's sync_file_range, once looked up (None where there is none)
-
-
-def start_writeback(f, offset, nbytes):
-    """Start writing bytes ``[offset, offset + nbytes)`` of the open file ``f`` to the disk and
-    return at once (Linux's ``sync_file_range(..., SYNC_FILE_RANGE_WRITE)``; nothing elsewhere).
-
-    Durability still comes from the commit's fsync; started early, the disk writes while the
-    next batches are translated instead of all at once when the commit waits for it.
-    """
-    if not _SYNC_FILE_RANGE:
-        fn = None
-        if sys.platform.startswith("linux"):
-            import ctypes
-
-            try:
-                fn = ctypes.CDLL(None, use_errno=True).sync_file_range
-                fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-            except (OSError, AttributeError):
-                fn = None
-        _SYNC_FILE_RANGE.append(fn)
-    fn = _SYNC_FILE_RANGE[0]
-    if fn is not None and nbytes > 0:
-        f.flush()
-        fn(f.fileno(), offset, nbytes, 2)  # SYNC_FILE_RANGE_WRITE; advice: errors are moot
 
 
 class FileShadow:
@@ -171,6 +144,15 @@ class NpyShadow(FileShadow):
 
     suffix = ".npy"
     pipelined = True  # writes and fsyncs release the GIL
+    #: write past the page cache where the system allows (:class:`SequentialWriter`)
+    direct = True
+
+    @property
+    def busy_threads(self):
+        """Direct writes wait on the disk and leave the cores to the product; writes through
+        the page cache keep one busy copying."""
+        seq = getattr(self, "_seq", None)
+        return 0 if seq is not None and seq.direct else 1
 
     def begin(self, fp):
         job = self.job
@@ -182,7 +164,7 @@ class NpyShadow(FileShadow):
             if mm.shape == (job.reader.n_rows, job.d_out) and mm.dtype == np.float32:
                 self.offset, self.rows = mm.offset, int(state["rows"])
                 del mm
-                self._file = open(self.partial, "r+b")
+                self._open()
                 return self.rows
             del mm
             self.discard()
@@ -191,18 +173,20 @@ class NpyShadow(FileShadow):
         )
         self.offset, self.rows = mm.offset, 0
         del mm
-        self._file = open(self.partial, "r+b")
+        self._open()
         write_journal(self.journal, fingerprint=fp, rows=0)
         return 0
+
+    def _open(self):
+        self._file = open(self.partial, "r+b")
+        self._seq = SequentialWriter(self._file, self.offset + self.rows * self.row_bytes,
+                                     direct=self.direct)
 
     def write_unit(self, out, rb, shard, start):
         if start != self.rows:  # pragma: no cover - a reader that skipped or repeated rows
             raise StoreError(f"{self.path}: internal error, row {start} after {self.rows}.")
-        # sequential writes after the header: the page cache, not this process, holds the data
-        at = self.offset + start * self.row_bytes
-        self._file.seek(at)
-        self._file.write(np.ascontiguousarray(out, dtype=np.float32).data)
-        start_writeback(self._file, at, len(out) * self.row_bytes)
+        # sequential writes after the header, straight to the disk where the system allows
+        self._seq.write(np.ascontiguousarray(out, dtype=np.float32).data)
         self.rows += len(out)
         if self.clock.due():
             self.commit()
@@ -210,19 +194,22 @@ class NpyShadow(FileShadow):
     def commit(self):
         """Make the rows written so far durable, then record them in the journal: a rerun
         after a crash resumes there (rows written after it are written again)."""
-        _fsync(self._file)
+        self._seq.sync()
         write_journal(self.journal, fingerprint=self.fp, rows=self.rows)
         self.clock.reset()
 
     def finish(self):
-        _fsync(self._file)
-        self._file.close()
+        self._seq.sync()
+        self.close()
         return self.rows
 
     def fetch(self, positions, rows=None):
         return np.load(self.partial, mmap_mode="r")[positions].copy(), None
 
     def close(self):
+        seq = getattr(self, "_seq", None)
+        if seq is not None:
+            seq.close()
         f = getattr(self, "_file", None)
         if f is not None and not f.closed:
             f.close()

@@ -356,25 +356,3 @@ def test_lance_data_of_an_uncommitted_add_is_not_published(tmp_path):
     assert not (published / "_transactions" / stray[1].name).exists()
     got = call(_read, backend, out)
     np.testing.assert_allclose(got[1], model.transform(X), atol=1e-5)
-
-
-def test_start_writeback_starts_the_disk_write_and_changes_nothing(tmp_path):
-    """The early write-back of committed-to-be bytes (Linux's ``sync_file_range``) is only
-    advice: the bytes read back are those written, before and after the fsync, and an empty
-    range is no call at all."""
-    import sys
-
-    from skalign import _shadow
-
-    data = np.random.default_rng(0).integers(0, 255, size=1 << 20, dtype=np.uint8).tobytes()
-    with open(tmp_path / "f.bin", "wb") as f:
-        f.write(data[: 1 << 19])
-        _shadow.start_writeback(f, 0, 1 << 19)
-        f.write(data[1 << 19:])
-        _shadow.start_writeback(f, 1 << 19, 1 << 19)
-        _shadow.start_writeback(f, 1 << 20, 0)
-        assert (tmp_path / "f.bin").read_bytes() == data
-        _shadow._fsync(f)
-    assert (tmp_path / "f.bin").read_bytes() == data
-    if sys.platform.startswith("linux"):
-        assert _shadow._SYNC_FILE_RANGE[0] is not None

@@ -190,7 +190,7 @@ class _FlatWriter(NpyShadow):
         state = self._resumable(fp)
         if state is not None and self.partial.stat().st_size == size:
             self.rows = int(state["rows"])
-            self._file = open(self.partial, "r+b")
+            self._open()
             return self.rows
         self.discard()
         with open(self.partial, "wb") as f:
@@ -198,8 +198,8 @@ class _FlatWriter(NpyShadow):
             f.truncate(size)
             f.seek(size - len(tail))
             f.write(tail)
-        self._file = open(self.partial, "r+b")
         self.rows = 0
+        self._open()
         write_journal(self.journal, fingerprint=fp, rows=0)
         return 0
 
