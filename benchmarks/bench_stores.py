@@ -27,6 +27,10 @@ Per backend (npy, parquet, parquet-dir, lance, faiss, chroma, qdrant, pgvector):
    ``transform_s``: ``model.transform`` of the same rows in the same batches, the floor any
    translation pays; ``ratio_transform_then_bulk`` = (transform + bulk load) ÷
    translate, i.e. against a script that translates in memory and bulk loads the result.
+   PostgreSQL: an untimed bulk load of the same output first (a fresh cluster's first large
+   write also creates its WAL segment files; measured, whichever of the two timed writes came
+   first paid about 3 s for it), and a ``CHECKPOINT`` before each timed write
+   (``warm_up``/``settle`` in ``tests/store_backends.py``).
 5. Kill study: ``--kills`` times, the command is started, SIGKILLed at a seeded random moment
    of its translation (after the measured start-up), run again to completion, and compared with
    the uninterrupted output (identical ids, vectors and fields in the same order: SHA-256
@@ -241,6 +245,11 @@ def bench_backend(backend, n, kills, model_path, model, X, workdir, env, seed):
         source = backend.read(src)
         _close_clients()
         out = backend.output(root)
+        settle = getattr(backend, "settle", lambda: None)
+        if hasattr(backend, "warm_up"):
+            backend.warm_up(root, source[0], np.asarray(model.transform(source[1]), np.float32))
+            _close_clients()
+        settle()
         load = os.getloadavg()[0]
         status, wall, rss, text, cpu = run_cli(["translate", model_path, src, out], env)
         assert status == 0, text
@@ -255,6 +264,7 @@ def bench_backend(backend, n, kills, model_path, model, X, workdir, env, seed):
         row["source_unchanged"] = bool(np.array_equal(after[1], source[1])
                                        and after[2] == source[2] and np.array_equal(after[0],
                                                                                     source[0]))
+        settle()
         t0 = time.perf_counter()
         backend.bulk_load(root, result[0], result[1])
         bulk = time.perf_counter() - t0
@@ -431,8 +441,10 @@ def write_results(args, rows, load_start, kills):
                      ("load_1min_min", min(loads, default=float("nan"))),
                      ("load_1min_max", max(loads, default=float("nan"))),
                      ("kills", float(kills))]
-                    + [(f"rows_{r['backend'].replace('-', '_')}", float(r["rows"]))
-                       for r in rows])
+                    + [(f"{key}_{r['backend'].replace('-', '_')}", float(r[key]))
+                       for key in ("rows", "translate_s", "bulk_load_s", "ratio",
+                                   "transform_s", "peak_rss_mib")
+                       for r in rows if r.get(key) not in (None, "")])
     if TRIALS:
         trials = Path(args.csv).with_name(Path(args.csv).stem + "_trials.csv")
         kept = []

@@ -525,6 +525,16 @@ class PgVector:
                     copy.write_row([int(i), f"document {i}", Jsonb({"k": int(i)}), v])
             conn.execute("DROP TABLE bulk")
 
+    def warm_up(self, root, ids, V):
+        """A bulk load not timed: a fresh cluster's first large write also creates its WAL
+        segment files (16 MB each, zero-filled), which a database in use has and recycles."""
+        self.bulk_load(root, ids, V)
+
+    def settle(self):
+        """A checkpoint, so that a timed write does not pay for the one before it."""
+        with self._conn() as conn:
+            conn.execute("CHECKPOINT")
+
     def corrupt_shadow(self, root, position, name="out"):
         """Change the row of source row ``position`` in the shadow table."""
         with self._conn() as conn:

@@ -490,7 +490,9 @@ def test_faiss_index_types_that_are_built_again(tmp_path, kind, data):
 
 def test_pgvector_copy_stream_parsed_whatever_the_chunks():
     """The binary COPY parser gives the same batches however the stream is cut into chunks
-    (libpq hands over one row per chunk; nothing promises it)."""
+    (libpq hands over one row per chunk, parsed for all rows at once; nothing promises it,
+    and other cuts are followed field by field), the first row sent with the header or not;
+    a NULL vector is an error either way."""
     import struct
 
     from skalign._connectors._pgvector import _SIGNATURE, _TRAILER, _parse_copy, _raw_vectors
@@ -508,13 +510,21 @@ def test_pgvector_copy_stream_parsed_whatever_the_chunks():
     stream = _SIGNATURE + b"".join(rows) + _TRAILER
     cuts = np.sort(rng.choice(np.arange(1, len(stream)), size=60, replace=False))
     pieces = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)])]
-    for chunks in ([stream], [_SIGNATURE, *rows, _TRAILER], pieces):
+    by_row = [_SIGNATURE, *rows, _TRAILER]
+    for chunks in ([stream], by_row, [_SIGNATURE + rows[0], *rows[1:], _TRAILER],
+                   by_row[:-1], pieces, [_SIGNATURE, *rows[:7], rows[7] + rows[8], *rows[9:],
+                                         _TRAILER]):
         batches = list(_parse_copy(iter(chunks), 2, 5, "where", "emb"))
         assert [len(b) for b in batches] == [5, 5, 5, 5, 3]
         got = np.concatenate([_raw_vectors(b, 4, "where") for b in batches])
         np.testing.assert_array_equal(got, V)
         kept = [b.buf[rs:vs] for b in batches for rs, vs, _, _ in b.spans]
         assert kept == [r[:-(4 + 4 + 4 * 4)] for r in rows]  # all but the vector field
+    null = rows[12][:-(4 + 4 + 4 * 4)] + struct.pack(">i", -1)
+    for chunks in ([_SIGNATURE, *rows[:12], null, *rows[13:], _TRAILER],
+                   [_SIGNATURE + b"".join(rows[:12]) + null, _TRAILER]):
+        with pytest.raises(StoreError, match="NULL vectors"):
+            list(_parse_copy(iter(chunks), 2, 5, "where", "emb"))
 
 
 def test_pgvector_vector_indexes_copied_with_their_operator_class(tmp_path, postgres):

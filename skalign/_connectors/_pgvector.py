@@ -32,6 +32,7 @@ __all__ = ["Reader", "Writer", "restore"]
 #: the start of a binary COPY stream (signature, flags, no header extension), and its end
 _SIGNATURE = b"PGCOPY\n\xff\r\n\x00" + bytes(8)
 _TRAILER = b"\xff\xff"
+_UNPACK_I = struct.Struct(">i").unpack_from
 
 
 class RawRows:
@@ -46,19 +47,84 @@ class RawRows:
 
 
 def _parse_copy(chunks, vindex, batch_size, where, column):
-    """Batches of :class:`RawRows` from the chunks of a binary ``COPY ... TO STDOUT``."""
-    unpack_h, unpack_i = struct.Struct(">h").unpack_from, struct.Struct(">i").unpack_from
+    """Batches of :class:`RawRows` from the chunks of a binary ``COPY ... TO STDOUT``.
+
+    libpq hands over one row per chunk: then a batch's rows are found with array arithmetic
+    over all its rows at once (:func:`_rows_of`). Chunks cut otherwise (nothing promises one
+    row each) go through :func:`_parse_stream`, which follows the stream field by field.
+    """
+    from itertools import chain, islice
+
+    chunks = iter(chunks)
+    head = bytearray()
+    for chunk in chunks:
+        head += chunk
+        if len(head) >= 19 and len(head) >= 19 + _UNPACK_I(head, 15)[0]:
+            break
+    else:
+        return
+    if bytes(head[:11]) != _SIGNATURE[:11]:
+        raise StoreError(f"{where}: unexpected COPY data from the server.")
+    rest = bytes(head[19 + _UNPACK_I(head, 15)[0]:])  # the first row, sent with the header
+    first = [rest] if rest else []
+    while True:
+        batch = first + list(islice(chunks, batch_size - len(first)))
+        first = []
+        done = bool(batch) and bytes(batch[-1]) == _TRAILER
+        rows = batch[:-1] if done else batch
+        raw = _rows_of(rows, vindex, where, column) if rows else None
+        if rows and raw is None:  # not one row per chunk
+            yield from _parse_stream(chain(batch, chunks), vindex, batch_size, where, column)
+            return
+        if raw is not None:
+            yield raw
+        if done or len(batch) < batch_size:
+            return
+
+
+def _be_ints(a, pos, width):
+    """The big-endian signed integers of ``width`` bytes at the offsets ``pos`` of ``a``."""
+    return a[pos[:, None] + np.arange(width)].view(f">i{width}")[:, 0].astype(np.int64)
+
+
+def _rows_of(rows, vindex, where, column):
+    """The :class:`RawRows` of chunks that each hold one whole row, or ``None`` where they do
+    not: every row's fields walked at once, a field at a time."""
+    lens = np.fromiter(map(len, rows), np.int64, len(rows))
+    buf = b"".join(rows)
+    a = np.frombuffer(buf, np.uint8)
+    ends = np.cumsum(lens)
+    starts = ends - lens
+    if (lens < 2).any():
+        return None
+    nf = _be_ints(a, starts, 2)
+    if (nf != nf[0]).any() or not vindex < nf[0]:
+        return None
+    p, null = starts + 2, False
+    for i in range(int(nf[0])):
+        if (p + 4 > ends).any():
+            return None
+        ln = _be_ints(a, p, 4)
+        if i == vindex:
+            vs, null = p, bool((ln < 0).any())
+        p = p + 4 + np.maximum(ln, 0)
+        if i == vindex:
+            ve = p
+    if (p != ends).any():
+        return None
+    if null:
+        raise StoreError(f"{where}: column {column!r} has NULL vectors; drop or re-embed those "
+                         "rows first.")
+    return RawRows(buf, list(zip(starts.tolist(), vs.tolist(), ve.tolist(), ends.tolist())))
+
+
+def _parse_stream(chunks, vindex, batch_size, where, column):
+    """:func:`_parse_copy` on chunks cut anywhere (after the header), field by field."""
+    unpack_h, unpack_i = struct.Struct(">h").unpack_from, _UNPACK_I
     acc = bytearray()  # the rows of the batch being gathered, then what has come of the next
-    pos, spans, started = 0, [], False
+    pos, spans = 0, []
     for chunk in chunks:
         acc += chunk
-        if not started:
-            if len(acc) < 19 or len(acc) < 19 + unpack_i(acc, 15)[0]:
-                continue
-            if bytes(acc[:11]) != _SIGNATURE[:11]:
-                raise StoreError(f"{where}: unexpected COPY data from the server.")
-            del acc[:19 + unpack_i(acc, 15)[0]]
-            started = True
         end = len(acc)
         while pos + 2 <= end:
             (nf,) = unpack_h(acc, pos)
@@ -372,9 +438,9 @@ class Writer:
         words = vec.view(">i4")
         words[:, 0] = 4 + 4 * d
         vec.view(">i2")[:, 2:4] = (d, 0)
-        vec = vec.tobytes()
+        vec = memoryview(vec).cast("B")  # slices of views: the bytes are copied once, by join
         width = 4 * (d + 2)
-        buf, parts = raw.buf, [_SIGNATURE]
+        buf, parts = memoryview(raw.buf), [_SIGNATURE]
         for k, (rs, vs, ve, re_) in enumerate(raw.spans):
             parts += (buf[rs:vs], vec[k * width:(k + 1) * width], buf[ve:re_])
         parts.append(_TRAILER)
