@@ -4,11 +4,13 @@ Formats are chosen from the path:
 
 * ``*.npy``: a 2-D numpy array, read memory-mapped in windows of ``batch_size`` rows (each
   window is unmapped after use, so the resident set stays bounded); written to a temporary
-  ``.npy`` created by :func:`numpy.lib.format.open_memmap` and filled with sequential writes.
+  ``.npy`` created by :func:`numpy.lib.format.open_memmap` and filled with sequential writes
+  (direct I/O where the file system allows it, :mod:`skalign._direct_io`; so are a Parquet
+  file and a folder's unsharded parts).
 * ``*.parquet``: one Parquet file; an existing folder containing ``*.parquet`` files (searched
   recursively) is a sharded dataset. An output path without a suffix is written as a folder of
-  shards: one output shard per input shard (same relative names), or ``part-NNNNN.parquet`` of
-  about a million rows each for unsharded input.
+  shards: one output shard per input shard (same relative names), or one
+  ``part-NNNNN.parquet`` per batch for unsharded input.
 * ``DIR/TABLE.lance``: the table ``TABLE`` of the embedded LanceDB database in folder ``DIR``
   (the path of the table's own folder on disk). No server is involved.
 

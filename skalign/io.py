@@ -281,7 +281,11 @@ def translate(model, input, output, *, column=None, batch_size=None, progress=Fa
     fields) and only then published under its name. After a crash (even SIGKILL) the same call
     resumes from the last committed batch and removes what the crashed run left; a second call
     writing the same output at the same time fails at once. On bad data (NaN rows, a ragged
-    column) nothing is left.
+    column) nothing is left. The ``.npy``, FAISS and single Parquet file shadows (and the parts
+    of a folder made from unsharded input) are written with direct I/O where the file system
+    allows it (``O_DIRECT`` on Linux), so the output does not pass through the page cache;
+    while the translation runs, numpy's BLAS threads are capped at the cores the store's own
+    writer threads leave free.
 
     Parameters
     ----------
