@@ -29,8 +29,9 @@ Per backend (npy, parquet, parquet-dir, lance, faiss, chroma, qdrant, pgvector):
    translate, i.e. against a script that translates in memory and bulk loads the result.
    PostgreSQL: an untimed bulk load of the same output first (a fresh cluster's first large
    write also creates its WAL segment files; measured, whichever of the two timed writes came
-   first paid about 3 s for it), and a ``CHECKPOINT`` before each timed write
-   (``warm_up``/``settle`` in ``tests/store_backends.py``).
+   first paid about 3 s for it), and a ``VACUUM (ANALYZE)`` of every table and a ``CHECKPOINT``
+   before each timed write, so that autovacuum's first pass over a table loaded seconds before
+   does not run beside it (``warm_up``/``settle`` in ``tests/store_backends.py``).
 5. Kill study: ``--kills`` times, the command is started, SIGKILLed at a seeded random moment
    of its translation (after the measured start-up), run again to completion, and compared with
    the uninterrupted output (identical ids, vectors and fields in the same order: SHA-256

@@ -102,6 +102,15 @@ class FileShadow:
     def lock(self):
         return FileLock(self.lock_path, self.display)
 
+    def close(self):
+        """Close the shadow's sequential writer and file where the writer opened them."""
+        seq = getattr(self, "_seq", None)
+        if seq is not None:
+            seq.close()
+        f = getattr(self, "_file", None)
+        if f is not None and not f.closed:
+            f.close()
+
     def exists(self):
         return self.path.exists()
 
@@ -205,14 +214,6 @@ class NpyShadow(FileShadow):
 
     def fetch(self, positions, rows=None):
         return np.load(self.partial, mmap_mode="r")[positions].copy(), None
-
-    def close(self):
-        seq = getattr(self, "_seq", None)
-        if seq is not None:
-            seq.close()
-        f = getattr(self, "_file", None)
-        if f is not None and not f.closed:
-            f.close()
 
 
 def swap_paths(a, b):

@@ -688,14 +688,6 @@ class _ParquetFileWriter(FileShadow):
     def fetch(self, positions, rows=None):
         return _parquet_take(self.pa, self.pq, [self.partial], positions, self.job.out_column)
 
-    def close(self):
-        seq = getattr(self, "_seq", None)
-        if seq is not None:
-            seq.close()
-        f = getattr(self, "_file", None)
-        if f is not None and not f.closed:
-            f.close()
-
 
 def _batches_holding(files, positions, batch_size):
     """The batches of the Parquet ``files`` (``pq.ParquetFile``, rows numbered across them in

@@ -531,8 +531,12 @@ class PgVector:
         self.bulk_load(root, ids, V)
 
     def settle(self):
-        """A checkpoint, so that a timed write does not pay for the one before it."""
+        """A vacuum of every table, then a checkpoint, so that a timed write pays neither for
+        the write before it nor for autovacuum's first pass over a table just loaded (the
+        source, made seconds before, or the output the bulk load follows), which would
+        otherwise run beside it."""
         with self._conn() as conn:
+            conn.execute("VACUUM (ANALYZE)")
             conn.execute("CHECKPOINT")
 
     def corrupt_shadow(self, root, position, name="out"):

@@ -216,6 +216,10 @@ def _bad_sources(backend, tmp_path, X):
                   (src.replace("column=emb", "column=doc"), "column 'doc' is text")]
         cases.append((backend.make(tmp_path, X[:, :8], table="narrow"),
                       "vectors have 8 dimensions but the model translates 16-d"))
+        nulls = backend.make(tmp_path, X, table="nulls")  # found by the reading thread
+        with backend._conn() as conn:
+            conn.execute("UPDATE nulls SET emb = NULL WHERE id = 16")
+        cases.append((nulls, "column 'emb' has NULL vectors"))
     elif backend.name in ("chroma", "qdrant"):
         src = backend.make(tmp_path, X)
         cases.append((src.replace("/src", "/nope"), "no collection 'nope'"))
@@ -616,3 +620,43 @@ def test_chroma_and_qdrant_translate_in_batches_of_1024_rows(tmp_path, name, mon
     assert sizes[:-1] == [1024, 1024, 452]  # then the verification's sample
     ids, V, _ = b.read(b.output(tmp_path))
     np.testing.assert_allclose(V, transform(model, X), atol=1e-5)
+
+
+def test_pgvector_loads_batches_two_at_once_and_commits_them_in_order(postgres, data):
+    """Batches load on connections of their own, in transactions left open (two at once): a
+    batch is in the shadow only once committed, the commits go in order, and closing the
+    writer rolls back a batch loaded but not committed. The read runs a batch ahead in a
+    thread of its own, which ends, its COPY and connection closed, when the reading stops."""
+    import psycopg
+
+    from skalign._stores import open_writer, prepare_translation
+
+    X, model = data
+    b = PgVector(postgres)
+    b.reset()
+    job = prepare_translation(model, b.make(None, X), b.output(None), batch_size=100)
+    batches = job.reader.batches(100)
+    (v0, r0, _), (v1, r1, _) = next(batches), next(batches)
+    batches.close()
+    with psycopg.connect(postgres, autocommit=True) as conn:
+        copies = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'COPY (%' "
+                              "AND pid <> pg_backend_pid()").fetchone()[0]
+        assert copies == 0
+        writer = open_writer(job)
+        with writer.lock():
+            assert writer.begin("0" * 12) == 0
+
+            def count():
+                return conn.execute(f'SELECT count(*) FROM "{writer.shadow}"').fetchone()[0]
+
+            first = writer.encode_unit(model.transform(v0), r0, None, 0)
+            second = writer.encode_unit(model.transform(v1), r1, None, 100)
+            assert first is not second and count() == 0
+            writer.write_unit(first, r0, None, 0)
+            assert count() == 100
+            writer.close()  # the second batch, loaded but not committed, is rolled back
+            assert count() == 100
+            writer.write_unit(model.transform(v1), r1, None, 100)  # loads and commits at once
+            assert count() == 200
+            writer.close()
+            writer.discard()

@@ -167,10 +167,11 @@ def test_sigkill_then_same_command_resumes_to_an_identical_result(tmp_path, back
     assert status == 0
     # resumed: at most the batches after the last commit were translated again. A kill as the
     # k-th batch is translated loses it and those written behind it in threads: the (k-1)-th,
-    # or the ENCODE_DEPTH before it where they are encoded ahead (Parquet).
+    # or the ENCODE_DEPTH before it where they are encoded ahead (Parquet) or loaded ahead
+    # (PostgreSQL, two uncommitted COPYs at once).
     # With b behind, the first kill leaves at least first - 1 - b batches, so the second lands
     # at global batch second - b or later and leaves at least second - 1 - 2b
-    behind = ENCODE_DEPTH if backend.name in ("parquet", "parquet-dir") else 1
+    behind = ENCODE_DEPTH if backend.name in ("parquet", "parquet-dir", "pgvector") else 1
     assert rows <= n - (second - 1 - 2 * behind) * batch, (rows, second)
     got = call(_read, backend, out)
     np.testing.assert_array_equal(got[0], reference[0])
@@ -236,7 +237,7 @@ def test_resumed_run_verifies_rows_the_crashed_run_committed(tmp_path, backend):
     # the sample's first window lies in the first quarter: committed by the crashed run (a kill
     # as the last batch is translated loses it and those written behind it: the one before, or
     # ENCODE_DEPTH of them for Parquet)
-    behind = ENCODE_DEPTH if backend.name in ("parquet", "parquet-dir") else 1
+    behind = ENCODE_DEPTH if backend.name in ("parquet", "parquet-dir", "pgvector") else 1
     position = sample[0]
     assert position < (n_batches - 1 - behind) * batch
     call(_corrupt, backend, tmp_path, position)
