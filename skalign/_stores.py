@@ -1219,9 +1219,10 @@ def translate_store(model, src, dst, *, column=None, batch_size=None, progress=F
         behind = _WriteBehind(writer.write_unit, getattr(writer, "pipelined", False),
                               getattr(writer, "encode_unit", None))
         translate = _BatchTranslator(model, display(job.src), n_buffers=behind.depth + 1)
+        batches = reader.batches(batch_size, start)
         try:
             with _blas_threads_beside(behind.busy_threads(writer)):
-                for vectors, rb, shard in reader.batches(batch_size, start):
+                for vectors, rb, shard in batches:
                     out = translate(vectors, start)
                     _keep_sample(reader, rb, vectors, start, sample, kept)
                     behind.submit(out, rb, shard, start)
@@ -1233,17 +1234,27 @@ def translate_store(model, src, dst, *, column=None, batch_size=None, progress=F
             _verify(job, writer, model, n, sample, kept)
             backup = writer.publish(replace)
         except StoreError:
+            _close_reading(batches)
             behind.close()
             writer.close()
             writer.discard()  # bad data or a failed verification: nothing is resumable
             raise
         finally:
+            _close_reading(batches)
             behind.close()
             writer.close()
             if bar is not None:
                 bar.close()
     return TranslationResult(reader.n_rows, display(backup) if backup is not None else None,
                              resumed_from)
+
+
+def _close_reading(batches):
+    """End a reader's batches now, not when an exception's traceback lets go of them: a reader
+    may hold a file, a server-side read or a thread reading ahead."""
+    close = getattr(batches, "close", None)
+    if close is not None:
+        close()
 
 
 class TranslationResult(int):

@@ -660,3 +660,36 @@ def test_pgvector_loads_batches_two_at_once_and_commits_them_in_order(postgres, 
             assert count() == 200
             writer.close()
             writer.discard()
+
+
+class _RefusesThirdBatch(ProcrustesAligner):
+    def transform(self, X):
+        self.calls_ = getattr(self, "calls_", 0) + 1
+        if self.calls_ == 3:
+            raise ValueError("refused")
+        return super().transform(X)
+
+
+def test_pgvector_failed_translation_ends_its_read_at_once(postgres, data):
+    """A translation that fails part-way ends the source's read and the thread reading ahead
+    before the error reaches the caller (not when the traceback is let go), and leaves
+    nothing."""
+    import copy
+    import threading
+
+    import psycopg
+
+    X, model = data
+    b = PgVector(postgres)
+    b.reset()
+    failing = copy.copy(model)
+    failing.__class__ = _RefusesThirdBatch
+    with pytest.raises(StoreError, match="rows 200-299: refused") as caught:
+        translate(failing, b.make(None, X), b.output(None), batch_size=100)
+    assert caught.value is not None  # the traceback is still held here
+    assert not [t for t in threading.enumerate() if t.name == "skalign-read"]
+    with psycopg.connect(postgres, autocommit=True) as conn:
+        busy = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'COPY (%' "
+                            "AND state = 'active' AND pid <> pg_backend_pid()").fetchone()[0]
+    assert busy == 0
+    assert b.inventory(None) == ["src"]
