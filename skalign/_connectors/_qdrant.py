@@ -118,6 +118,10 @@ def _vector_params(address, info):
     return None, vectors
 
 
+#: Ids per page where only the ids are scrolled (the local mode sorts every id for each page)
+ID_PAGE = 16384
+
+
 class Reader:
     kind = "qdrant"
     schema = None
@@ -146,6 +150,9 @@ class Reader:
         return point.vector[self.vector] if self.vector else point.vector
 
     def batches(self, batch_size, start=0):
+        if self.address.path is not None:
+            yield from self._local_batches(batch_size, start)
+            return
         offset, seen = None, 0
         while True:
             points, offset = self.client.scroll(
@@ -160,6 +167,31 @@ class Reader:
             if offset is None:
                 return
 
+    def _local_batches(self, batch_size, start):
+        """The local mode's ``scroll`` sorts the ids of the whole collection for every page (4.6
+        s of a 50,000-point read in pages of 1,024): the ids are scrolled once, without payloads
+        or vectors, in pages of ``ID_PAGE``, and each batch's points retrieved by id (the same
+        points in the same order)."""
+        ids = self._ids(self.n_rows)
+        for lo in range(start, len(ids), batch_size):
+            want = ids[lo:lo + batch_size]
+            got = {p.id: p for p in self.client.retrieve(
+                self.address.name, ids=want, with_payload=True, with_vectors=True)}
+            points = [got[i] for i in want]
+            vectors = np.asarray([self._vec(p) for p in points], dtype=np.float32)
+            yield (unit_rows(vectors) if self.cosine else vectors), points, None
+
+    def _ids(self, upto):
+        """The point ids in scroll (id) order, at least the first ``upto`` of them."""
+        ids, offset = [], None
+        while len(ids) < upto:
+            points, offset = self.client.scroll(self.address.name, limit=ID_PAGE, offset=offset,
+                                                with_payload=False, with_vectors=False)
+            ids += [p.id for p in points]
+            if offset is None or not points:
+                break
+        return ids
+
     def row(self, points, k):
         p = points[k]
         others = {n: v for n, v in p.vector.items() if n != self.vector} if self.vector else {}
@@ -168,14 +200,7 @@ class Reader:
     def take(self, positions, batch_size):
         """Points at ``positions`` (sorted) in id order: their ids scrolled up to the last one
         (ids only), then the points retrieved."""
-        ids, offset = [], None
-        while len(ids) <= positions[-1]:
-            points, offset = self.client.scroll(
-                self.address.name, limit=max(batch_size, 1), offset=offset, with_payload=False,
-                with_vectors=False)
-            ids += [p.id for p in points]
-            if offset is None or not points:
-                break
+        ids = self._ids(positions[-1] + 1)
         got = {p.id: p for p in self.client.retrieve(
             self.address.name, ids=[ids[pos] for pos in positions], with_payload=True,
             with_vectors=True)}
