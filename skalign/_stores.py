@@ -1234,27 +1234,19 @@ def translate_store(model, src, dst, *, column=None, batch_size=None, progress=F
             _verify(job, writer, model, n, sample, kept)
             backup = writer.publish(replace)
         except StoreError:
-            _close_reading(batches)
+            batches.close()  # a reader may hold a file, a server-side read, a read-ahead thread
             behind.close()
             writer.close()
             writer.discard()  # bad data or a failed verification: nothing is resumable
             raise
         finally:
-            _close_reading(batches)
+            batches.close()
             behind.close()
             writer.close()
             if bar is not None:
                 bar.close()
     return TranslationResult(reader.n_rows, display(backup) if backup is not None else None,
                              resumed_from)
-
-
-def _close_reading(batches):
-    """End a reader's batches now, not when an exception's traceback lets go of them: a reader
-    may hold a file, a server-side read or a thread reading ahead."""
-    close = getattr(batches, "close", None)
-    if close is not None:
-        close()
 
 
 class TranslationResult(int):

@@ -656,7 +656,8 @@ def test_pgvector_loads_batches_two_at_once_and_commits_them_in_order(postgres, 
             assert count() == 100
             writer.close()  # the second batch, loaded but not committed, is rolled back
             assert count() == 100
-            writer.write_unit(model.transform(v1), r1, None, 100)  # loads and commits at once
+            loaded = writer.encode_unit(model.transform(v1), r1, None, 100)
+            writer.write_unit(loaded, r1, None, 100)
             assert count() == 200
             writer.close()
             writer.discard()

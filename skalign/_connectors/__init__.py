@@ -14,7 +14,8 @@ Each engine's module (imported only when its address is used) gives a reader wit
 of the file readers (``n_rows``, ``dim``, ``dtype``, ``column``, ``batches(batch_size, start)``,
 ``row(rows, k)``, ``take(positions, batch_size)``: rows read back for the verification,
 ``read_all()``) and a shadow writer with that of the file writers (``lock``, ``exists``,
-``begin``, ``write_unit``, ``finish``, ``fetch``, ``publish``, ``discard``).
+``begin``, ``write_unit`` — given what ``encode_unit`` made of the batch where the writer has
+one —, ``finish``, ``fetch``, ``publish``, ``discard``).
 """
 
 from __future__ import annotations

@@ -498,11 +498,9 @@ class Writer:
             raise
         return conn
 
-    def write_unit(self, loaded, raw, shard, start):
-        """Commit a batch :meth:`encode_unit` loaded (or load and commit ``loaded``, an array of
-        output vectors, in one go)."""
-        conn = loaded if not isinstance(loaded, np.ndarray) else self.encode_unit(
-            loaded, raw, shard, start)
+    def write_unit(self, conn, raw, shard, start):
+        """Commit the batch :meth:`encode_unit` loaded on ``conn`` (``_WriteBehind`` loads every
+        batch before its write)."""
         try:
             conn.execute("COMMIT")
         except BaseException:
