@@ -24,14 +24,23 @@ Per backend (npy, parquet, parquet-dir, lance, faiss, chroma, qdrant, pgvector):
 4. Baseline: the engine's own bulk load of the same output vectors with the same fields, timed
    in this process (``np.save``/``pq.write_table``/LanceDB ``create_table``, ``add_with_ids``,
    batched ``add``/``upsert``, binary ``COPY``); ratio = translate rows/s ÷ bulk-load rows/s.
+   Qdrant's local mode loads every collection of its folder when a client opens it, and the
+   command's time includes its open of the source's folder: the bulk load opens a copy of
+   that folder holding the source alone (``prepare_bulk``, untimed) with a new client, as a
+   script of the user's own would.
    ``transform_s``: ``model.transform`` of the same rows in the same batches, the floor any
    translation pays; ``ratio_transform_then_bulk`` = (transform + bulk load) ÷
    translate, i.e. against a script that translates in memory and bulk loads the result.
+   ``bulk_durable_s``: the bulk load and then an ``os.sync()``, until its output is on the disk
+   as the translation's committed batches are (a file store's plain write ends in the page
+   cache; a database's load has committed already), and ``ratio_durable`` against that.
    PostgreSQL: an untimed bulk load of the same output first (a fresh cluster's first large
    write also creates its WAL segment files; measured, whichever of the two timed writes came
    first paid about 3 s for it), and a ``VACUUM (ANALYZE)`` of every table and a ``CHECKPOINT``
    before each timed write, so that autovacuum's first pass over a table loaded seconds before
-   does not run beside it (``warm_up``/``settle`` in ``tests/store_backends.py``).
+   does not run beside it (``warm_up``/``settle`` in ``tests/store_backends.py``). Every
+   backend: an ``os.sync()`` before each timed step, so that the write-back of the pages the
+   step before wrote (the source, the translation) does not run beside it.
 5. Kill study: ``--kills`` times, the command is started, SIGKILLed at a seeded random moment
    of its translation (after the measured start-up), run again to completion, and compared with
    the uninterrupted output (identical ids, vectors and fields in the same order: SHA-256
@@ -42,7 +51,8 @@ Per backend (npy, parquet, parquet-dir, lance, faiss, chroma, qdrant, pgvector):
    (both the command's own "in X s"). ``resumed_in_cpu_time``: the same rule on the CPU
    seconds of the same span (``translate_cpu_s``, all threads), which the machine's other jobs
    do not stretch: where it holds and the wall-time rule does not, the rerun did no more work
-   than allowed but got less of the cores.
+   than allowed but got less of the cores. Each killed run and each rerun starts after the
+   same ``settle`` (a sync) as the uninterrupted run.
 
 Targets: output = transform (≤ 1e-5), 100 % of ids/fields kept, source unchanged, ratio ≥ 0.8,
 peak RSS < 1.5 GB, K/K kills resumed identically with 0 leftovers. Sizes of the issue: 10^6
@@ -76,6 +86,7 @@ from store_backends import (  # noqa: E402
     ParquetDir,
     PgVector,
     Qdrant,
+    remove_bulk,
     start_postgres,
 )
 
@@ -246,7 +257,12 @@ def bench_backend(backend, n, kills, model_path, model, X, workdir, env, seed):
         source = backend.read(src)
         _close_clients()
         out = backend.output(root)
-        settle = getattr(backend, "settle", lambda: None)
+        engine_settle = getattr(backend, "settle", lambda: None)
+
+        def settle():  # the pages written by the step before reach the disk before a timed one
+            os.sync()
+            engine_settle()
+
         if hasattr(backend, "warm_up"):
             backend.warm_up(root, source[0], np.asarray(model.transform(source[1]), np.float32))
             _close_clients()
@@ -265,14 +281,20 @@ def bench_backend(backend, n, kills, model_path, model, X, workdir, env, seed):
         row["source_unchanged"] = bool(np.array_equal(after[1], source[1])
                                        and after[2] == source[2] and np.array_equal(after[0],
                                                                                     source[0]))
+        if hasattr(backend, "prepare_bulk"):
+            backend.prepare_bulk(root)
         settle()
         t0 = time.perf_counter()
         backend.bulk_load(root, result[0], result[1])
         bulk = time.perf_counter() - t0
+        os.sync()  # a file store's load is in the page cache; the translation's is on the disk
+        durable = time.perf_counter() - t0
+        remove_bulk(root)
         floor = transform_time(model, source[1])
         row.update(bulk_load_s=round(bulk, 2), bulk_rows_per_s=round(n / bulk),
                    ratio=round(bulk / secs, 2), transform_s=round(floor, 2),
-                   ratio_transform_then_bulk=round((floor + bulk) / secs, 2))
+                   ratio_transform_then_bulk=round((floor + bulk) / secs, 2),
+                   bulk_durable_s=round(durable, 2), ratio_durable=round(durable / secs, 2))
         # the kills compare fingerprints, read batch by batch: three million-row stores held
         # whole (as ``read`` returns them) outgrow the machine's memory
         want, source_before = backend.digest(out), backend.digest(src)
@@ -283,10 +305,12 @@ def bench_backend(backend, n, kills, model_path, model, X, workdir, env, seed):
         for k in range(kills):
             target = backend.output(root, f"kill{k}")
             kill_after = (wall - secs) + rng.uniform(0, 1) * secs
+            settle()  # both runs start as the uninterrupted one did
             status, _, _, _, _ = run_cli(["translate", model_path, src, target], env,
                                       kill_after=kill_after)
             killed = status is None  # else it had finished before the kill
             mid_run += killed
+            settle()
             load = os.getloadavg()[0]
             status, _, _, text, _ = run_cli(["translate", model_path, src, target], env)
             took, at, allowed = rerun_times(text, n, secs)
@@ -444,7 +468,8 @@ def write_results(args, rows, load_start, kills):
                      ("kills", float(kills))]
                     + [(f"{key}_{r['backend'].replace('-', '_')}", float(r[key]))
                        for key in ("rows", "translate_s", "bulk_load_s", "ratio",
-                                   "transform_s", "peak_rss_mib")
+                                   "transform_s", "peak_rss_mib", "bulk_durable_s",
+                                   "ratio_durable")
                        for r in rows if r.get(key) not in (None, "")])
     if TRIALS:
         trials = Path(args.csv).with_name(Path(args.csv).stem + "_trials.csv")

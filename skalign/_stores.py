@@ -1055,8 +1055,9 @@ class _WriteBehind:
     batch is held in memory (``ENCODE_DEPTH`` where batches are encoded ahead). A writer with an
     ``encode_unit`` (bytes from a batch, no side effect) has up to ``ENCODE_DEPTH`` batches
     encoded in parallel ahead of their writes, which still run in order; once a write fails
-    none after it runs. Writers that must stay on their thread (Qdrant's local mode: SQLite)
-    say ``pipelined = False`` and are called inline (encoded first where they encode).
+    none after it runs. Writers whose writes hold the GIL (Qdrant's local mode: Python all the
+    way to SQLite), which a thread would not overlap, say ``pipelined = False`` and are called
+    inline (encoded first where they encode).
     """
 
     def __init__(self, write, enabled, encode=None):

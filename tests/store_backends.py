@@ -4,7 +4,10 @@ code), for tests/test_connectors.py, tests/test_resume.py and benchmarks/bench_s
 A backend makes a source store of ``X`` with ids, documents and payloads (``make``), names an
 output (``output``), reads a store back as ``(ids, vectors, fields)`` sorted by id (``read``),
 lists what lives in its folder or database (``inventory``: leftovers show up there) and bulk
-loads given vectors with the engine's own fastest path (``bulk_load``, the benchmark's baseline).
+loads given vectors with the engine's own fastest path (``bulk_load``, the benchmark's baseline;
+a file store's load leaves its files, ``root/bulk*``, for the benchmark to time their way to the
+disk and then remove with :func:`remove_bulk`; a database's load commits, and drops what it
+wrote).
 ``digest`` fingerprints a store in its stored order, batch by batch where the engine allows it
 (the benchmark's kill study compares million-row outputs with it: ``read`` holds a whole store
 in memory, several times over while it sorts).
@@ -22,6 +25,12 @@ import numpy as np
 
 def _docs(n):
     return [f"document {i}" for i in range(n)]
+
+
+def remove_bulk(root):
+    """Remove what a file store's ``bulk_load`` wrote into ``root``."""
+    for p in Path(root).glob("bulk*"):
+        shutil.rmtree(p) if p.is_dir() else p.unlink()
 
 
 class _Digest:
@@ -117,7 +126,6 @@ class Npy:
 
     def bulk_load(self, root, ids, V):
         np.save(root / "bulk.npy", V)
-        (root / "bulk.npy").unlink()
 
     def corrupt_shadow(self, root, position, name="out"):
         """Change row ``position`` of the shadow output a crashed run left."""
@@ -172,7 +180,6 @@ class Parquet:
         emb = pa.FixedSizeListArray.from_arrays(pa.array(V.reshape(-1)), V.shape[1])
         pq.write_table(pa.table({"id": ids, "doc": _docs(len(ids)), "emb": emb}),
                        root / "bulk.parquet")
-        (root / "bulk.parquet").unlink()
 
     def corrupt_shadow(self, root, position, name="out"):
         """Change row ``position`` of the shadow output a crashed run left: found through its
@@ -250,7 +257,6 @@ class Lance(Parquet):
         emb = pa.FixedSizeListArray.from_arrays(pa.array(V.reshape(-1)), V.shape[1])
         db = lancedb.connect(root / "bulkdb")
         db.create_table("bulk", data=pa.table({"id": ids, "doc": _docs(len(ids)), "emb": emb}))
-        shutil.rmtree(root / "bulkdb")
 
     def corrupt_shadow(self, root, position, name="out"):
         import lancedb
@@ -305,7 +311,6 @@ class Faiss:
         index = faiss.IndexIDMap2(faiss.IndexFlatIP(V.shape[1]))
         index.add_with_ids(np.ascontiguousarray(V, np.float32), ids)
         faiss.write_index(index, str(root / "bulk.faiss"))
-        (root / "bulk.faiss").unlink()
 
     def corrupt_shadow(self, root, position, name="out"):
         import faiss
@@ -365,7 +370,8 @@ class Chroma:
                                        embedding_function=None)
         for lo in range(0, len(ids), 4096):
             col.add(ids=[f"id{i:07d}" for i in ids[lo:lo + 4096]], embeddings=V[lo:lo + 4096],
-                    documents=_docs(len(ids))[lo:lo + 4096])
+                    documents=_docs(len(ids))[lo:lo + 4096],
+                    metadatas=[{"k": int(i)} for i in ids[lo:lo + 4096]])
         client.delete_collection("bulk")
 
     def corrupt_shadow(self, root, position, name="out"):
@@ -429,17 +435,45 @@ class Qdrant:
         return sorted(x.name for x in c.get_collections().collections) + sorted(
             f"alias {a.alias_name}" for a in c.get_aliases().aliases)
 
-    def bulk_load(self, root, ids, V):
-        from qdrant_client import models
+    def prepare_bulk(self, root):
+        """Untimed: a copy of the folder holding only the source (``bulk``), as the
+        translation found it. The local mode loads every collection of a folder when it opens
+        it, and the translation's time includes that open, so the baseline opens the same."""
+        from qdrant_client import QdrantClient, models
 
-        c = self._client(root)
-        c.create_collection("bulk", vectors_config={"text": models.VectorParams(
-            size=V.shape[1], distance=models.Distance.COSINE)})
+        shutil.rmtree(root / "qdrant-bulk", ignore_errors=True)
+        shutil.copytree(root / "qdrant", root / "qdrant-bulk", ignore=shutil.ignore_patterns(
+            ".lock"))
+        c = QdrantClient(path=str(root / "qdrant-bulk"))
+        c.update_collection_aliases(change_aliases_operations=[
+            models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name=a.alias_name))
+            for a in c.get_aliases().aliases])
+        for x in c.get_collections().collections:
+            if x.name != "src":
+                c.delete_collection(x.name)
+        c.close()
+
+    def bulk_load(self, root, ids, V):
+        """A script of the user's own: open the folder (after ``prepare_bulk``: a copy holding
+        the source only; else the benchmark's open client) and upsert the translated points,
+        with the source's payloads and other vector, in batches of 1,024."""
+        from qdrant_client import QdrantClient, models
+
+        fresh = (root / "qdrant-bulk").is_dir()
+        c = QdrantClient(path=str(root / "qdrant-bulk")) if fresh else self._client(root)
+        c.create_collection("bulk", vectors_config={
+            "text": models.VectorParams(size=V.shape[1], distance=models.Distance.COSINE),
+            "title": models.VectorParams(size=2, distance=models.Distance.DOT)})
         for lo in range(0, len(ids), 1024):
+            part = [int(i) for i in ids[lo:lo + 1024]]
             c.upsert("bulk", points=models.Batch(
-                ids=[int(i) for i in ids[lo:lo + 1024]], vectors={"text": V[lo:lo + 1024].tolist()},
-                payloads=[{"doc": f"document {i}"} for i in ids[lo:lo + 1024]]))
+                ids=part, vectors={"text": V[lo:lo + 1024].tolist(),
+                                   "title": [[1.0, float(i)] for i in part]},
+                payloads=[{"doc": f"document {i}", "k": i} for i in part]))
         c.delete_collection("bulk")
+        if fresh:
+            c.close()
+            shutil.rmtree(root / "qdrant-bulk")
 
     def corrupt_shadow(self, root, position, name="out"):
         """Change the point of source row ``position`` in the shadow collection."""

@@ -164,6 +164,49 @@ def test_chroma_resumed_batch_adds_only_the_records_not_there(tmp_path, data, mo
     assert list(ids) == list(range(100)) and b.inventory(tmp_path) == ["out", "src"]
 
 
+def test_chroma_reads_by_id_in_chromas_order(tmp_path, data, monkeypatch):
+    """The reader gets each batch by id (an ``offset`` skips the records before it one by one)
+    and keeps Chroma's order (that of ``get`` with ``offset``) even where ``get(ids=...)``
+    answers in another order; a record deleted while the source is read is an error, not a
+    short batch."""
+    chromadb = pytest.importorskip("chromadb")
+    from skalign._connectors import _chroma
+
+    Collection = chromadb.api.models.Collection.Collection
+    X, model = data
+    b = Chroma()
+    src = b.make(tmp_path, X[:100])
+    reader = _chroma.Reader(parse_address(src))
+    monkeypatch.setattr(_chroma, "ID_PAGE", 7)
+    want = reader.collection.get(limit=100, offset=0, include=["embeddings", "documents"])
+    get, calls = Collection.get, []
+
+    def reversed_get(self, ids=None, **kw):
+        calls.append(ids)
+        got = get(self, ids=ids, **kw)
+        if ids is None:
+            return got
+        return {"ids": got["ids"][::-1], "embeddings": np.asarray(got["embeddings"])[::-1],
+                "documents": got["documents"][::-1], "metadatas": got["metadatas"][::-1]}
+
+    monkeypatch.setattr(Collection, "get", reversed_get)
+    parts = list(reader.batches(30, start=0))
+    assert [len(v) for v, _, _ in parts] == [30, 30, 30, 10]
+    assert sum((g["ids"] for _, g, _ in parts), []) == want["ids"]
+    assert sum((g["documents"] for _, g, _ in parts), []) == want["documents"]
+    np.testing.assert_array_equal(np.concatenate([v for v, _, _ in parts]),
+                                  np.asarray(want["embeddings"], np.float32))
+    assert sum(1 for ids in calls if ids is None) == 15  # the ids, in pages of 7
+    vectors, rows = reader.take([3, 50, 99], 30)
+    assert [r["id"] for r in rows] == [want["ids"][k] for k in (3, 50, 99)]
+    np.testing.assert_array_equal(np.asarray(vectors),
+                                  np.asarray(want["embeddings"], np.float32)[[3, 50, 99]])
+    monkeypatch.setattr(Collection, "get", get)
+    reader.collection.delete(ids=[want["ids"][40]])
+    with pytest.raises(StoreError, match="deleted from the collection while it was read"):
+        list(reader.batches(30, start=30))
+
+
 def test_chroma_output_name_checked_before_any_work(tmp_path, capsys, data):
     """An output name Chroma refuses (here two characters) exits 2 naming the rule before
     anything is created; it used to pass through the whole translation (the shadow's longer

@@ -1,8 +1,8 @@
 """Chroma collections: ``chroma:DIR/COLLECTION`` (persistent client) and
 ``chroma+http://HOST:PORT/COLLECTION``.
 
-Rows are records in Chroma's own order (``get`` with ``offset``): the id, the document, the
-metadata and the translated embedding. The output is a shadow collection
+Rows are records in Chroma's own order (the order of ``get`` with ``offset``): the id, the
+document, the metadata and the translated embedding. The output is a shadow collection
 ``OUTPUT_skalign_<job>`` with the source's metadata and HNSW configuration (so the same
 distance space), filled batch by batch with ``add`` in pieces of Chroma's largest batch
 (of the batch a crashed run had begun, a resumed run adds the records not there yet) and
@@ -20,7 +20,6 @@ import numpy as np
 from ..exceptions import StoreError
 from ._common import (
     backup_name,
-    consecutive_runs,
     lock_for,
     resume_point,
     shadow_name,
@@ -30,6 +29,9 @@ from ._common import (
 __all__ = ["Reader", "Writer", "restore"]
 
 _INCLUDE = ["embeddings", "documents", "metadatas"]
+
+#: Ids per page where only the ids are read
+ID_PAGE = 16384
 
 
 def _client(address):
@@ -75,15 +77,41 @@ class Reader:
         self.address, self.client = address, _client(address)
         self.collection = _get(self.client, address, address.name)
         self.n_rows = int(self.collection.count())
+        self._all_ids = None
         head = self.collection.get(limit=1, include=["embeddings"])
         emb = head["embeddings"]
         self.dim = int(len(emb[0])) if emb is not None and len(emb) else 0
 
+    def _ids(self):
+        """Every record's id in Chroma's order, read once (ids only, pages of ``ID_PAGE``)."""
+        if self._all_ids is None:
+            self._all_ids = []
+            for lo in range(0, self.n_rows, ID_PAGE):
+                self._all_ids += self.collection.get(limit=ID_PAGE, offset=lo, include=[])["ids"]
+        return self._all_ids
+
+    def _get(self, ids):
+        """The records of ``ids``, in that order."""
+        got = self.collection.get(ids=ids, include=_INCLUDE)
+        if got["ids"] != ids:
+            if len(got["ids"]) != len(ids):
+                raise StoreError(f"{self.address}: records were deleted from the collection "
+                                 "while it was read; translate it again.")
+            at = {i: k for k, i in enumerate(got["ids"])}
+            order = [at[i] for i in ids]
+            got = {"ids": list(ids),
+                   "embeddings": np.asarray(got["embeddings"])[order],
+                   **{key: None if got.get(key) is None else [got[key][k] for k in order]
+                      for key in ("documents", "metadatas")}}
+        return got
+
     def batches(self, batch_size, start=0):
-        for lo in range(start - start % batch_size, self.n_rows, batch_size):
-            got = self.collection.get(limit=batch_size, offset=lo, include=_INCLUDE)
-            if not got["ids"]:
-                return
+        """Batches of records fetched by id: ``get`` with an ``offset`` skips the records before
+        it one by one (a 200,000-record collection read in pages of 1,024: 15.7 s by offset,
+        0.8 + 7.2 s by id)."""
+        ids = self._ids()
+        for lo in range(start - start % batch_size, len(ids), batch_size):
+            got = self._get(ids[lo:lo + batch_size])
             yield np.asarray(got["embeddings"], dtype=np.float32), got, None
 
     def row(self, got, k):
@@ -91,13 +119,11 @@ class Reader:
                 "metadata": got["metadatas"][k]}
 
     def take(self, positions, batch_size):
-        """Records at ``positions`` (sorted): one ``get`` per run of consecutive positions."""
-        vectors, rows = [], []
-        for first, count in consecutive_runs(positions):
-            got = self.collection.get(limit=count, offset=first, include=_INCLUDE)
-            vectors += list(np.asarray(got["embeddings"], dtype=np.float32))
-            rows += [self.row(got, i) for i in range(len(got["ids"]))]
-        return vectors, rows
+        """Records at ``positions`` (sorted)."""
+        ids = self._ids()
+        got = self._get([ids[p] for p in positions])
+        return (list(np.asarray(got["embeddings"], dtype=np.float32)),
+                [self.row(got, i) for i in range(len(got["ids"]))])
 
     def read_all(self):
         parts = [v for v, _, _ in self.batches(4096)]
