@@ -107,8 +107,8 @@ class Reader:
 
     def batches(self, batch_size, start=0):
         """Batches of records fetched by id: ``get`` with an ``offset`` skips the records before
-        it one by one (a 200,000-record collection read in pages of 1,024: 15.7 s by offset,
-        0.8 + 7.2 s by id)."""
+        it one by one (a 200,000-record collection read in pages of 1,024: 17.6 s of CPU by
+        offset, 11.0 s by id; ``benchmarks/chroma_batch_cost.py 2e5 --reads-only``)."""
         ids = self._ids()
         for lo in range(start - start % batch_size, len(ids), batch_size):
             got = self._get(ids[lo:lo + batch_size])
