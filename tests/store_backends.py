@@ -436,7 +436,7 @@ class Qdrant:
             f"alias {a.alias_name}" for a in c.get_aliases().aliases)
 
     def prepare_bulk(self, root):
-        """Untimed: a copy of the folder holding only the source (``bulk``), as the
+        """Untimed: a copy of the folder holding only the source (``qdrant-bulk``), as the
         translation found it. The local mode loads every collection of a folder when it opens
         it, and the translation's time includes that open, so the baseline opens the same."""
         from qdrant_client import QdrantClient, models
