@@ -4,8 +4,8 @@
 ``python benchmarks/chroma_batch_cost.py [ROWS] [--reads-only]`` (default 10,000) makes a
 collection of ROWS 384-d clustered vectors in a temporary folder, reads it with ``get``
 (vectors, documents, metadata) in pages of 1,024 and 8,192 rows by ``offset``, then as
-``skalign translate`` reads it (the ids once, in pages of 16,384, then pages of 1,024 by id;
-the read of the ids included), then one page of each size at the first, middle and last
+``skalign translate`` reads it (the ids once, in pages of its ``ID_PAGE``, then pages of
+1,024 by id; the read of the ids included), then one page of each size at the first, middle and last
 offset, three times (a ``get`` with an ``offset`` skips the rows before it one by one, so
 small pages over a large collection cost more), and ``add``s ROWS 768-d
 vectors to new collections in batches of 1,024 and 5,461 (Chroma's largest batch here; not with
@@ -22,6 +22,8 @@ import numpy as np
 
 def main():
     import chromadb
+
+    from skalign._connectors._chroma import ID_PAGE
 
     args = [a for a in sys.argv[1:] if a != "--reads-only"]
     n = int(float(args[0])) if args else 10_000
@@ -43,8 +45,8 @@ def main():
             print(f"get {n} rows in pages of {batch}: {time.process_time() - t0:.2f} s CPU",
                   flush=True)
         t0 = time.process_time()  # as skalign's reader: the ids once, then each page by id
-        ids = [i for lo in range(0, n, 16384)
-               for i in src.get(limit=16384, offset=lo, include=[])["ids"]]
+        ids = [i for lo in range(0, n, ID_PAGE)
+               for i in src.get(limit=ID_PAGE, offset=lo, include=[])["ids"]]
         for lo in range(0, n, 1024):
             src.get(ids=ids[lo:lo + 1024], include=["embeddings", "documents", "metadatas"])
         print(f"get {n} rows by id in pages of 1024: {time.process_time() - t0:.2f} s CPU",

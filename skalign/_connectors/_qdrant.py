@@ -145,6 +145,7 @@ class Reader:
         self.cosine = params.distance == _models().Distance.COSINE
         self.dim = int(params.size)
         self.n_rows = int(self.client.count(address.name, exact=True).count)
+        self._all_ids = None
 
     def _vec(self, point):
         return point.vector[self.vector] if self.vector else point.vector
@@ -172,25 +173,32 @@ class Reader:
         s of a 50,000-point read in pages of 1,024): the ids are scrolled once, without payloads
         or vectors, in pages of ``ID_PAGE``, and each batch's points retrieved by id (the same
         points in the same order)."""
-        ids = self._ids(self.n_rows)
+        ids = self._ids()
         for lo in range(start, len(ids), batch_size):
-            want = ids[lo:lo + batch_size]
-            got = {p.id: p for p in self.client.retrieve(
-                self.address.name, ids=want, with_payload=True, with_vectors=True)}
-            points = [got[i] for i in want]
-            vectors = np.asarray([self._vec(p) for p in points], dtype=np.float32)
-            yield (unit_rows(vectors) if self.cosine else vectors), points, None
+            vectors, points = self._retrieve(ids[lo:lo + batch_size])
+            yield vectors, points, None
 
-    def _ids(self, upto):
-        """The point ids in scroll (id) order, at least the first ``upto`` of them."""
-        ids, offset = [], None
-        while len(ids) < upto:
-            points, offset = self.client.scroll(self.address.name, limit=ID_PAGE, offset=offset,
-                                                with_payload=False, with_vectors=False)
-            ids += [p.id for p in points]
-            if offset is None or not points:
-                break
-        return ids
+    def _ids(self):
+        """Every point id in scroll (id) order, scrolled once (ids only, pages of
+        ``ID_PAGE``)."""
+        if self._all_ids is None:
+            self._all_ids, offset = [], None
+            while True:
+                points, offset = self.client.scroll(
+                    self.address.name, limit=ID_PAGE, offset=offset, with_payload=False,
+                    with_vectors=False)
+                self._all_ids += [p.id for p in points]
+                if offset is None or not points:
+                    break
+        return self._all_ids
+
+    def _retrieve(self, ids):
+        """The points of ``ids`` in that order, and their vectors (directions where cosine)."""
+        got = {p.id: p for p in self.client.retrieve(
+            self.address.name, ids=ids, with_payload=True, with_vectors=True)}
+        points = [got[i] for i in ids]
+        vectors = np.asarray([self._vec(p) for p in points], dtype=np.float32)
+        return (unit_rows(vectors) if self.cosine else vectors), points
 
     def row(self, points, k):
         p = points[k]
@@ -198,15 +206,10 @@ class Reader:
         return {"id": p.id, "payload": p.payload, "vectors": others}
 
     def take(self, positions, batch_size):
-        """Points at ``positions`` (sorted) in id order: their ids scrolled up to the last one
-        (ids only), then the points retrieved."""
-        ids = self._ids(positions[-1] + 1)
-        got = {p.id: p for p in self.client.retrieve(
-            self.address.name, ids=[ids[pos] for pos in positions], with_payload=True,
-            with_vectors=True)}
-        points = [got[ids[pos]] for pos in positions]
-        vectors = np.asarray([self._vec(p) for p in points], dtype=np.float32)
-        vectors = unit_rows(vectors) if self.cosine else vectors
+        """Points at ``positions`` (sorted) in id order, retrieved by id (the ids scrolled
+        once: a resumed run's batches have them already)."""
+        ids = self._ids()
+        vectors, points = self._retrieve([ids[pos] for pos in positions])
         return list(vectors), [self.row(points, k) for k in range(len(points))]
 
     def read_all(self):
