@@ -2,7 +2,8 @@
 engine's own bulk load, peak memory, and crash recovery (issue 20).
 
 ``python benchmarks/bench_stores.py [--quick] [--rows N | --sizes npy=1e5,chroma=2e4]
-[--kills K] [--backends a,b] [--csv benchmarks/results/stores.csv] [--merge]`` (also writes
+[--kills K] [--repeats R] [--backends a,b] [--csv benchmarks/results/stores.csv] [--merge]``
+(also writes
 ``stores_machine.csv``: cores, load average, the lowest and highest load over the rows, sizes;
 with kills, ``stores_trials.csv``: each kill's moment, the row its rerun resumed at, the rerun's
 time and the time it was allowed)
@@ -40,7 +41,13 @@ Per backend (npy, parquet, parquet-dir, lance, faiss, chroma, qdrant, pgvector):
    before each timed write, so that autovacuum's first pass over a table loaded seconds before
    does not run beside it (``warm_up``/``settle`` in ``tests/store_backends.py``). Every
    backend: an ``os.sync()`` before each timed step, so that the write-back of the pages the
-   step before wrote (the source, the translation) does not run beside it.
+   step before wrote (the source, the translation) does not run beside it. What the bulk load
+   wrote is deleted after it, untimed (``remove_bulk``: the translation deletes nothing).
+   ``--repeats R``: R alternated pairs (a translation into a new output, then the bulk load);
+   ``translate_s``, ``bulk_load_s`` and ``bulk_durable_s`` are their medians, the ratios are
+   ratios of medians, ``translate_runs_s``/``bulk_runs_s``/``ratio_runs`` list every pair and
+   ``peak_rss_mib`` is the highest of the R translations. The kill study's allowances use the
+   first translation.
 5. Kill study: ``--kills`` times, the command is started, SIGKILLed at a seeded random moment
    of its translation (after the measured start-up), run again to completion, and compared with
    the uninterrupted output (identical ids, vectors and fields in the same order: SHA-256
@@ -246,7 +253,7 @@ def leftovers(backend, root):
 TRIALS = []  # one row per kill: when, where the rerun resumed, its time and what it was allowed
 
 
-def bench_backend(backend, n, kills, model_path, model, X, workdir, env, seed):
+def bench_backend(backend, n, kills, model_path, model, X, workdir, env, seed, repeats=1):
     root = Path(tempfile.mkdtemp(dir=workdir, prefix=f"{backend.name}-"))
     row = {"backend": backend.name, "rows": n}
     try:
@@ -281,20 +288,41 @@ def bench_backend(backend, n, kills, model_path, model, X, workdir, env, seed):
         row["source_unchanged"] = bool(np.array_equal(after[1], source[1])
                                        and after[2] == source[2] and np.array_equal(after[0],
                                                                                     source[0]))
-        if hasattr(backend, "prepare_bulk"):
-            backend.prepare_bulk(root)
-        settle()
-        t0 = time.perf_counter()
-        backend.bulk_load(root, result[0], result[1])
-        bulk = time.perf_counter() - t0
-        os.sync()  # a file store's load is in the page cache; the translation's is on the disk
-        durable = time.perf_counter() - t0
-        remove_bulk(root)
+        def bulk_load(ids, V):
+            if hasattr(backend, "prepare_bulk"):
+                backend.prepare_bulk(root)
+            settle()
+            t0 = time.perf_counter()
+            backend.bulk_load(root, ids, V)
+            bulk = time.perf_counter() - t0
+            os.sync()  # a file store's load is in the page cache; the translation's is on disk
+            durable = time.perf_counter() - t0
+            remove_bulk(root, backend)  # not timed: the translation deletes nothing
+            _close_clients()
+            return bulk, durable
+
+        runs = [(secs, *bulk_load(result[0], result[1]))]
+        for r in range(1, repeats):  # alternated pairs: translation, then bulk load
+            again = backend.output(root, f"repeat{r}")
+            settle()
+            status, _, r_rss, r_text, _ = run_cli(["translate", model_path, src, again], env)
+            assert status == 0, r_text
+            rss = max(rss, r_rss)
+            _drop(backend, root, again)
+            runs.append((float(re.search(r" in ([\d.]+) s", r_text).group(1)),
+                         *bulk_load(result[0], result[1])))
+        t_med, bulk, durable = (float(np.median([r[k] for r in runs])) for k in range(3))
         floor = transform_time(model, source[1])
         row.update(bulk_load_s=round(bulk, 2), bulk_rows_per_s=round(n / bulk),
-                   ratio=round(bulk / secs, 2), transform_s=round(floor, 2),
-                   ratio_transform_then_bulk=round((floor + bulk) / secs, 2),
-                   bulk_durable_s=round(durable, 2), ratio_durable=round(durable / secs, 2))
+                   ratio=round(bulk / t_med, 2), transform_s=round(floor, 2),
+                   ratio_transform_then_bulk=round((floor + bulk) / t_med, 2),
+                   bulk_durable_s=round(durable, 2), ratio_durable=round(durable / t_med, 2),
+                   repeats=repeats, peak_rss_mib=round(rss), translate_s=round(t_med, 2),
+                   rows_per_s=round(n / t_med))
+        if repeats > 1:
+            row.update(translate_runs_s=";".join(f"{r[0]:.2f}" for r in runs),
+                       bulk_runs_s=";".join(f"{r[1]:.2f}" for r in runs),
+                       ratio_runs=";".join(f"{r[1] / r[0]:.2f}" for r in runs))
         # the kills compare fingerprints, read batch by batch: three million-row stores held
         # whole (as ``read`` returns them) outgrow the machine's memory
         want, source_before = backend.digest(out), backend.digest(src)
@@ -378,6 +406,8 @@ def main():
     ap.add_argument("--rows", type=int, help="one size for every backend")
     ap.add_argument("--sizes", help="sizes of some backends, e.g. npy=1e5,chroma=2e4")
     ap.add_argument("--kills", type=int, help="SIGKILLs per backend (default 10, quick 2)")
+    ap.add_argument("--repeats", type=int, default=1, help="alternated translation/bulk-load "
+                    "pairs per backend; the times and ratios are their medians (default 1)")
     ap.add_argument("--backends", default="npy,parquet,parquet-dir,lance,faiss,chroma,qdrant,"
                     "pgvector")
     ap.add_argument("--workdir", default=None,
@@ -420,7 +450,7 @@ def main():
         for i, name in enumerate(names):
             n = args.rows or sizes[name]
             row = bench_backend(backends[name], n, kills, model_path, model, X, workdir, env,
-                                seed=i)
+                                seed=i, repeats=args.repeats)
             rows.append(row)
             print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
             write_results(args, rows, load_start, kills)  # after each backend: a long run

@@ -1,7 +1,7 @@
 """Translate a large .npy store with ``skalign translate``: throughput, peak memory, dask shards.
 
 ``python benchmarks/bench_translate.py [--rows 10000000] [--workdir DIR] [--quick] [--csv PATH]
-[--direction forward|inverse]``
+[--direction forward|inverse] [--device cpu|cuda|auto] [--parquet-rows 0]``
 
 1. Writes ``rows × 384`` float16 random embeddings to ``DIR/in.npy`` and fits a 384 → 768
    Procrustes map on random pairs (what is translated does not change the cost).
@@ -12,6 +12,9 @@
    file, temporary output and rename included), with its peak resident memory above the start.
 4. Parquet: the first ``--parquet-rows`` rows as 8 shards, translated by the local streaming
    path and by :func:`skalign.parallel.translate_parquet` on a 2-worker ``LocalCluster``.
+
+``--device`` is passed to ``skalign translate`` (where the model computes; the floor stays on
+the CPU); ``--parquet-rows 0`` skips step 4.
 
 Targets (issue 12): CLI throughput ≥ 0.7 × the floor, CLI peak RSS < 1.5 GB. All files are
 deleted at the end. The full size needs 7.7 GB (input) + 30.7 GB (output) + the floor's output
@@ -93,6 +96,8 @@ def main(argv=None):
     parser.add_argument("--direction", choices=("forward", "inverse"), default="forward",
                         help="inverse: the model is fitted 768 -> 384 and run backwards "
                         "(translate --direction inverse), same shapes and floor; no Parquet part")
+    parser.add_argument("--device", default=None,
+                        help="skalign translate --device (default: the model's, the CPU)")
     args = parser.parse_args(argv)
     if args.quick:
         args.rows, args.parquet_rows = 20_000, 4_000
@@ -107,7 +112,8 @@ def main(argv=None):
     base = Path(args.workdir) if args.workdir else None
     work = Path(tempfile.mkdtemp(prefix="bench_translate-", dir=base))
     results = {"rows": args.rows, "dim_in": d_in, "dim_out": d_out, "batch_size": batch_size,
-               "cpu_count": os.cpu_count(), "load_avg_1min_start": os.getloadavg()[0]}
+               "cpu_count": os.cpu_count(), "load_avg_1min_start": os.getloadavg()[0],
+               "cuda": float(args.device is not None and args.device.startswith("cuda"))}
     try:
         src = work / "in.npy"
         t0 = time.perf_counter()
@@ -141,7 +147,8 @@ def main(argv=None):
             t0 = time.perf_counter()
             status = cli_main(["translate", str(work / "m.skops"), str(src),
                                str(work / "out.npy"), "--quiet", "--batch-size",
-                               str(batch_size), "--direction", args.direction])
+                               str(batch_size), "--direction", args.direction]
+                              + (["--device", args.device] if args.device else []))
             cli_s = time.perf_counter() - t0
         assert status == 0
         out = np.load(work / "out.npy", mmap_mode="r")
@@ -165,7 +172,7 @@ def main(argv=None):
               f"{cli_mem.mib:.0f} MiB (target < 1536); max |CLI - floor| on 2,000 rows "
               f"{results['max_abs_diff']:.1e}")
 
-        if args.direction == "forward":
+        if args.direction == "forward" and args.parquet_rows > 0:
             results.update(parquet(work, src, min(args.parquet_rows, args.rows), batch_size))
     finally:
         shutil.rmtree(work, ignore_errors=True)

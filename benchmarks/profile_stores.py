@@ -286,7 +286,7 @@ def main():
             t0 = time.perf_counter()
             backend.bulk_load(root, ids, V)
             secs = time.perf_counter() - t0
-            sb.remove_bulk(root)
+            sb.remove_bulk(root, backend)
             print(f"  bulk load {secs:.2f} s, ratio {secs / total:.2f}")
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -23,7 +23,7 @@ python3 -c "import torch, numpy, scipy, sklearn; print('torch', torch.__version_
 numpy.__version__, 'scipy', scipy.__version__, 'scikit-learn', sklearn.__version__)"
 python3 -m pytest -p no:cacheprovider -q -rfEs -k cuda \
     tests/test_cuda.py tests/test_base.py tests/test_baselines.py tests/test_ensemble.py \
-    tests/test_gera.py tests/test_irp.py tests/test_numpy_path.py tests/test_metrics.py \
+    tests/test_gera.py tests/test_irp.py tests/test_numpy_path.py tests/test_metrics.py tests/test_cli.py \
     tests/test_bootstrap.py tests/test_facade.py 2>&1 | tee "$out/pytest_cuda.log"
 echo "pytest exit status: ${PIPESTATUS[0]}"
 python3 benchmarks/bench_cuda.py "$data" --out "$out" "$@" 2>&1 | tee "$out/bench_cuda.log"

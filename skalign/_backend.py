@@ -78,6 +78,11 @@ def resolve_device(device) -> torch.device:
             f"device={device!r} asks for CUDA but torch sees no CUDA device; use device='cpu' "
             "or device='auto'."
         )
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ValueError(
+            f"device={device!r} asks for CUDA device {dev.index} but torch sees "
+            f"{torch.cuda.device_count()} (cuda:0 to cuda:{torch.cuda.device_count() - 1})."
+        )
     return dev
 
 
@@ -113,6 +118,38 @@ def transform_device(fitted_device: str | None, X, owner=None) -> torch.device:
                 stacklevel=4,
             )
     return torch.device("cpu")
+
+
+def set_fitted_device(model, device) -> int:
+    """Make every fitted skalign model inside ``model`` compute its transforms on ``device``.
+
+    Walks ``model``, the fitted estimators it holds (a pipeline's steps, a bootstrapper's
+    ``estimator_``, an inverse wrapper's model) and sets each ``device_`` to ``device`` resolved
+    by :func:`resolve_device` (so a CUDA device on a machine without one is a ``ValueError``).
+    Returns how many were set; 0 means the model has no torch computation to move.
+    """
+    from sklearn.base import BaseEstimator
+
+    dev, seen, count = str(resolve_device(device)), set(), 0
+    todo = [model]
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, (list, tuple)):
+            todo.extend(obj)
+            continue
+        if not hasattr(obj, "__dict__") or isinstance(obj, type):
+            continue
+        if isinstance(obj, BaseEstimator) and hasattr(obj, "device_"):
+            obj.device_ = dev
+            count += 1
+        # fitted attributes (trailing underscore), pipeline steps, wrapped models
+        todo.extend(v for k, v in vars(obj).items()
+                    if (k.endswith("_") or k in ("steps", "model"))
+                    and (isinstance(v, (list, tuple)) or hasattr(v, "transform")))
+    return count
 
 
 # --------------------------------------------------------------------------------- conversions

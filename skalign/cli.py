@@ -362,6 +362,9 @@ def _parser():
     tr.add_argument("--scheduler", metavar="ADDRESS", help="dask distributed scheduler (e.g. "
                     "tcp://host:8786): translate Parquet shards on that cluster")
     tr.add_argument("--quiet", action="store_true", help="no progress bar and no summary")
+    tr.add_argument("--device", metavar="DEVICE", help="where the model computes: cpu, cuda, "
+                    "cuda:N or auto (default: the device it was fitted on, or the CPU on a "
+                    "machine without that device)")
     tr.add_argument("--direction", choices=("forward", "inverse"), default="forward",
                     help="forward: old -> new space (model.transform); inverse: new -> old "
                     "(model.inverse_transform), e.g. to bridge new-encoder queries into the old "
@@ -484,6 +487,12 @@ def cmd_translate(args, out):
     from .io import load, output_dim
 
     model = load(args.model)
+    if args.device is not None:
+        from ._backend import set_fitted_device
+
+        if not set_fitted_device(model, args.device):
+            raise CommandError(f"--device {args.device}: {type(model).__name__} has no device "
+                               "to set; translate without --device.")
     if args.direction == "inverse":
         from ._inverse import inverse_model
 

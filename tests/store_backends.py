@@ -27,8 +27,12 @@ def _docs(n):
     return [f"document {i}" for i in range(n)]
 
 
-def remove_bulk(root):
-    """Remove what a file store's ``bulk_load`` wrote into ``root``."""
+def remove_bulk(root, backend=None):
+    """Remove what ``bulk_load`` wrote: a database's ``drop_bulk``, else a file store's
+    ``root/bulk*`` (outside the timed load: the translation deletes nothing of its own)."""
+    if hasattr(backend, "drop_bulk"):
+        backend.drop_bulk(root)
+        return
     for p in Path(root).glob("bulk*"):
         shutil.rmtree(p) if p.is_dir() else p.unlink()
 
@@ -372,7 +376,9 @@ class Chroma:
             col.add(ids=[f"id{i:07d}" for i in ids[lo:lo + 4096]], embeddings=V[lo:lo + 4096],
                     documents=_docs(len(ids))[lo:lo + 4096],
                     metadatas=[{"k": int(i)} for i in ids[lo:lo + 4096]])
-        client.delete_collection("bulk")
+
+    def drop_bulk(self, root):
+        self._client(root).delete_collection("bulk")
 
     def corrupt_shadow(self, root, position, name="out"):
         """Change the record of source row ``position`` in the shadow collection."""
@@ -470,10 +476,14 @@ class Qdrant:
                 ids=part, vectors={"text": V[lo:lo + 1024].tolist(),
                                    "title": [[1.0, float(i)] for i in part]},
                 payloads=[{"doc": f"document {i}", "k": i} for i in part]))
-        c.delete_collection("bulk")
         if fresh:
             c.close()
+
+    def drop_bulk(self, root):
+        if (root / "qdrant-bulk").is_dir():
             shutil.rmtree(root / "qdrant-bulk")
+        else:
+            self._client(root).delete_collection("bulk")
 
     def corrupt_shadow(self, root, position, name="out"):
         """Change the point of source row ``position`` in the shadow collection."""
@@ -557,12 +567,16 @@ class PgVector:
                 copy.set_types(["bigint", "text", "jsonb", "vector"])
                 for i, v in zip(ids, V):
                     copy.write_row([int(i), f"document {i}", Jsonb({"k": int(i)}), v])
-            conn.execute("DROP TABLE bulk")
+
+    def drop_bulk(self, root):
+        with self._conn() as conn:
+            conn.execute("DROP TABLE IF EXISTS bulk")
 
     def warm_up(self, root, ids, V):
         """A bulk load not timed: a fresh cluster's first large write also creates its WAL
         segment files (16 MB each, zero-filled), which a database in use has and recycles."""
         self.bulk_load(root, ids, V)
+        self.drop_bulk(root)
 
     def settle(self):
         """A vacuum of every table, then a checkpoint, so that a timed write pays neither for

@@ -209,6 +209,10 @@ def model_file(files, tmp_path_factory):
     (["translate", "{model}", "{x}", "{x}"], "OUTPUT is the same as INPUT"),
     (["translate", "{model}", "{x}", "{out}/o", "--column", "v", "--scheduler", "tcp://x:1"],
      "Parquet files or folders of shards only"),
+    (["translate", "{model}", "{x}", "{out}/o.npy", "--device", "cuda:99"],
+     "device='cuda:99' asks for CUDA"),
+    (["translate", "{model}", "{x}", "{out}/o.npy", "--device", "gpu"],
+     "device='gpu' is not a valid device"),
     (["evaluate", "{model}", "--source", "{x}", "--target", "{x}"],
      "has 384-d vectors but the model was fitted on 768-d targets"),
 ])
@@ -222,6 +226,50 @@ def test_errors_exit_2_with_one_line(files, model_file, tmp_path, capsys, argv, 
     assert len(err.strip().splitlines()) == 1 and err.startswith(f"skalign {argv[0]}: error: ")
     assert re.search(match, err), err
     assert os.listdir(tmp_path) == []  # no model, no partial output, no temporaries
+
+
+def test_translate_device_moves_a_model_fitted_elsewhere(files, tmp_path, capsys):
+    """A model fitted on a GPU, translating on a machine without one: ``--device cpu`` moves
+    it (no fallback warning) and the output is its CPU transform; without ``--device`` it falls
+    back with a :class:`~skalign.exceptions.DeviceWarning`."""
+    import warnings
+
+    from skalign.exceptions import DeviceWarning
+    from skalign.io import save
+
+    A, B = np.load(files / "a.npy"), np.load(files / "b.npy")
+    est = GeRAAligner(random_state=0).fit(A, B)
+    est.device_ = "cuda:0"  # as unpickled from a GPU machine
+    save(est, tmp_path / "gpu.skops")
+    X = np.load(files / "x.npy")
+    if not __import__("torch").cuda.is_available():
+        with pytest.warns(DeviceWarning, match="computing on the CPU instead"):
+            assert run(capsys, "translate", tmp_path / "gpu.skops", files / "x.npy",
+                       tmp_path / "fallback.npy", "--quiet")[0] == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeviceWarning)
+        status, out, _ = run(capsys, "translate", tmp_path / "gpu.skops", files / "x.npy",
+                             tmp_path / "cpu.npy", "--device", "cpu")
+    assert status == 0 and "translated 300 rows" in out
+    est.device_ = "cpu"
+    np.testing.assert_allclose(np.load(tmp_path / "cpu.npy"), est.transform(X), rtol=1e-5,
+                               atol=1e-6)
+
+
+def test_set_fitted_device_reaches_wrapped_models(files):
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import FunctionTransformer
+
+    from skalign._backend import set_fitted_device
+    from skalign._inverse import InverseModel
+
+    A, B = np.load(files / "a.npy"), np.load(files / "b.npy")
+    inner, other = ProcrustesAligner().fit(A, B), LinearAligner().fit(A, B)
+    inner.device_ = other.device_ = "cuda:0"
+    pipe = make_pipeline(FunctionTransformer(), inner)
+    assert set_fitted_device([pipe, InverseModel(other)], "cpu") == 2
+    assert inner.device_ == other.device_ == "cpu"
+    assert set_fitted_device(FunctionTransformer().fit(A), "cpu") == 0
 
 
 def test_console_entry_point_and_python_m(files, model_file, tmp_path):

@@ -172,3 +172,26 @@ def test_store_translated_by_a_gpu_model_is_its_transform(tmp_path, kind):
 
         got = np.stack(pq.read_table(out).column("vector").to_numpy(zero_copy_only=False))
     np.testing.assert_allclose(got, model.transform(X), rtol=1e-5, atol=1e-5)
+
+
+def test_translate_device_cuda_runs_a_cpu_model_on_the_gpu(tmp_path, capsys):
+    """``skalign translate --device cuda`` with a model fitted on the CPU: the batches go
+    through the GPU (memory allocated there) and the output is the model's transform."""
+    from skalign import GeRAAligner
+    from skalign.cli import main
+    from skalign.io import save
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(4000, 32)).astype(np.float32)
+    Y = np.tanh(X @ rng.normal(size=(32, 48))).astype(np.float32)
+    model = GeRAAligner(random_state=0, device="cpu").fit(X[:1000], Y[:1000])
+    save(model, tmp_path / "m.skops")
+    np.save(tmp_path / "in.npy", X)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    assert main(["translate", str(tmp_path / "m.skops"), str(tmp_path / "in.npy"),
+                 str(tmp_path / "out.npy"), "--device", "cuda", "--batch-size", "700"]) == 0
+    assert torch.cuda.max_memory_allocated() > 0
+    assert "translated 4000 rows" in capsys.readouterr().out
+    np.testing.assert_allclose(np.load(tmp_path / "out.npy"), model.transform(X), rtol=1e-5,
+                               atol=1e-5)
