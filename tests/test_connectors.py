@@ -131,6 +131,7 @@ def test_chroma_resumed_batch_adds_only_the_records_not_there(tmp_path, data, mo
     b = Chroma()
     src = b.make(tmp_path, X)
     monkeypatch.setattr(_journal, "COMMIT_SECONDS", 0)
+    monkeypatch.setattr(_chroma, "ADD_ROWS", 1)  # each batch added as it comes
     begin = _chroma.Writer.begin
 
     def small_pieces(self, fp):
@@ -162,6 +163,45 @@ def test_chroma_resumed_batch_adds_only_the_records_not_there(tmp_path, data, mo
     ids, V, fields = b.read(b.output(tmp_path))
     np.testing.assert_allclose(V, model.transform(X), atol=1e-5)
     assert list(ids) == list(range(100)) and b.inventory(tmp_path) == ["out", "src"]
+
+
+def test_chroma_gathers_batches_into_larger_adds(tmp_path, data, monkeypatch):
+    """Batches of 40 records are added 120 at a time (the rest at the end), in order; a run
+    stopped at its second add resumes after the first one, and the result is the
+    uninterrupted one."""
+    chromadb = pytest.importorskip("chromadb")
+    from skalign import _journal
+    from skalign._connectors import _chroma
+
+    Collection = chromadb.api.models.Collection.Collection
+    X, model = data
+    X = X[:300]
+    b = Chroma()
+    src = b.make(tmp_path, X)
+    monkeypatch.setattr(_journal, "COMMIT_SECONDS", 3600)  # the adds by size alone
+    monkeypatch.setattr(_chroma, "ADD_ROWS", 100)
+    add, added = Collection.add, []
+
+    def crashing_add(self, ids, **kwargs):
+        if self.name.startswith("out_skalign_") and len(added) == 1:
+            raise _Crash
+        added.append(list(ids))
+        return add(self, ids=ids, **kwargs)
+
+    monkeypatch.setattr(Collection, "add", crashing_add)
+    with pytest.raises(_Crash):
+        translate(model, src, b.output(tmp_path), batch_size=40)
+    assert added == [[f"id{i:07d}" for i in range(120)]]
+    added.clear()
+    monkeypatch.setattr(Collection, "add", lambda self, ids, **kw: (
+        added.append(list(ids)), add(self, ids=ids, **kw))[1])
+    result = translate(model, src, b.output(tmp_path), batch_size=40)
+    assert result.resumed_from == 120
+    assert [len(i) for i in added] == [120, 60]
+    assert added[0][0] == "id0000120" and added[1][-1] == "id0000299"
+    ids, V, fields = b.read(b.output(tmp_path))
+    np.testing.assert_allclose(V, model.transform(X), atol=1e-5)
+    assert list(ids) == list(range(300)) and b.inventory(tmp_path) == ["out", "src"]
 
 
 def test_chroma_reads_by_id_in_chromas_order(tmp_path, data, monkeypatch):
