@@ -6,9 +6,9 @@ document, the metadata and the translated embedding. The output is a shadow coll
 ``OUTPUT_skalign_<job>`` with the source's metadata and HNSW configuration (so the same
 distance space), filled in order with ``add``s of about ``ADD_ROWS`` records, gathered from
 the translation's batches (of the batch a crashed run had begun, a resumed run adds the records
-not there yet), and renamed to ``OUTPUT`` when verified. Chroma has no atomic swap: with ``--replace`` the existing
-``OUTPUT`` is renamed to ``OUTPUT_skalign_backup`` first, then the translation to ``OUTPUT``
-(the name resolves to nothing between the two renames).
+not there yet), and renamed to ``OUTPUT`` when verified. Chroma has no atomic swap: with
+``--replace`` the existing ``OUTPUT`` is renamed to ``OUTPUT_skalign_backup`` first, then the
+translation to ``OUTPUT`` (the name resolves to nothing between the two renames).
 """
 
 from __future__ import annotations
@@ -190,10 +190,11 @@ class Writer:
 
     def write_unit(self, out, got, shard, start):
         """Gather the batch (a copy: ``out`` is reused once this returns) and ``add`` what is
-        gathered once it holds ``ADD_ROWS`` records or the commit clock is due. Of a batch a crashed run had begun (records
-        are added in order, so only the first one resumed), only the records it had not added
-        yet: ``upsert`` over the records already there cost five times an ``add`` of them
-        (8,192 768-d records, 3,000 present: 53 s of CPU against 11 s)."""
+        gathered once it holds ``ADD_ROWS`` records or the commit clock is due. Of a batch a
+        crashed run had begun (records are added in order, so only the first one resumed), only
+        the records it had not added yet: ``upsert`` over the records already there cost five
+        times an ``add`` of them (8,192 768-d records, 3,000 present: 53 s of CPU against
+        11 s)."""
         if self._resumed_batch:
             self._resumed_batch = False
             present = set(self.collection.get(ids=list(got["ids"]), include=[])["ids"])
