@@ -38,7 +38,7 @@ ID_PAGE = 16384
 #: memory of the source's reads) are gathered into adds of about this many, or fewer where
 #: ``COMMIT_SECONDS`` have passed since the last add (what a crash may lose). Chroma's ``add``
 #: costs less per record in larger calls, and the source's reads wait for each one.
-ADD_ROWS = 4096
+ADD_ROWS = 2048
 
 
 def _client(address):
