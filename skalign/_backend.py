@@ -120,18 +120,13 @@ def transform_device(fitted_device: str | None, X, owner=None) -> torch.device:
     return torch.device("cpu")
 
 
-def set_fitted_device(model, device) -> int:
-    """Make every fitted skalign model inside ``model`` compute its transforms on ``device``.
-
-    Walks ``model``, the fitted estimators it holds (a pipeline's steps, a bootstrapper's
-    ``estimator_``, an inverse wrapper's model) and sets each ``device_`` to ``device`` resolved
-    by :func:`resolve_device` (so a CUDA device on a machine without one is a ``ValueError``).
-    Returns how many were set; 0 means the model has no torch computation to move.
-    """
+def fitted_models(model):
+    """Every fitted skalign model inside ``model`` (those with a ``device_``): ``model`` itself,
+    the fitted estimators it holds (fitted attributes, a pipeline's steps, an inverse wrapper's
+    ``model``), and theirs, each once."""
     from sklearn.base import BaseEstimator
 
-    dev, seen, count = str(resolve_device(device)), set(), 0
-    todo = [model]
+    seen, todo = set(), [model]
     while todo:
         obj = todo.pop()
         if id(obj) in seen:
@@ -143,13 +138,24 @@ def set_fitted_device(model, device) -> int:
         if not hasattr(obj, "__dict__") or isinstance(obj, type):
             continue
         if isinstance(obj, BaseEstimator) and hasattr(obj, "device_"):
-            obj.device_ = dev
-            count += 1
+            yield obj
         # fitted attributes (trailing underscore), pipeline steps, wrapped models
         todo.extend(v for k, v in vars(obj).items()
                     if (k.endswith("_") or k in ("steps", "model"))
                     and (isinstance(v, (list, tuple)) or hasattr(v, "transform")))
-    return count
+
+
+def set_fitted_device(model, device) -> int:
+    """Make every fitted skalign model inside ``model`` (:func:`fitted_models`) compute its
+    transforms on ``device``, resolved by :func:`resolve_device` (so a CUDA device on a machine
+    without one is a ``ValueError``). Returns how many were set; 0 means the model has no torch
+    computation to move.
+    """
+    dev = str(resolve_device(device))
+    models = list(fitted_models(model))
+    for est in models:
+        est.device_ = dev
+    return len(models)
 
 
 # --------------------------------------------------------------------------------- conversions

@@ -6,8 +6,8 @@ output (``output``), reads a store back as ``(ids, vectors, fields)`` sorted by 
 lists what lives in its folder or database (``inventory``: leftovers show up there) and bulk
 loads given vectors with the engine's own fastest path (``bulk_load``, the benchmark's baseline;
 a file store's load leaves its files, ``root/bulk*``, for the benchmark to time their way to the
-disk and then remove with :func:`remove_bulk`; a database's load commits, and drops what it
-wrote).
+disk and then remove with :func:`remove_bulk`; a database's load commits, and its
+``drop_bulk``, called by :func:`remove_bulk` after the timed load, drops what it wrote).
 ``digest`` fingerprints a store in its stored order, batch by batch where the engine allows it
 (the benchmark's kill study compares million-row outputs with it: ``read`` holds a whole store
 in memory, several times over while it sorts).

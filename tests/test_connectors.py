@@ -116,22 +116,48 @@ class _Crash(BaseException):
     """Stops a run as a kill would: not a ``StoreError``, so the shadow stays resumable."""
 
 
-def test_chroma_resumed_batch_adds_only_the_records_not_there(tmp_path, data, monkeypatch):
-    """A run stopped after the first piece of its second batch is resumed at that batch: the
-    rerun adds only the records the stopped run had not added (an ``upsert`` over the records
-    already there cost five times an ``add``), never upserts, and the result is the
-    uninterrupted one."""
+def _chroma_adds(tmp_path, data, monkeypatch, rows, commit_seconds, add_rows, crash_at):
+    """A Chroma source of ``rows`` records and a spy on ``Collection.add``: ``added`` lists the
+    ids of each add, and the add to the shadow that finds ``state["crash_at"]`` adds listed
+    raises :class:`_Crash` (``None``: never)."""
     chromadb = pytest.importorskip("chromadb")
     from skalign import _journal
     from skalign._connectors import _chroma
 
     Collection = chromadb.api.models.Collection.Collection
     X, model = data
-    X = X[:100]
+    X = X[:rows]
     b = Chroma()
     src = b.make(tmp_path, X)
-    monkeypatch.setattr(_journal, "COMMIT_SECONDS", 0)
-    monkeypatch.setattr(_chroma, "ADD_ROWS", 1)  # each batch added as it comes
+    monkeypatch.setattr(_journal, "COMMIT_SECONDS", commit_seconds)
+    monkeypatch.setattr(_chroma, "ADD_ROWS", add_rows)
+    add, added, state = Collection.add, [], {"crash_at": crash_at}
+
+    def spy_add(self, ids, **kwargs):
+        if self.name.startswith("out_skalign_") and len(added) == state["crash_at"]:
+            raise _Crash
+        added.append(list(ids))
+        return add(self, ids=ids, **kwargs)
+
+    monkeypatch.setattr(Collection, "add", spy_add)
+    return X, model, b, src, added, state
+
+
+def _assert_chroma_output(b, tmp_path, model, X):
+    ids, V, fields = b.read(b.output(tmp_path))
+    np.testing.assert_allclose(V, model.transform(X), atol=1e-5)
+    assert list(ids) == list(range(len(X))) and b.inventory(tmp_path) == ["out", "src"]
+
+
+def test_chroma_resumed_batch_adds_only_the_records_not_there(tmp_path, data, monkeypatch):
+    """A run stopped after the first piece of its second batch is resumed at that batch: the
+    rerun adds only the records the stopped run had not added (an ``upsert`` over the records
+    already there cost five times an ``add``), never upserts, and the result is the
+    uninterrupted one."""
+    from skalign._connectors import _chroma
+
+    # each batch added as it comes; 3 pieces, then 1 more
+    X, model, b, src, added, state = _chroma_adds(tmp_path, data, monkeypatch, 100, 0, 1, 4)
     begin = _chroma.Writer.begin
 
     def small_pieces(self, fp):
@@ -140,68 +166,40 @@ def test_chroma_resumed_batch_adds_only_the_records_not_there(tmp_path, data, mo
         return start
 
     monkeypatch.setattr(_chroma.Writer, "begin", small_pieces)
-    add, added = Collection.add, []
-
-    def crashing_add(self, ids, **kwargs):
-        if self.name.startswith("out_skalign_") and len(added) == 4:  # 3 pieces, then 1 more
-            raise _Crash
-        added.append(list(ids))
-        return add(self, ids=ids, **kwargs)
-
-    monkeypatch.setattr(Collection, "add", crashing_add)
     with pytest.raises(_Crash):
         translate(model, src, b.output(tmp_path), batch_size=40)
     assert [len(i) for i in added] == [15, 15, 10, 15]
     first = added[3]
     added.clear()
+    state["crash_at"] = None
     upserts = []
-    monkeypatch.setattr(Collection, "upsert", lambda self, **kw: upserts.append(kw))
+    import chromadb  # the helper skipped where it is missing
+
+    monkeypatch.setattr(chromadb.api.models.Collection.Collection, "upsert",
+                        lambda self, **kw: upserts.append(kw))
     result = translate(model, src, b.output(tmp_path), batch_size=40)
     assert result.resumed_from == 40 and not upserts
     assert added[0] == [f"id{i:07d}" for i in range(55, 70)]  # 40-54 were there
     assert first == [f"id{i:07d}" for i in range(40, 55)]
-    ids, V, fields = b.read(b.output(tmp_path))
-    np.testing.assert_allclose(V, model.transform(X), atol=1e-5)
-    assert list(ids) == list(range(100)) and b.inventory(tmp_path) == ["out", "src"]
+    _assert_chroma_output(b, tmp_path, model, X)
 
 
 def test_chroma_gathers_batches_into_larger_adds(tmp_path, data, monkeypatch):
     """Batches of 40 records are added 120 at a time (the rest at the end), in order; a run
     stopped at its second add resumes after the first one, and the result is the
     uninterrupted one."""
-    chromadb = pytest.importorskip("chromadb")
-    from skalign import _journal
-    from skalign._connectors import _chroma
-
-    Collection = chromadb.api.models.Collection.Collection
-    X, model = data
-    X = X[:300]
-    b = Chroma()
-    src = b.make(tmp_path, X)
-    monkeypatch.setattr(_journal, "COMMIT_SECONDS", 3600)  # the adds by size alone
-    monkeypatch.setattr(_chroma, "ADD_ROWS", 100)
-    add, added = Collection.add, []
-
-    def crashing_add(self, ids, **kwargs):
-        if self.name.startswith("out_skalign_") and len(added) == 1:
-            raise _Crash
-        added.append(list(ids))
-        return add(self, ids=ids, **kwargs)
-
-    monkeypatch.setattr(Collection, "add", crashing_add)
+    # the commit clock far off: adds by size alone
+    X, model, b, src, added, state = _chroma_adds(tmp_path, data, monkeypatch, 300, 3600, 100, 1)
     with pytest.raises(_Crash):
         translate(model, src, b.output(tmp_path), batch_size=40)
     assert added == [[f"id{i:07d}" for i in range(120)]]
     added.clear()
-    monkeypatch.setattr(Collection, "add", lambda self, ids, **kw: (
-        added.append(list(ids)), add(self, ids=ids, **kw))[1])
+    state["crash_at"] = None
     result = translate(model, src, b.output(tmp_path), batch_size=40)
     assert result.resumed_from == 120
     assert [len(i) for i in added] == [120, 60]
     assert added[0][0] == "id0000120" and added[1][-1] == "id0000299"
-    ids, V, fields = b.read(b.output(tmp_path))
-    np.testing.assert_allclose(V, model.transform(X), atol=1e-5)
-    assert list(ids) == list(range(300)) and b.inventory(tmp_path) == ["out", "src"]
+    _assert_chroma_output(b, tmp_path, model, X)
 
 
 def test_chroma_reads_by_id_in_chromas_order(tmp_path, data, monkeypatch):

@@ -47,6 +47,8 @@ import torch
 from sklearn.base import BaseEstimator, clone
 from sklearn.utils import get_tags
 
+from .._backend import fitted_models
+
 __all__ = [
     "FAST_PARAMETERS",
     "check_cuda_fitted_model_falls_back_to_cpu",
@@ -182,12 +184,10 @@ def _fitted(estimator, dtype=np.float32):
 
 
 def _force_device(est, device):
-    """Set ``device_`` on ``est`` and every fitted sub-estimator, as if fitted on ``device``."""
-    if hasattr(est, "device_"):
-        est.device_ = device
-    for value in vars(est).values():
-        if isinstance(value, BaseEstimator):
-            _force_device(value, device)
+    """Set ``device_`` on ``est`` and every fitted sub-estimator, as if fitted on ``device``
+    (unresolved: a CUDA device on a machine without one is what the fallback checks need)."""
+    for model in fitted_models(est):
+        model.device_ = device
     return est
 
 
