@@ -6,7 +6,8 @@ engine's own bulk load, peak memory, and crash recovery (issue 20).
 (also writes
 ``stores_machine.csv``: cores, load average, the lowest and highest load over the rows, sizes;
 with kills, ``stores_trials.csv``: each kill's moment, the row its rerun resumed at, the rerun's
-time and the time it was allowed)
+time and the time it was allowed, its exit status and last line, and why the output could not be
+read where it could not)
 
 Per backend (npy, parquet, parquet-dir, lance, faiss, chroma, qdrant, pgvector):
 
@@ -254,6 +255,21 @@ def leftovers(backend, root):
 TRIALS = []  # one row per kill: when, where the rerun resumed, its time and what it was allowed
 
 
+def _output_digest(backend, target):
+    """The output's digest, or ``None`` and why it could not be read: a kill study records a
+    rerun that left no readable output (as not identical) instead of stopping there."""
+    try:
+        return backend.digest(target), ""
+    except Exception as exc:  # the engine's own "not found" errors differ from one to the next
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+def _last_line(text):
+    """The last line the command printed (its summary, or its one-line error)."""
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else ""
+
+
 def bench_backend(backend, n, kills, model_path, model, X, workdir, env, seed, repeats=1):
     root = Path(tempfile.mkdtemp(dir=workdir, prefix=f"{backend.name}-"))
     row = {"backend": backend.name, "rows": n}
@@ -344,6 +360,7 @@ def bench_backend(backend, n, kills, model_path, model, X, workdir, env, seed, r
             load = os.getloadavg()[0]
             status, _, _, text, _ = run_cli(["translate", model_path, src, target], env)
             took, at, allowed = rerun_times(text, n, secs)
+            got, output_error = _output_digest(backend, target)
             # the same rule on the CPU seconds of the same span: the machine's other jobs
             # stretch wall times by whatever share of the cores they take at the moment
             cpu, cpu_allowed = translate_cpu(text), full_cpu * (n - at) / n + 0.1 * full_cpu
@@ -356,11 +373,13 @@ def bench_backend(backend, n, kills, model_path, model, X, workdir, env, seed, r
                            "allowed_s": round(allowed, 2),
                            "in_time": took is None or took <= allowed,
                            "full_cpu_s": full_cpu, "rerun_cpu_s": cpu,
-                           "cpu_allowed_s": round(cpu_allowed, 2), "cpu_in_time": cpu_ok})
+                           "cpu_allowed_s": round(cpu_allowed, 2), "cpu_in_time": cpu_ok,
+                           "rerun_status": status, "rerun_said": _last_line(text),
+                           "output_error": output_error})
             # 0: resumed and finished; "already exists": the kill landed after the publish
             resumed += status == 0 or "already exists" in text
             timely += resumed_in_time(text, n, secs)
-            identical += backend.digest(target) == want
+            identical += got == want
             _close_clients()
             clean += not leftovers(backend, root)
             _drop(backend, root, target)
