@@ -366,7 +366,22 @@ class Chroma:
         return ids, np.asarray(got["embeddings"], np.float32)[order], fields
 
     def inventory(self, root):
-        return sorted(c.name for c in self._client(root).list_collections())
+        """The collections, and every vector-segment folder on the disk that no collection
+        owns any more (what Chroma's local mode leaves of a deleted collection)."""
+        from skalign._connectors._chroma import segment_folders
+
+        names = sorted(c.name for c in self._client(root).list_collections())
+        folder = root / "chroma"
+        owned = segment_folders(folder) or {}
+        orphans = sorted(p.name for p in folder.iterdir() if p.is_dir() and p.name not in owned)
+        return names + [f"orphan segment {x}" for x in orphans]
+
+    def drop(self, root, name):
+        """Delete a collection with its files (``skalign``'s own way)."""
+        from skalign._connectors import parse_address
+        from skalign._connectors._chroma import drop_collection
+
+        drop_collection(self._client(root), parse_address(self.output(root, name)), name)
 
     def bulk_load(self, root, ids, V):
         client = self._client(root)
@@ -378,7 +393,7 @@ class Chroma:
                     metadatas=[{"k": int(i)} for i in ids[lo:lo + 4096]])
 
     def drop_bulk(self, root):
-        self._client(root).delete_collection("bulk")
+        self.drop(root, "bulk")
 
     def corrupt_shadow(self, root, position, name="out"):
         """Change the record of source row ``position`` in the shadow collection."""

@@ -202,6 +202,39 @@ def test_chroma_gathers_batches_into_larger_adds(tmp_path, data, monkeypatch):
     _assert_chroma_output(b, tmp_path, model, X)
 
 
+def test_chroma_deleted_collections_leave_no_files(tmp_path, data, monkeypatch):
+    """Chroma's local mode deletes a collection from its catalogue but leaves its vector
+    segment's folder (its HNSW index, every embedding) on the disk. The collections skalign
+    deletes take their folders with them: a crashed run's shadow that a run of another job
+    replaces, the old backup a second ``--replace`` drops, a shadow that failed its
+    verification; and no folder of a collection that still exists is touched."""
+    from skalign._connectors import _chroma
+
+    X, model, b, src, added, state = _chroma_adds(tmp_path, data, monkeypatch, 300, 0, 1, 2)
+    folder = tmp_path / "chroma"
+    with pytest.raises(_Crash):  # a shadow with two adds on the disk
+        translate(model, src, b.output(tmp_path), batch_size=40)
+    (shadow,) = [x for x in b.inventory(tmp_path) if x.startswith("out_skalign_")]
+    owned = _chroma.segment_folders(folder)
+    assert {p.name for p in folder.iterdir() if p.is_dir()} == set(owned)
+    state["crash_at"] = None
+    # another job (another batch size): the crashed run's shadow is dropped, files and all
+    translate(model, src, b.output(tmp_path), batch_size=50)
+    assert b.inventory(tmp_path) == ["out", "src"]
+    # twice with --replace: the second drops the first one's backup
+    translate(model, src, b.output(tmp_path), replace=True, batch_size=50)
+    translate(model, src, b.output(tmp_path), replace=True, batch_size=50)
+    assert b.inventory(tmp_path) == ["out", "out_skalign_backup", "src"]
+    # a translation that fails its verification drops its shadow
+    monkeypatch.setattr(_chroma.Writer, "fetch", lambda self, positions, rows: (
+        np.zeros((len(rows), 24), np.float32), rows))
+    with pytest.raises(StoreError, match="verification failed"):
+        translate(model, src, b.output(tmp_path, "other"), batch_size=50)
+    assert b.inventory(tmp_path) == ["out", "out_skalign_backup", "src"]
+    ids, V, _ = b.read(b.output(tmp_path))  # what is left still reads
+    np.testing.assert_allclose(V, model.transform(X), atol=1e-5)
+
+
 def test_chroma_reads_by_id_in_chromas_order(tmp_path, data, monkeypatch):
     """The reader gets each batch by id (an ``offset`` skips the records before it one by one)
     and keeps Chroma's order (that of ``get`` with ``offset``) even where ``get(ids=...)``

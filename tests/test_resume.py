@@ -179,7 +179,7 @@ def test_sigkill_then_same_command_resumes_to_an_identical_result(tmp_path, back
     assert got[2] == reference[2]
     inventory = call(_inventory, backend, tmp_path)
     leftovers = [x for x in inventory
-                 if any(w in x for w in ("partial", "journal", "lock", ".tmp-"))]
+                 if any(w in x for w in ("partial", "journal", "lock", ".tmp-", "orphan"))]
     assert leftovers == []
     if backend.name in ("chroma", "pgvector"):
         assert [x for x in inventory if "skalign" in x] == []
@@ -250,7 +250,7 @@ def test_resumed_run_verifies_rows_the_crashed_run_committed(tmp_path, backend):
         f"{position} among them); the output was not published" in lines[0]
     inventory = call(_inventory, backend, tmp_path)
     assert [x for x in inventory if any(w in x for w in ("out", "partial", "journal", "lock",
-                                                          ".tmp-"))] == []
+                                                          ".tmp-", "orphan"))] == []
 
 
 def _wait_for(predicate, timeout=60):

@@ -14,6 +14,10 @@ translation to ``OUTPUT`` (the name resolves to nothing between the two renames)
 from __future__ import annotations
 
 import re
+import shutil
+import sqlite3
+from contextlib import closing
+from pathlib import Path
 
 import numpy as np
 
@@ -27,7 +31,7 @@ from ._common import (
     shadow_prefix,
 )
 
-__all__ = ["Reader", "Writer", "restore"]
+__all__ = ["Reader", "Writer", "drop_collection", "restore", "segment_folders"]
 
 _INCLUDE = ["embeddings", "documents", "metadatas"]
 
@@ -61,6 +65,49 @@ def _client(address):
         msg = " ".join(str(exc).split())[:200] or type(exc).__name__
         raise StoreError(f"{address}: cannot reach the Chroma server ({msg}); check HOST:PORT "
                          "and that the server runs.") from None
+
+
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def segment_folders(folder):
+    """``{segment id: collection id}`` of the vector segments a persistent Chroma folder's
+    catalogue lists (``chroma.sqlite3``, read only), or ``None`` where it cannot be read."""
+    db = Path(folder) / "chroma.sqlite3"
+    try:
+        with closing(sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)) as con:
+            rows = con.execute("SELECT id, collection FROM segments WHERE scope = 'VECTOR'")
+            return {str(seg): str(col) for seg, col in rows.fetchall()}
+    except (sqlite3.Error, OSError, ValueError):
+        return None
+
+
+def drop_collection(client, address, name):
+    """``delete_collection``, and in a persistent folder its vector segment's files too.
+
+    Chroma 1.x's local mode deletes a collection from its catalogue but leaves the folder of
+    its vector segment (the HNSW index with every embedding: about 620 MB at 200,000 768-d
+    records) on the disk, for a garbage collector that only its distributed deployment runs
+    (chroma-core/chroma#5259). The shadow of a crashed run, an old backup and a failed
+    translation would each leave one. The folders removed are those the catalogue listed for
+    this collection before the delete and no longer lists after it; a server's folder
+    (``chroma+http://``) is the server's to clean."""
+    folder = address.path
+    before = segment_folders(folder) if folder is not None else None
+    collection_id = None
+    if before is not None:
+        try:
+            collection_id = str(client.get_collection(name, embedding_function=None).id)
+        except Exception:  # gone already: delete_collection below says so
+            collection_id = None
+    client.delete_collection(name)
+    if before is None or collection_id is None:
+        return
+    after = segment_folders(folder) or {}
+    for seg, col in before.items():
+        path = Path(folder) / seg
+        if col == collection_id and seg not in after and _UUID.fullmatch(seg) and path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def _names(client):
@@ -172,7 +219,7 @@ class Writer:
         for n in names:
             if n.startswith(shadow_prefix(self.address.name)) and n not in (
                     self.shadow, backup_name(self.address.name)):
-                self.client.delete_collection(n)
+                drop_collection(self.client, self.address, n)
         self._max_batch = int(self.client.get_max_batch_size())
         if self.shadow in names:
             self.collection = self.client.get_collection(self.shadow, embedding_function=None)
@@ -245,7 +292,7 @@ class Writer:
             if not replace:
                 raise StoreError(f"{self.display}: exists; pass --replace.")
             if bname in _names(self.client):
-                self.client.delete_collection(bname)
+                drop_collection(self.client, self.address, bname)
             self.client.get_collection(name, embedding_function=None).modify(name=bname)
             backup = self.address.with_name(bname)
         self.collection.modify(name=name)
@@ -254,7 +301,7 @@ class Writer:
     def discard(self):
         shadow = getattr(self, "shadow", None)
         if shadow and shadow in _names(self.client):
-            self.client.delete_collection(shadow)
+            drop_collection(self.client, self.address, shadow)
 
     def close(self):
         pass
