@@ -6,8 +6,8 @@ engine's own bulk load, peak memory, and crash recovery (issue 20).
 (also writes
 ``stores_machine.csv``: cores, load average, the lowest and highest load over the rows, sizes;
 with kills, ``stores_trials.csv``: each kill's moment, the row its rerun resumed at, the rerun's
-time and the time it was allowed, its exit status and last line, and why the output could not be
-read where it could not)
+time and the time it was allowed, by both rules below, its exit status and last line, and why
+the output could not be read where it could not)
 
 Per backend (npy, parquet, parquet-dir, lance, faiss, chroma, qdrant, pgvector):
 
@@ -60,8 +60,13 @@ Per backend (npy, parquet, parquet-dir, lance, faiss, chroma, qdrant, pgvector):
    (both the command's own "in X s"). ``resumed_in_cpu_time``: the same rule on the CPU
    seconds of the same span (``translate_cpu_s``, all threads), which the machine's other jobs
    do not stretch: where it holds and the wall-time rule does not, the rerun did no more work
-   than allowed but got less of the cores. Each killed run and each rerun starts after the
-   same ``settle`` (a sync) as the uninterrupted run.
+   than allowed but got less of the cores. ``resumed_in_measured_time``: the work left
+   measured on the uninterrupted run itself instead of as a share of rows, its own time from
+   the moment it had written the rows before the resume row to its end, + 10 % of its whole
+   time (``measured_allowance``; the command prints when each write was done): where an
+   engine's writes grow dearer as the output grows (an HNSW index being built), the last rows
+   cost more than their share. Each killed run and each rerun starts after the same
+   ``settle`` (a sync) as the uninterrupted run.
 
 Targets: output = transform (≤ 1e-5), 100 % of ids/fields kept, source unchanged, ratio ≥ 0.8,
 peak RSS < 1.5 GB, K/K kills resumed identically with 0 leftovers. Sizes of the issue: 10^6
@@ -138,14 +143,23 @@ def _peak_rss(pid):
 # are before; ``skalign.io`` is imported before that span in both), printed after the summary
 _CLI = """import sys, time
 import skalign.io
+import skalign._stores as _stores
 from skalign.cli import main
-_translate = skalign.io.translate
+_translate, _init, _t0 = skalign.io.translate, _stores._WriteBehind.__init__, [0.0]
 def translate(*args, **kwargs):
-    c0 = time.process_time()
+    c0, _t0[0] = time.process_time(), time.perf_counter()
     try:
         return _translate(*args, **kwargs)
     finally:
         print(f"translate_cpu_s={time.process_time() - c0:.3f}", flush=True)
+        print(f"translate_wall_s={time.perf_counter() - _t0[0]:.3f}", flush=True)
+def init(self, write, *args, **kwargs):
+    def timed(out, *rest):
+        done = write(out, *rest)
+        print(f"wrote_from={rest[-1]} t={time.perf_counter() - _t0[0]:.3f}", flush=True)
+        return done
+    _init(self, timed, *args, **kwargs)
+_stores._WriteBehind.__init__ = init
 skalign.io.translate = translate
 sys.exit(main(sys.argv[1:], default_command="demo"))
 """
@@ -228,6 +242,31 @@ def rerun_times(text, n, full_s):
     return (float(took.group(1)) if took else float("inf")), at, allowed
 
 
+def write_times(text):
+    """``[(first row of a write, seconds into the translation when it was done), ...]`` from the
+    command's output (``_CLI`` prints a line per batch written)."""
+    return [(int(a), float(b)) for a, b in re.findall(r"wrote_from=(\d+) t=([\d.]+)", text)]
+
+
+def translate_wall(text):
+    """The wall seconds of the command's translation span (``_CLI``), or None."""
+    got = re.search(r"translate_wall_s=([\d.]+)", text)
+    return float(got.group(1)) if got else None
+
+
+def measured_allowance(full_text, at):
+    """The remaining-work rule with the work left *measured*: the uninterrupted run's own time
+    from the moment it had written the rows before ``at`` to its end, + 10 % of its whole time
+    (``None`` without the timings). The row-share rule (:func:`rerun_times`) assumes every row
+    costs the same; where an engine's writes grow dearer as the output grows (an HNSW index),
+    the last rows cost more than their share."""
+    wall, writes = translate_wall(full_text), write_times(full_text)
+    if wall is None or not writes:
+        return None
+    reached = max([t for start, t in writes if start < at], default=0.0)
+    return wall - reached + 0.1 * wall
+
+
 def translate_cpu(text):
     """The CPU seconds of the command's translation span (``_CLI``), or None."""
     got = re.search(r"translate_cpu_s=([\d.]+)", text)
@@ -247,6 +286,8 @@ def leftovers(backend, root):
     bad = [x for x in inv if any(w in x for w in ("partial", "journal", "lock", ".tmp-"))]
     if backend.name in ("chroma", "pgvector"):
         bad += [x for x in inv if "skalign" in x and x not in bad]
+    if backend.name == "chroma":  # a deleted collection's files left on the disk
+        bad += [x for x in inv if x.startswith("orphan segment")]
     if backend.name == "qdrant":
         bad += [x for x in inv if x.startswith("out_skalign_")][1:]
     return bad
@@ -295,7 +336,7 @@ def bench_backend(backend, n, kills, model_path, model, X, workdir, env, seed, r
         status, wall, rss, text, cpu = run_cli(["translate", model_path, src, out], env)
         assert status == 0, text
         secs = float(re.search(r" in ([\d.]+) s", text).group(1))
-        full_cpu = translate_cpu(text)
+        full_cpu, full_text = translate_cpu(text), text
         row.update(load_1min=round(load, 2), translate_s=round(secs, 2),
                    rows_per_s=round(n / secs), cli_wall_s=round(wall, 2), cli_cpu_s=round(cpu, 2),
                    peak_rss_mib=round(rss))
@@ -347,7 +388,7 @@ def bench_backend(backend, n, kills, model_path, model, X, workdir, env, seed, r
         del result, source
         _close_clients()
         rng = np.random.default_rng(seed)
-        resumed = identical = clean = mid_run = timely = timely_cpu = 0
+        resumed = identical = clean = mid_run = timely = timely_cpu = timely_measured = 0
         for k in range(kills):
             target = backend.output(root, f"kill{k}")
             kill_after = (wall - secs) + rng.uniform(0, 1) * secs
@@ -366,6 +407,10 @@ def bench_backend(backend, n, kills, model_path, model, X, workdir, env, seed, r
             cpu, cpu_allowed = translate_cpu(text), full_cpu * (n - at) / n + 0.1 * full_cpu
             cpu_ok = took is None or (cpu is not None and cpu <= cpu_allowed)
             timely_cpu += cpu_ok
+            # the work left measured on the uninterrupted run itself (see measured_allowance)
+            m_allowed, m_took = measured_allowance(full_text, at), translate_wall(text)
+            m_ok = took is None or (None not in (m_allowed, m_took) and m_took <= m_allowed)
+            timely_measured += m_ok
             TRIALS.append({"backend": backend.name, "rows": n, "kill": k,
                            "kill_after_s": round(kill_after, 2), "killed": killed,
                            "load_1min": round(load, 2), "full_s": secs, "resumed_at": at,
@@ -374,6 +419,9 @@ def bench_backend(backend, n, kills, model_path, model, X, workdir, env, seed, r
                            "in_time": took is None or took <= allowed,
                            "full_cpu_s": full_cpu, "rerun_cpu_s": cpu,
                            "cpu_allowed_s": round(cpu_allowed, 2), "cpu_in_time": cpu_ok,
+                           "rerun_translate_wall_s": m_took,
+                           "measured_allowed_s": None if m_allowed is None else round(m_allowed, 2),
+                           "in_measured_time": m_ok,
                            "rerun_status": status, "rerun_said": _last_line(text),
                            "output_error": output_error})
             # 0: resumed and finished; "already exists": the kill landed after the publish
@@ -388,7 +436,8 @@ def bench_backend(backend, n, kills, model_path, model, X, workdir, env, seed, r
             _close_clients()
         row.update(kills=kills, killed_mid_run=mid_run, resumed=resumed,
                    resumed_in_time=timely, identical=identical, no_leftovers=clean,
-                   translate_cpu_s=full_cpu, resumed_in_cpu_time=timely_cpu)
+                   translate_cpu_s=full_cpu, resumed_in_cpu_time=timely_cpu,
+                   resumed_in_measured_time=timely_measured)
     finally:
         _close_clients()
         if backend.name == "pgvector":
@@ -403,7 +452,7 @@ def _drop(backend, root, address):
         with backend._conn() as conn:
             conn.execute(f"DROP TABLE IF EXISTS {address.split('table=')[1].split('&')[0]}")
     elif backend.name == "chroma":
-        backend._client(root).delete_collection(address.rsplit("/", 1)[1])
+        backend.drop(root, address.rsplit("/", 1)[1])
     elif backend.name == "qdrant":
         c = backend._client(root)
         name = address.split("?")[0].rsplit("/", 1)[1]
@@ -421,7 +470,7 @@ def _close_clients():
     _qdrant._close_all()
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--rows", type=int, help="one size for every backend")
@@ -439,7 +488,7 @@ def main():
                     help="replace the rows of the backends run in an existing --csv (and its "
                     "_trials file) and keep the others (the _machine file then sums up every "
                     "row)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     load_start = os.getloadavg()[0]
     sizes = dict(QUICK if args.quick else FULL)
     for item in (args.sizes or "").split(","):

@@ -141,3 +141,44 @@ def test_bench_seedless_crosslingual_runs(load_benchmark, tmp_path):
     assert no_map["pair"] == "en_me5_small_q4 → de_me5_small_q4" and no_map["seconds"] == ""
     assert 0.5 < no_map["top1"] <= 1  # one model: the raw embeddings already translate
     assert (tmp_path / "cl_runs.csv").exists() and (tmp_path / "cl_figures.csv").exists()
+
+
+def test_bench_stores_kill_study_runs(load_benchmark, tmp_path):
+    """``bench_stores.py`` end to end on a small ``.npy`` store with one kill: the row and the
+    trial say the rerun finished identical with nothing left, and the trial carries both
+    in-time rules, the rerun's status and its last line."""
+    import csv
+
+    bench = load_benchmark("bench_stores")
+    out = tmp_path / "stores.csv"
+    bench.TRIALS.clear()
+    bench.main(["--backends", "npy", "--rows", "3000", "--kills", "1", "--csv", str(out),
+                "--workdir", str(tmp_path / "work")])
+    (row,) = list(csv.DictReader(open(out)))
+    assert row["backend"] == "npy" and row["max_abs_diff"] == "0.0"
+    assert (row["resumed"], row["identical"], row["no_leftovers"]) == ("1", "1", "1")
+    assert row["resumed_in_measured_time"] in ("0", "1")
+    (trial,) = list(csv.DictReader(open(tmp_path / "stores_trials.csv")))
+    assert trial["rerun_status"] in ("0", "2") and trial["output_error"] == ""
+    assert trial["rerun_said"].startswith(("translated 3000 rows", "skalign translate: error"))
+    assert trial["in_measured_time"] in ("True", "False")
+
+
+def test_bench_stores_measured_allowance():
+    """The work left measured on the uninterrupted run: its time from the end of the last write
+    before the resume row to its end, + 10 % of its whole time."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_stores.py"
+    spec = importlib.util.spec_from_file_location("bench_stores_rules", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    text = ("wrote_from=0 t=1.000\nwrote_from=100 t=3.000\nwrote_from=200 t=6.000\n"
+            "translate_cpu_s=5.0\ntranslate_wall_s=10.000\ntranslated 300 rows\n")
+    assert bench.write_times(text) == [(0, 1.0), (100, 3.0), (200, 6.0)]
+    assert bench.translate_wall(text) == 10.0
+    assert bench.measured_allowance(text, 0) == 10.0 + 1.0  # from the start: all of it
+    assert bench.measured_allowance(text, 200) == 10.0 - 3.0 + 1.0
+    assert bench.measured_allowance(text, 300) == 10.0 - 6.0 + 1.0
+    assert bench.measured_allowance("translated 300 rows\n", 200) is None
