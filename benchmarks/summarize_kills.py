@@ -39,6 +39,7 @@ STUDIES = [
     "stores_kills_sync.csv",
     "stores_kills_chroma_gathered.csv",
     "stores_kills_chroma_200k.csv",
+    "stores_kills_qdrant_50k.csv",
 ]
 
 COLUMNS = ["study", "backend", "rows", "kills", "killed_mid_run", "resumed", "identical",
