@@ -212,6 +212,7 @@ def test_chroma_deleted_collections_leave_no_files(tmp_path, data, monkeypatch):
 
     X, model, b, src, added, state = _chroma_adds(tmp_path, data, monkeypatch, 300, 0, 1, 2)
     folder = tmp_path / "chroma"
+    assert _chroma.segment_folders(tmp_path) is None  # no catalogue there: nothing is known
     with pytest.raises(_Crash):  # a shadow with two adds on the disk
         translate(model, src, b.output(tmp_path), batch_size=40)
     (shadow,) = [x for x in b.inventory(tmp_path) if x.startswith("out_skalign_")]

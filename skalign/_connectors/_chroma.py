@@ -103,7 +103,9 @@ def drop_collection(client, address, name):
     client.delete_collection(name)
     if before is None or collection_id is None:
         return
-    after = segment_folders(folder) or {}
+    after = segment_folders(folder)
+    if after is None:  # the catalogue unreadable now: nothing is known to be unowned
+        return
     for seg, col in before.items():
         path = Path(folder) / seg
         if col == collection_id and seg not in after and _UUID.fullmatch(seg) and path.is_dir():
