@@ -236,6 +236,36 @@ def test_chroma_deleted_collections_leave_no_files(tmp_path, data, monkeypatch):
     np.testing.assert_allclose(V, model.transform(X), atol=1e-5)
 
 
+def test_chroma_shadow_chroma_cannot_open_is_started_afresh(tmp_path, data, monkeypatch):
+    """A kill in the middle of an add can leave a shadow Chroma itself refuses to open (its
+    ``count`` raises "Failed to apply logs to the hnsw segment writer", seen at 200,000
+    records). The rerun drops that shadow, files and all, and translates from row 0 to the
+    uninterrupted result instead of failing with Chroma's traceback."""
+    chromadb = pytest.importorskip("chromadb")
+    from chromadb.errors import InternalError
+
+    X, model, b, src, added, state = _chroma_adds(tmp_path, data, monkeypatch, 300, 0, 1, 2)
+    with pytest.raises(_Crash):
+        translate(model, src, b.output(tmp_path), batch_size=40)
+    state["crash_at"] = None
+    Collection = chromadb.api.models.Collection.Collection
+    count = Collection.count
+
+    def broken_count(self):
+        if self.name.startswith("out_skalign_") and not state.get("refused"):
+            state["refused"] = True
+            raise InternalError("Error executing plan: Error sending backfill request to "
+                                "compactor: Failed to apply logs to the hnsw segment writer")
+        return count(self)
+
+    monkeypatch.setattr(Collection, "count", broken_count)
+    added.clear()
+    result = translate(model, src, b.output(tmp_path), batch_size=40)
+    assert state["refused"] and result.resumed_from == 0
+    assert added[0][0] == "id0000000"
+    _assert_chroma_output(b, tmp_path, model, X)  # also: no shadow and no orphaned folder
+
+
 def test_chroma_reads_by_id_in_chromas_order(tmp_path, data, monkeypatch):
     """The reader gets each batch by id (an ``offset`` skips the records before it one by one)
     and keeps Chroma's order (that of ``get`` with ``offset``) even where ``get(ids=...)``
