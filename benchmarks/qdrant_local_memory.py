@@ -9,14 +9,17 @@ it as a pristine copy, and runs each step in a fresh process on a fresh copy of 
 
 * ``open``: ``import qdrant_client``, then ``QdrantClient(path=...)``; ``VmHWM`` after the
   import and after the open, ``VmRSS`` after the open and after glibc's ``malloc_trim``, the
-  open's CPU seconds, and the dtype and size of the source's vectors as the client holds them.
+  open's CPU seconds, and the dtype and size of the source's vectors as the client holds them;
+  then skalign's rebuild of the per-point objects (``_qdrant._compact_local``), its seconds and
+  ``VmRSS`` after it and a trim.
 * ``open_traced``: the same under ``tracemalloc``: the peak and the live size of the Python
   allocations of the open (slow: every allocation is traced).
 * ``translate`` (skalign as it is: the heap trimmed after opening the folder and after each
   batch), ``translate_no_batch_trim`` (after opening only, as before), ``translate_pymalloc_off``
   (``PYTHONMALLOC=malloc``: Python's small objects from glibc's heap, which the trim can give
-  back): ``skalign.cli.main(["translate", ...])`` in the process, its resident set polled every
-  0.2 s, with ``VmRSS``/``VmHWM`` at the end of the open and of every 8th batch.
+  back), ``translate_no_compact`` (without the rebuild after the open, as before):
+  ``skalign.cli.main(["translate", ...])`` in the process, its resident set polled every 0.2 s,
+  with ``VmRSS``/``VmHWM`` at the end of the open and of every 8th batch.
 
 The folder lives under ``--workdir`` (``/dev/shm`` is fastest: the local mode commits every
 point with an fsync; the resident set does not depend on the file system). Memory in MiB.
@@ -53,6 +56,8 @@ if traced:
     tracemalloc.start()
 from qdrant_client import QdrantClient
 out = {"import_hwm": status("VmHWM:")}
+sys.path.insert(0, ROOT)
+from skalign._connectors import _qdrant  # before the open, as in skalign translate
 if traced:
     tracemalloc.reset_peak()
 t = time.process_time()
@@ -65,6 +70,10 @@ if traced:
 import ctypes
 ctypes.CDLL(None).malloc_trim(0)
 out["trimmed_rss"] = status("VmRSS:")
+t = time.perf_counter()
+_qdrant._compact_local(client)
+ctypes.CDLL(None).malloc_trim(0)
+out["compact_s"], out["compacted_rss"] = time.perf_counter() - t, status("VmRSS:")
 vectors = client._client.collections["src"].vectors  # what the client holds (read only)
 out["source_vectors"] = {k: [list(v.shape), str(v.dtype), v.nbytes / 2**20]
                          for k, v in vectors.items()}
@@ -85,6 +94,7 @@ def mark(what):
 from skalign._connectors import _qdrant
 from skalign.cli import main
 _qdrant.TRIM_EACH_BATCH = os.environ.get("BATCH_TRIM") == "1"
+_qdrant.COMPACT_ON_OPEN = os.environ.get("COMPACT", "1") == "1"
 init, write = _qdrant.Reader.__init__, _qdrant.Writer.write_unit
 def opened(self, *a, **k):
     init(self, *a, **k)
@@ -112,6 +122,7 @@ STEPS = {
     "translate": (_TRANSLATE, {"BATCH_TRIM": "1"}),
     "translate_no_batch_trim": (_TRANSLATE, {"BATCH_TRIM": "0"}),
     "translate_pymalloc_off": (_TRANSLATE, {"BATCH_TRIM": "1", "PYTHONMALLOC": "malloc"}),
+    "translate_no_compact": (_TRANSLATE, {"BATCH_TRIM": "1", "COMPACT": "0"}),
 }
 
 

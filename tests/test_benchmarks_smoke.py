@@ -99,6 +99,26 @@ def test_qdrant_local_memory_runs(load_benchmark, tmp_path):
     with open(tmp_path / "q_figures.csv", newline="") as f:
         keys = {r["key"] for r in csv.DictReader(f)}
     assert {"open_open_hwm", "open_source_mib", "translate_peak_hwm", "translate_cpu_s"} <= keys
+    assert by["open"]["compacted_rss"] > 0 and by["open"]["compact_s"] >= 0
+
+
+def test_chroma_memory_runs(load_benchmark, tmp_path):
+    """``chroma_memory.py`` switches skalign's Chroma trim off by its module flag and reads
+    its children's high-water marks: a change of either shows up here, on a tiny folder."""
+    pytest.importorskip("chromadb")
+    import csv
+
+    module = load_benchmark("chroma_memory")
+    rows = module.main(["300", "--repeats", "1", "--add-records", "8192",
+                        "--csv", str(tmp_path / "c.csv")])
+    runs = {r["variant"]: r for r in rows if r["kind"] == "translate"}
+    assert set(runs) == {"trim", "no_trim", "arena1"}
+    assert all(r["status"] == 0 and r["peak_rss_mib"] > 0 for r in runs.values())
+    rises = [r for r in rows if r["kind"] == "add"]
+    assert len(rises) == 4 and all(r["add_rise_mib"] > 0 for r in rises)
+    with open(tmp_path / "c_figures.csv", newline="") as f:
+        keys = {r["key"] for r in csv.DictReader(f)}
+    assert {"trim_peak_rss_mib", "no_trim_peak_rss_mib", "add_2048_default_rise_mib"} <= keys
 
 
 def test_bench_cuda_runs_its_transform_part(load_benchmark, tmp_path):
@@ -162,6 +182,11 @@ def test_bench_stores_kill_study_runs(load_benchmark, tmp_path):
     assert trial["rerun_status"] in ("0", "2") and trial["output_error"] == ""
     assert trial["rerun_said"].startswith(("translated 3000 rows", "skalign translate: error"))
     assert trial["in_measured_time"] in ("True", "False")
+    assert trial["in_started_time"] in ("True", "False")
+    assert float(trial["full_began_s"]) > 0
+    if trial["rerun_status"] == "0":  # else the kill came after the publish: nothing to open
+        assert float(trial["rerun_began_s"]) > 0
+    assert row["resumed_in_started_time"] in ("0", "1")
 
 
 def test_bench_stores_measured_allowance():
@@ -182,3 +207,9 @@ def test_bench_stores_measured_allowance():
     assert bench.measured_allowance(text, 200) == 10.0 - 3.0 + 1.0
     assert bench.measured_allowance(text, 300) == 10.0 - 6.0 + 1.0
     assert bench.measured_allowance("translated 300 rows\n", 200) is None
+    # with the start-up (stores open at 0.5 s) counted as work left too
+    assert bench.started_allowance(text, 200) is None  # no start-up printed
+    text = "began t=0.500\n" + text
+    assert bench.began_at(text) == 0.5
+    assert bench.started_allowance(text, 0) == 0.5 + 10.0 - 0.5 + 1.0  # no more than all of it
+    assert bench.started_allowance(text, 200) == 0.5 + 10.0 - 3.0 + 1.0

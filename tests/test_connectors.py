@@ -525,6 +525,84 @@ def test_qdrant_cosine_directions_survive_reopening_the_folder(tmp_path):
     _qdrant._close_all()
 
 
+def test_qdrant_local_open_rebuilds_per_point_objects_equal_and_usable(tmp_path):
+    """After a local folder is opened, the per-point objects of every collection (payloads,
+    ids, sparse vectors) are rebuilt so that they stop pinning the memory the load freed
+    (``_qdrant._compact_local``; the memory itself: ``benchmarks/qdrant_local_memory.py``). The
+    rebuilt collections hold equal values in new objects, answer reads and searches as before,
+    and take writes that reach the folder."""
+    pytest.importorskip("qdrant_client")
+    import copy
+
+    from qdrant_client import QdrantClient, models
+
+    from skalign._connectors import _qdrant
+
+    rng = np.random.default_rng(3)
+    unit = lambda v: (v / np.linalg.norm(v)).tolist()  # noqa: E731
+    folder = str(tmp_path / "q")
+    c = QdrantClient(path=folder)
+    c.create_collection("a", vectors_config={
+        "text": models.VectorParams(size=8, distance=models.Distance.COSINE),
+        "title": models.VectorParams(size=2, distance=models.Distance.DOT)},
+        sparse_vectors_config={"words": models.SparseVectorParams()})
+    ids = list(range(30)) + ["6f1c2bb4-08d3-4c3a-9a4e-3c8f0d1a2b3c"]
+    c.upsert("a", points=[models.PointStruct(
+        id=i, vector={"text": unit(rng.normal(size=8)), "title": [1.0, float(k)],
+                      "words": models.SparseVector(indices=[k, k + 7], values=[0.5, 1.5])},
+        payload={"doc": f"document {k}", "k": k, "tags": ["x", {"deep": [k, None, 1.5]}]})
+        for k, i in enumerate(ids)])
+    c.delete("a", points_selector=models.PointIdsList(points=[3, 4]))
+    c.create_collection("b", vectors_config=models.VectorParams(
+        size=4, distance=models.Distance.EUCLID))
+    c.upsert("b", points=models.Batch(ids=[10, 11], vectors=[[0.0, 1, 2, 3], [3.0, 2, 1, 0]],
+                                      payloads=[{"n": 1}, {}]))
+    c.close()
+
+    def everything(client):
+        """Every point (vectors rounded: the local mode keeps a cosine vector normalised in
+        memory and as given on disk, so only unit vectors read back the same either way)."""
+        rounded = lambda v: v if not isinstance(v, list) else [round(x, 5) for x in v]  # noqa
+        got = {}
+        for name in ("a", "b"):
+            points, _ = client.scroll(name, limit=100, with_payload=True, with_vectors=True)
+            got[name] = [(p.id, p.payload, {k: rounded(v) for k, v in p.vector.items()}
+                          if isinstance(p.vector, dict) else rounded(p.vector))
+                         for p in points]
+        query = client.query_points("a", query=rng_query, using="text", limit=5).points
+        got["query"] = [(p.id, round(p.score, 6)) for p in query]
+        return got
+
+    rng_query = rng.normal(size=8).tolist()
+    client = QdrantClient(path=folder)
+    before = everything(client)
+    held = {name: {a: getattr(coll, a) for a in _qdrant.PER_POINT_ATTRIBUTES}
+            for name, coll in client._client.collections.items()}
+    copies = {name: {a: copy.deepcopy(v) for a, v in attrs.items()}
+              for name, attrs in held.items()}
+    assert _qdrant._compact_local(client) == 2
+    for name, coll in client._client.collections.items():
+        for a in _qdrant.PER_POINT_ATTRIBUTES:
+            assert getattr(coll, a) is not held[name][a]  # rebuilt ...
+            assert getattr(coll, a) == copies[name][a]  # ... equal
+    assert everything(client) == before
+    assert len(before["a"]) == 29 and before["query"]
+    # writes after the rebuild reach memory and the folder
+    client.upsert("a", points=[models.PointStruct(
+        id=99, vector={"text": unit(np.ones(8)), "title": [0.0, 1.0]},
+        payload={"doc": "new"})])
+    client.set_payload("a", payload={"seen": True}, points=[0])
+    client.delete("a", points_selector=models.PointIdsList(points=[5]))
+    after = everything(client)
+    client.close()
+    reopened = QdrantClient(path=folder)
+    assert everything(reopened) == after
+    assert {p[0] for p in after["a"]} == {p[0] for p in before["a"]} - {5} | {99}
+    assert reopened.retrieve("a", ids=[0])[0].payload["seen"] is True
+    reopened.close()
+    assert _qdrant._compact_local(object()) == 0  # other internals: left as they are
+
+
 def _index_defs(b, table):
     with b._conn() as conn:
         return sorted(r[0].split(" USING ", 1)[1] for r in conn.execute(

@@ -39,6 +39,50 @@ _CLIENTS = {}
 #: ``benchmarks/qdrant_local_memory.py``).
 TRIM_EACH_BATCH = True
 
+#: Local mode: the attributes of qdrant-client's in-memory collection that hold Python objects
+#: per point (``qdrant_client.local.local_collection.LocalCollection``), rebuilt after the open
+#: by :func:`_compact_local`
+PER_POINT_ATTRIBUTES = ("payload", "ids", "ids_inv", "sparse_vectors", "sparse_vectors_idf",
+                        "multivectors")
+COMPACT_ON_OPEN = True
+
+
+def _compact_local(client):
+    """Rebuild the per-point Python objects of every collection the local client loaded, so
+    that they no longer pin the memory its load freed; return the collections rebuilt.
+
+    Opening a folder unpickles every point and keeps lists of Python floats until each
+    collection's vectors are gathered into an array; the payloads, ids and positions it keeps
+    are small objects spread over the same allocator arenas as those floats, and an arena with
+    one live object stays resident (50,000 points: 665 arenas of 1 MiB held 57 MB of live
+    objects). Copying them while the originals live puts the copies in the same arenas;
+    pickling them, dropping them (which empties, and so releases, those arenas) and
+    unpickling them into fresh arenas leaves the same values in far less memory (50,000
+    points: 1,006 -> 425 MiB resident in 0.3 s, ``benchmarks/qdrant_local_memory.py``). The
+    values are equal and nothing else refers to these containers; a client whose internals
+    differ (another version of qdrant-client) is left as it is."""
+    import gc
+    import pickle
+
+    collections = getattr(getattr(client, "_client", None), "collections", None)
+    if not COMPACT_ON_OPEN or not isinstance(collections, dict):
+        return 0
+    done = 0
+    for collection in collections.values():
+        names = [a for a in PER_POINT_ATTRIBUTES if hasattr(collection, a)]
+        if "payload" not in names or "ids" not in names:
+            continue
+        blob = pickle.dumps([getattr(collection, a) for a in names],
+                            protocol=pickle.HIGHEST_PROTOCOL)
+        for a in names:
+            setattr(collection, a, None)
+        gc.collect()
+        for a, value in zip(names, pickle.loads(blob)):
+            setattr(collection, a, value)
+        del blob
+        done += 1
+    return done
+
 
 def _client(address):
     """One client per database: local mode allows a single client per folder."""
@@ -53,6 +97,7 @@ def _client(address):
                 raise StoreError(f"{address}: no Qdrant folder {address.path}; check the path "
                                  "(qdrant:DIR/COLLECTION).")
             client = QdrantClient(path=str(address.path))
+            _compact_local(client)
             release_freed_memory()  # what loading every collection of the folder freed
         else:
             client = QdrantClient(url=address.url, timeout=10, check_compatibility=False)
