@@ -47,8 +47,8 @@ ADD_ROWS = 2048
 
 #: Give the C heap's free pages back after each ``add`` (persistent folders): an add of 2,048
 #: 768-d records leaves about 45 MB free but resident in Chroma's heap (its Rust core allocates
-#: with glibc's malloc); the translation's peak at 200,000 records fell by about 50 MiB
-#: (``benchmarks/chroma_memory.py``)
+#: with glibc's malloc); the translation's peak at 200,000 records fell by 23 to 41 MiB (the
+#: medians of two runs of ``benchmarks/chroma_memory.py``), at no measured CPU cost
 TRIM_EACH_ADD = True
 
 
