@@ -272,8 +272,12 @@ def measured_allowance(full_text, at):
     wall, writes = translate_wall(full_text), write_times(full_text)
     if wall is None or not writes:
         return None
-    reached = max([t for start, t in writes if start < at], default=0.0)
-    return wall - reached + 0.1 * wall
+    return wall - _reached(writes, at) + 0.1 * wall
+
+
+def _reached(writes, at):
+    """Seconds into the run when its last write of rows before ``at`` was done (0 if none)."""
+    return max([t for start, t in writes if start < at], default=0.0)
 
 
 def began_at(text):
@@ -292,8 +296,7 @@ def started_allowance(full_text, at):
     wall, writes, began = translate_wall(full_text), write_times(full_text), began_at(full_text)
     if wall is None or not writes or began is None:
         return None
-    reached = max([t for start, t in writes if start < at], default=0.0)
-    return began + wall - max(reached, began) + 0.1 * wall
+    return began + wall - max(_reached(writes, at), began) + 0.1 * wall
 
 
 def translate_cpu(text):

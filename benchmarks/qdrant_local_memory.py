@@ -172,10 +172,7 @@ def main(argv=None):
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if args.csv:
-        keys = []
-        for r in rows:
-            keys += [k for k in r if k not in keys]
-        write_rows(args.csv, [{k: r.get(k, "") for k in keys} for r in rows])
+        write_rows(args.csv, rows)  # every key of any row; a missing one left empty
         print(f"wrote {args.csv} and {write_figures(args.csv)}")
     return rows
 
