@@ -7,19 +7,26 @@ Makes the source as ``bench_stores.py`` does (``tests/store_backends.py``: 384-d
 points with a second named vector and payloads, cosine; the 384 → 768 Procrustes model), keeps
 it as a pristine copy, and runs each step in a fresh process on a fresh copy of the folder:
 
-* ``open``: ``import qdrant_client``, then ``QdrantClient(path=...)``; ``VmHWM`` after the
-  import and after the open, ``VmRSS`` after the open and after glibc's ``malloc_trim``, the
-  open's CPU seconds, and the dtype and size of the source's vectors as the client holds them;
-  then skalign's rebuild of the per-point objects (``_qdrant._compact_local``), its seconds and
-  ``VmRSS`` after it and a trim.
+* ``open`` (skalign's float32 loader, ``_qdrant_load``) and ``open_qdrant_loader``
+  (qdrant-client's own): ``import qdrant_client``, then ``QdrantClient(path=...)``; ``VmHWM``
+  after the import and after the open, ``VmRSS`` after the open and after glibc's
+  ``malloc_trim``, the open's CPU seconds, and the dtype and size of the source's vectors as
+  the client holds them; then skalign's rebuild of the per-point objects
+  (``_qdrant._compact_local``), its seconds and ``VmRSS`` after it and a trim.
 * ``open_traced``: the same under ``tracemalloc``: the peak and the live size of the Python
   allocations of the open (slow: every allocation is traced).
 * ``translate`` (skalign as it is: the heap trimmed after opening the folder and after each
   batch), ``translate_no_batch_trim`` (after opening only, as before), ``translate_pymalloc_off``
   (``PYTHONMALLOC=malloc``: Python's small objects from glibc's heap, which the trim can give
-  back), ``translate_no_compact`` (without the rebuild after the open, as before):
+  back), ``translate_no_compact`` (without the rebuild after the open, as before),
+  ``translate_qdrant_loader`` (qdrant-client's own loader for the open):
   ``skalign.cli.main(["translate", ...])`` in the process, its resident set polled every 0.2 s,
   with ``VmRSS``/``VmHWM`` at the end of the open and of every 8th batch.
+* ``rerun_4``, ``rerun_12``, ``rerun_40`` (``..._qdrant_loader``: qdrant-client's own loader,
+  its float64 vectors cast to float32 after the open; ``..._float64``: its loader, no cast, as
+  in stop 35): a ``translate`` killed with SIGKILL after its 4th, 12th or 40th batch of 1,024
+  points, then the same command in a fresh process, measured as ``translate`` is; the rerun
+  opens the killed run's shadow with the source and resumes it.
 
 The folder lives under ``--workdir`` (``/dev/shm`` is fastest: the local mode commits every
 point with an fsync; the resident set does not depend on the file system). Memory in MiB.
@@ -57,11 +64,13 @@ if traced:
 from qdrant_client import QdrantClient
 out = {"import_hwm": status("VmHWM:")}
 sys.path.insert(0, ROOT)
-from skalign._connectors import _qdrant  # before the open, as in skalign translate
+from skalign._connectors import _qdrant, _qdrant_load  # before the open, as in translate
 if traced:
     tracemalloc.reset_peak()
 t = time.process_time()
-client = QdrantClient(path=FOLDER)
+with _qdrant_load.opening(os.environ.get("STREAMED", "1") == "1") as streamed:
+    client = QdrantClient(path=FOLDER)
+out["streamed"] = int(streamed)
 out["open_cpu_s"] = time.process_time() - t
 out["open_hwm"], out["open_rss"] = status("VmHWM:"), status("VmRSS:")
 if traced:
@@ -95,6 +104,9 @@ from skalign._connectors import _qdrant
 from skalign.cli import main
 _qdrant.TRIM_EACH_BATCH = os.environ.get("BATCH_TRIM") == "1"
 _qdrant.COMPACT_ON_OPEN = os.environ.get("COMPACT", "1") == "1"
+_qdrant.FLOAT32_ON_OPEN = os.environ.get("FLOAT32", "1") == "1"
+_qdrant.STREAMED_OPEN = os.environ.get("STREAMED", "1") == "1"
+kill_after = int(os.environ.get("KILL_AFTER", "0"))
 init, write = _qdrant.Reader.__init__, _qdrant.Writer.write_unit
 def opened(self, *a, **k):
     init(self, *a, **k)
@@ -103,6 +115,8 @@ count = [0]
 def written(self, *a, **k):
     write(self, *a, **k)
     count[0] += 1
+    if count[0] == kill_after:  # the killed run of a rerun step: SIGKILL after this batch
+        os.kill(os.getpid(), 9)
     if count[0] % 8 == 0:
         mark(f"batch {count[0]}")
 _qdrant.Reader.__init__, _qdrant.Writer.write_unit = opened, written
@@ -118,11 +132,26 @@ print("RESULT", json.dumps({"status": code, "peak_hwm": status("VmHWM:"), "cpu_s
 
 STEPS = {
     "open": (_OPEN, {}),
+    "open_qdrant_loader": (_OPEN, {"STREAMED": "0"}),
     "open_traced": (_OPEN, {"TRACED": "1"}),
     "translate": (_TRANSLATE, {"BATCH_TRIM": "1"}),
     "translate_no_batch_trim": (_TRANSLATE, {"BATCH_TRIM": "0"}),
     "translate_pymalloc_off": (_TRANSLATE, {"BATCH_TRIM": "1", "PYTHONMALLOC": "malloc"}),
     "translate_no_compact": (_TRANSLATE, {"BATCH_TRIM": "1", "COMPACT": "0"}),
+    "translate_qdrant_loader": (_TRANSLATE, {"BATCH_TRIM": "1", "STREAMED": "0"}),
+    # a run killed after its 4th, 12th or 40th batch of 1,024 points, then the same command
+    # again in a fresh process: what is measured is the rerun, which loads the killed run's
+    # shadow with the source
+    "rerun_4": (_TRANSLATE, {"BATCH_TRIM": "1"}, 4),
+    "rerun_12": (_TRANSLATE, {"BATCH_TRIM": "1"}, 12),
+    "rerun_40": (_TRANSLATE, {"BATCH_TRIM": "1"}, 40),
+    "rerun_12_qdrant_loader": (_TRANSLATE, {"BATCH_TRIM": "1", "STREAMED": "0"}, 12),
+    "rerun_40_qdrant_loader": (_TRANSLATE, {"BATCH_TRIM": "1", "STREAMED": "0"}, 40),
+    "rerun_4_float64": (_TRANSLATE, {"BATCH_TRIM": "1", "STREAMED": "0", "FLOAT32": "0"}, 4),
+    "rerun_12_float64": (_TRANSLATE, {"BATCH_TRIM": "1", "STREAMED": "0", "FLOAT32": "0"},
+                         12),
+    "rerun_40_float64": (_TRANSLATE, {"BATCH_TRIM": "1", "STREAMED": "0", "FLOAT32": "0"},
+                         40),
 }
 
 
@@ -130,10 +159,16 @@ def run_step(step, pristine, work, model):
     folder = work / "run"
     shutil.rmtree(folder, ignore_errors=True)
     shutil.copytree(pristine, folder)
-    code, extra = STEPS[step]
+    code, extra, *kill_after = STEPS[step]
     head = (f"import warnings; warnings.simplefilter('ignore')\nFOLDER = {str(folder)!r}\n"
             f"MODEL = {str(model)!r}\nROOT = {str(ROOT)!r}\n")
     env = dict(os.environ, PYTHONPATH=str(ROOT), **extra)
+    if kill_after:
+        killed = subprocess.run([sys.executable, "-c", head + code], capture_output=True,
+                                text=True, env=dict(env, KILL_AFTER=str(kill_after[0])))
+        if killed.returncode != -9:
+            raise RuntimeError(f"{step}: the run to kill ended with {killed.returncode}: "
+                               + killed.stderr[-2000:])
     out = subprocess.run([sys.executable, "-c", head + code], capture_output=True, text=True,
                          env=env)
     shutil.rmtree(folder, ignore_errors=True)

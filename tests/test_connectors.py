@@ -527,7 +527,8 @@ def test_qdrant_cosine_directions_survive_reopening_the_folder(tmp_path):
 
 def test_qdrant_local_open_rebuilds_per_point_objects_equal_and_usable(tmp_path):
     """After a local folder is opened, the per-point objects of every collection (payloads,
-    ids, sparse vectors) are rebuilt so that they stop pinning the memory the load freed
+    ids, sparse vectors) are rebuilt so that they stop pinning the memory the load freed, and
+    the dense vectors the load gathered as float64 are float32 again
     (``_qdrant._compact_local``; the memory itself: ``benchmarks/qdrant_local_memory.py``). The
     rebuilt collections hold equal values in new objects, answer reads and searches as before,
     and take writes that reach the folder."""
@@ -580,11 +581,16 @@ def test_qdrant_local_open_rebuilds_per_point_objects_equal_and_usable(tmp_path)
             for name, coll in client._client.collections.items()}
     copies = {name: {a: copy.deepcopy(v) for a, v in attrs.items()}
               for name, attrs in held.items()}
+    loaded = {name: dict(coll.vectors) for name, coll in client._client.collections.items()}
+    assert {v.dtype for d in loaded.values() for v in d.values()} == {np.dtype(np.float64)}
     assert _qdrant._compact_local(client) == 2
     for name, coll in client._client.collections.items():
         for a in _qdrant.PER_POINT_ATTRIBUTES:
             assert getattr(coll, a) is not held[name][a]  # rebuilt ...
             assert getattr(coll, a) == copies[name][a]  # ... equal
+        for vector, array in coll.vectors.items():  # float32, as a new collection holds them
+            assert array.dtype == np.float32
+            np.testing.assert_array_equal(array, loaded[name][vector].astype(np.float32))
     assert everything(client) == before
     assert len(before["a"]) == 29 and before["query"]
     # writes after the rebuild reach memory and the folder
@@ -601,6 +607,90 @@ def test_qdrant_local_open_rebuilds_per_point_objects_equal_and_usable(tmp_path)
     assert reopened.retrieve("a", ids=[0])[0].payload["seen"] is True
     reopened.close()
     assert _qdrant._compact_local(object()) == 0  # other internals: left as they are
+
+
+def test_qdrant_local_float32_loader_gives_qdrant_clients_collections(tmp_path, monkeypatch):
+    """skalign opens local folders with its own copy of qdrant-client's loader that makes each
+    point's vectors float32 rows as it reads them (``_qdrant_load``); every collection it loads
+    holds what qdrant-client's own loader makes (the dense vectors and multivectors as float32):
+    named and unnamed vectors, a point without one of its named vectors, sparse vectors and
+    their IDF counts, multivectors, deleted points, UUID ids, nested payloads, an empty
+    collection. Where the installed loader is not the one it copies, qdrant-client's runs."""
+    pytest.importorskip("qdrant_client")
+    from qdrant_client import QdrantClient, models
+
+    from skalign._connectors import _qdrant_load
+
+    rng = np.random.default_rng(5)
+    folder = str(tmp_path / "q")
+    c = QdrantClient(path=folder)
+    c.create_collection("a", vectors_config={
+        "text": models.VectorParams(size=8, distance=models.Distance.COSINE),
+        "title": models.VectorParams(size=3, distance=models.Distance.DOT)},
+        sparse_vectors_config={"words": models.SparseVectorParams()})
+    ids = list(range(5000)) + ["6f1c2bb4-08d3-4c3a-9a4e-3c8f0d1a2b3c"]  # > 1 block of rows
+    c.upsert("a", points=[models.PointStruct(
+        id=i, vector={"text": rng.normal(size=8).tolist(), "title": rng.normal(size=3).tolist(),
+                      "words": models.SparseVector(indices=[k % 50, 60], values=[0.5, 1.5])},
+        payload={"doc": f"document {k}", "k": k, "tags": ["x", {"deep": [k, None, 1.5]}]})
+        for k, i in enumerate(ids)])
+    c.upsert("a", points=[models.PointStruct(id=9500, vector={"text": [1.0] * 8})])  # no title
+    c.delete("a", points_selector=models.PointIdsList(points=[3, 4, 4999]))
+    c.create_collection("b", vectors_config=models.VectorParams(
+        size=4, distance=models.Distance.EUCLID))
+    c.upsert("b", points=models.Batch(ids=[10, 11], vectors=[[0.1, 1, 2, 3], [3.3, 2, 1, 0]],
+                                      payloads=[{"n": 1}, {}]))
+    c.create_collection("m", vectors_config={"tokens": models.VectorParams(
+        size=3, distance=models.Distance.COSINE,
+        multivector_config=models.MultiVectorConfig(
+            comparator=models.MultiVectorComparator.MAX_SIM))})
+    c.upsert("m", points=[models.PointStruct(id=k, vector={"tokens": rng.normal(
+        size=(k + 1, 3)).tolist()}) for k in range(4)])
+    c.create_collection("e", vectors_config=models.VectorParams(
+        size=5, distance=models.Distance.COSINE))
+    c.close()
+
+    def load(streamed):
+        with _qdrant_load.opening(streamed) as installed:
+            client = QdrantClient(path=folder)
+        state = {name: {a: getattr(coll, a) for a in (
+            "ids", "ids_inv", "payload", "vectors", "sparse_vectors", "sparse_vectors_idf",
+            "multivectors", "deleted", "deleted_per_vector")}
+            for name, coll in client._client.collections.items()}
+        client.close()
+        return installed, state
+
+    installed, ours = load(True)
+    assert installed and _qdrant_load.original_loader_matches()
+    installed, theirs = load(False)
+    assert not installed
+    assert ours.keys() == theirs.keys() == {"a", "b", "m", "e"}
+    for name in theirs:
+        got, want = ours[name], theirs[name]
+        for a in ("ids", "ids_inv", "payload", "sparse_vectors", "sparse_vectors_idf"):
+            assert got[a] == want[a], (name, a)
+        np.testing.assert_array_equal(got["deleted"], want["deleted"])
+        assert got["deleted_per_vector"].keys() == want["deleted_per_vector"].keys()
+        for k, marks in want["deleted_per_vector"].items():
+            np.testing.assert_array_equal(got["deleted_per_vector"][k], marks)
+        assert got["vectors"].keys() == want["vectors"].keys()
+        for k, array in want["vectors"].items():
+            assert got["vectors"][k].dtype == np.float32
+            np.testing.assert_array_equal(got["vectors"][k], array.astype(np.float32))
+        assert got["multivectors"].keys() == want["multivectors"].keys()
+        for k, arrays in want["multivectors"].items():
+            assert len(got["multivectors"][k]) == len(arrays)
+            for g, w in zip(got["multivectors"][k], arrays):
+                assert g.dtype == np.float32
+                np.testing.assert_array_equal(g, np.asarray(w).astype(np.float32))
+    a = theirs["a"]
+    assert len(a["ids_inv"]) == 5000 - 3 + 2 and a["vectors"]["text"].dtype == np.float64
+    assert a["deleted_per_vector"]["title"].sum() == 1  # the point without a title
+    assert len(theirs["e"]["ids"]) == 0 and ours["e"]["vectors"][""].shape == (0, 5)
+    # another qdrant-client's loader: its own runs
+    monkeypatch.setattr(_qdrant_load, "LOADER_SHA256", "0" * 64)
+    installed, state = load(True)
+    assert not installed and state["a"]["vectors"]["text"].dtype == np.float64
 
 
 def _index_defs(b, table):

@@ -20,6 +20,7 @@ import atexit
 import numpy as np
 
 from ..exceptions import StoreError
+from . import _qdrant_load
 from ._common import (
     backup_name,
     lock_for,
@@ -45,6 +46,13 @@ TRIM_EACH_BATCH = True
 PER_POINT_ATTRIBUTES = ("payload", "ids", "ids_inv", "sparse_vectors", "sparse_vectors_idf",
                         "multivectors")
 COMPACT_ON_OPEN = True
+#: Local mode: hold the dense vectors (and multivectors) a reloaded collection gathered as float64
+#: in float32 again, as qdrant-client holds those of a collection it created (see
+#: :func:`_compact_local`)
+FLOAT32_ON_OPEN = True
+#: Local mode: open folders with skalign's float32 loader (:mod:`._qdrant_load`) where the
+#: installed qdrant-client's loader is the one it reproduces
+STREAMED_OPEN = True
 
 
 def _compact_local(client):
@@ -60,7 +68,15 @@ def _compact_local(client):
     unpickling them into fresh arenas leaves the same values in far less memory (50,000
     points: 1,006 -> 425 MiB resident in 0.3 s, ``benchmarks/qdrant_local_memory.py``). The
     values are equal and nothing else refers to these containers; a client whose internals
-    differ (another version of qdrant-client) is left as it is."""
+    differ (another version of qdrant-client) is left as it is.
+
+    A reloaded collection's dense vectors are ``np.array(list of lists of floats)``, float64,
+    where a collection created in the process holds float32 (its arrays are made with
+    ``dtype=np.float32`` and every upsert converts to it). Each point added later grows that
+    array by a doubling copy, so a resumed shadow grows at twice a new one's size. With
+    :data:`FLOAT32_ON_OPEN` they are cast back to float32: the stored values came through
+    float32 (skalign writes float32; qdrant-client converts what it is given), so the cast loses
+    nothing and the reopened collection holds what the one that wrote it held."""
     import gc
     import pickle
 
@@ -80,8 +96,27 @@ def _compact_local(client):
         for a, value in zip(names, pickle.loads(blob)):
             setattr(collection, a, value)
         del blob
+        if FLOAT32_ON_OPEN:
+            _float32_vectors(collection)
         done += 1
     return done
+
+
+def _float32_vectors(collection):
+    """Cast a loaded collection's float64 dense vectors and multivectors to float32 in place."""
+    vectors = getattr(collection, "vectors", None)
+    if isinstance(vectors, dict):
+        for name, array in list(vectors.items()):
+            if isinstance(array, np.ndarray) and array.dtype == np.float64:
+                vectors[name] = None  # the float64 array freed before the next is cast
+                vectors[name] = array.astype(np.float32)
+                del array
+    multivectors = getattr(collection, "multivectors", None)
+    if isinstance(multivectors, dict):
+        for name, arrays in multivectors.items():
+            if isinstance(arrays, list):
+                multivectors[name] = [a.astype(np.float32) if isinstance(a, np.ndarray)
+                                      and a.dtype == np.float64 else a for a in arrays]
 
 
 def _client(address):
@@ -96,7 +131,8 @@ def _client(address):
             if not address.path.is_dir():
                 raise StoreError(f"{address}: no Qdrant folder {address.path}; check the path "
                                  "(qdrant:DIR/COLLECTION).")
-            client = QdrantClient(path=str(address.path))
+            with _qdrant_load.opening(STREAMED_OPEN):
+                client = QdrantClient(path=str(address.path))
             _compact_local(client)
             release_freed_memory()  # what loading every collection of the folder freed
         else:
