@@ -1,5 +1,6 @@
-"""Peak memory of ``skalign translate`` into Chroma, with and without giving the C heap's free
-pages back after each add (issue 20: peak RSS < 1.5 GB at 200,000 records, 384 → 768).
+"""Peak memory of ``skalign translate`` into Chroma, in phases or as one stream, with and without
+giving the C heap's free pages back after each add (issue 20: peak RSS < 1.5 GB at 200,000
+records, 384 → 768).
 
 ``python benchmarks/chroma_memory.py [ROWS] [--repeats R] [--variants a,b] [--add-records N]
 [--workdir DIR] [--csv PATH]``
@@ -8,11 +9,14 @@ Makes the source as ``bench_stores.py`` does (``tests/store_backends.py``: 384-d
 records with documents and metadata; the 384 → 768 Procrustes model), then:
 
 * **translations**, each a fresh process on a fresh copy of the folder, ``R`` alternated
-  rounds of: ``trim`` (skalign as it is: ``malloc_trim`` after each add of the shadow,
-  ``_chroma.TRIM_EACH_ADD``), ``no_trim`` (without it) and ``arena1`` (as ``trim``, with
-  ``MALLOC_ARENA_MAX=1``: one glibc heap for every thread of Chroma's Rust core); the peak
-  resident set (``VmHWM``, polled every 20 ms as ``bench_stores.py`` does), the wall seconds
-  and the CPU seconds (user + system, all threads) of each (``--variants`` a subset);
+  rounds of: ``trim`` (skalign as it is: in phases, ``malloc_trim`` after each add of the
+  shadow, ``_chroma.TRIM_EACH_ADD``), ``no_trim`` (without it) and ``arena1`` (as ``trim``, with
+  ``MALLOC_ARENA_MAX=1``: one glibc heap for every thread of Chroma's Rust core), ``stream``
+  (as ``trim``, the source read and the output written as one stream, ``_chroma.PHASE_ROWS =
+  0``, as before phases) and ``phases_100k`` (phases of up to 100,000 records instead of
+  65,536); the peak resident set (``VmHWM``, polled every 20 ms as ``bench_stores.py`` does),
+  the wall seconds and the CPU seconds (user + system, all threads) of each (``--variants`` a
+  subset);
 * **one add's transient**: a new collection, ``N`` (40,000) random 768-d records added in adds of
   2,048 or 1,024 records, with and without ``MALLOC_ARENA_MAX=1``; before each add the heap is
   trimmed and the high-water mark reset (``/proc/self/clear_refs``), and the median over the
@@ -43,6 +47,8 @@ VARIANTS = {
     "trim": ("", {}),
     "no_trim": ("import skalign._connectors._chroma as c; c.TRIM_EACH_ADD = False\n", {}),
     "arena1": ("", {"MALLOC_ARENA_MAX": "1"}),
+    "stream": ("import skalign._connectors._chroma as c; c.PHASE_ROWS = 0\n", {}),
+    "phases_100k": ("import skalign._connectors._chroma as c; c.PHASE_ROWS = 100000\n", {}),
 }
 
 _TRANSLATE = "import sys\nfrom skalign.cli import main\nsys.exit(main(sys.argv[1:]))\n"

@@ -964,12 +964,25 @@ def prepare_translation(model, src, dst, *, column=None, batch_size=None, replac
             batch_size = min(batch_size, ENGINE_BATCH_ROWS.get(out_kind, DATABASE_BATCH_ROWS))
     job = Translation(src, dst, reader, out_kind, d_in, d_out, batch_size,
                       column or reader.column or "vector")
-    if not replace and not same and open_writer(job).exists():
+    if not replace and not same and _output_exists(job):
         raise StoreError(
             f"{display(dst)}: OUTPUT already exists; choose a new name, or pass --replace to swap "
             "the translation in (the current one kept as a backup, `skalign restore` undoes it)."
         )
     return job
+
+
+def _output_exists(job):
+    """Whether the job's output exists, asked of a writer opened for that alone; a writer that
+    holds a client (Chroma's) closes it, so that it does not keep the folder's indexes loaded
+    for the rest of the run."""
+    probe = open_writer(job)
+    try:
+        return probe.exists()
+    finally:
+        release = getattr(probe, "release", None)
+        if release is not None:
+            release()
 
 
 #: The verification sample: rows translated again from the source and compared with the output

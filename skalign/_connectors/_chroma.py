@@ -9,10 +9,16 @@ the translation's batches (of the batch a crashed run had begun, a resumed run a
 not there yet), and renamed to ``OUTPUT`` when verified. Chroma has no atomic swap: with
 ``--replace`` the existing ``OUTPUT`` is renamed to ``OUTPUT_skalign_backup`` first, then the
 translation to ``OUTPUT`` (the name resolves to nothing between the two renames).
+
+Between two persistent folders the translation runs in phases (:data:`PHASE_ROWS`): the
+records of a phase are read from the source, then translated and added to the shadow, and
+skalign closes its clients of the folders between the two, so that Chroma holds one HNSW index
+in memory at a time, not the source's and the output's together.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import shutil
 import sqlite3
@@ -50,6 +56,67 @@ ADD_ROWS = 2048
 #: with glibc's malloc); the translation's peak at 200,000 records fell by 23 to 41 MiB (the
 #: medians of two runs of ``benchmarks/chroma_memory.py``), at no measured CPU cost
 TRIM_EACH_ADD = True
+
+#: Between two persistent folders, records read per phase (see the module's docstring); 0 reads
+#: and writes as one stream, with the source's and the output's index in memory together. A
+#: Chroma client loads a collection's whole HNSW index when it first reads or writes its
+#: vectors and keeps it until the folder's last client is closed: at 200,000 records that is
+#: about 400 MiB for the 384-d source and 750 MiB for the 768-d output. A phase holds its
+#: records in memory (about 120 MB at 65,536 384-d records) and costs one load of each index.
+PHASE_ROWS = 65536
+
+class _Phases:
+    """A reader and a writer of persistent folders that take turns with their indexes."""
+
+    def __init__(self, *members):
+        self.members, self.last = members, None
+
+    def use(self, owner):
+        """Before ``owner`` reads or writes vectors: where the other member's index was used
+        last, close both members' clients, so that Chroma stops the folders' systems and frees
+        their indexes (each client is opened again when next needed). A client that is not
+        skalign's on the same folder keeps its system, and the indexes, alive: nothing is freed
+        then, and nothing else changes."""
+        if self.last is not None and self.last is not owner:
+            for member in self.members:
+                member.release()
+            release_freed_memory()
+        self.last = owner
+
+
+def _use(owner):
+    if owner.phases is not None:
+        owner.phases.use(owner)
+
+
+class _Handles:
+    """A client and one collection, opened when first needed and closed by :meth:`release`."""
+
+    phases = None
+
+    def _open(self, address, name):
+        self.address, self._name, self._client, self._collection = address, name, None, None
+
+    @property
+    def client(self):
+        if self._client is None:
+            self._client = _client(self.address)
+        return self._client
+
+    @property
+    def collection(self):
+        if self._collection is None:
+            self._collection = self.client.get_collection(self._name, embedding_function=None)
+        return self._collection
+
+    @collection.setter
+    def collection(self, value):
+        self._collection, self._name = value, value.name
+
+    def release(self):
+        client, self._client, self._collection = self._client, None, None
+        if client is not None and hasattr(client, "close"):
+            client.close()
 
 
 def _client(address):
@@ -130,16 +197,17 @@ def _get(client, address, name):
     return client.get_collection(name, embedding_function=None)
 
 
-class Reader:
+class Reader(_Handles):
     kind = "chroma"
     schema = None
     column = None
     dtype = np.dtype(np.float32)
 
     def __init__(self, address, column=None):
-        self.address, self.client = address, _client(address)
+        self._open(address, address.name)
         self.collection = _get(self.client, address, address.name)
         self.n_rows = int(self.collection.count())
+        _use(self)
         self._all_ids = None
         head = self.collection.get(limit=1, include=["embeddings"])
         emb = head["embeddings"]
@@ -155,6 +223,7 @@ class Reader:
 
     def _get(self, ids):
         """The records of ``ids``, in that order."""
+        _use(self)
         got = self.collection.get(ids=ids, include=_INCLUDE)
         if got["ids"] != ids:
             if len(got["ids"]) != len(ids):
@@ -173,9 +242,23 @@ class Reader:
         it one by one (a 200,000-record collection read in pages of 1,024: 17.6 s of CPU by
         offset, 11.0 s by id; ``benchmarks/chroma_batch_cost.py 2e5 --reads-only``)."""
         ids = self._ids()
-        for lo in range(start - start % batch_size, len(ids), batch_size):
-            got = self._get(ids[lo:lo + batch_size])
-            yield np.asarray(got["embeddings"], dtype=np.float32), got, None
+        lo = start - start % batch_size
+        if self.phases is None:
+            for lo in range(lo, len(ids), batch_size):
+                got = self._get(ids[lo:lo + batch_size])
+                yield np.asarray(got["embeddings"], dtype=np.float32), got, None
+            return
+        # phases of equal size, whole batches each
+        phases = max(1, math.ceil((len(ids) - lo) / PHASE_ROWS))
+        size = math.ceil((len(ids) - lo) / phases / batch_size) * batch_size
+        while lo < len(ids):
+            hi = min(len(ids), lo + size)
+            phase = [self._get(ids[a:min(hi, a + batch_size)]) for a in range(lo, hi, batch_size)]
+            phase.reverse()
+            while phase:
+                got = phase.pop()
+                yield np.asarray(got["embeddings"], dtype=np.float32), got, None
+            lo = hi
 
     def row(self, got, k):
         return {"id": got["ids"][k], "document": got["documents"][k],
@@ -202,7 +285,7 @@ def _part(values, lo, step):
 _NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9._-]{1,510}[a-zA-Z0-9]")
 
 
-class Writer:
+class Writer(_Handles):
     normalizes = False  # Chroma keeps the embeddings as given, whatever the space
     pipelined = True  # Chroma's Rust core writes without the GIL
 
@@ -212,8 +295,13 @@ class Writer:
             raise StoreError(f"{address}: {address.name!r} is not a Chroma collection name; "
                              "use 3 to 512 letters, digits, '.', '_' or '-', starting and ending "
                              "with a letter or digit.")
-        self.client = _client(address)
+        self._open(address, None)
         self.src = job.reader
+        if (address.path is not None and isinstance(self.src, Reader)
+                and self.src.address.path is not None and PHASE_ROWS > 0):
+            # a phase's adds wait for its reads: written in the loop, not behind it
+            self.phases = self.src.phases = _Phases(self.src, self)
+            self.pipelined = False
 
     def lock(self):
         return lock_for(self.address, self.address.path)
@@ -233,6 +321,7 @@ class Writer:
         if self.shadow in names:
             from chromadb.errors import ChromaError
 
+            _use(self)  # whatever reading the shadow loads, not beside the source's index
             self.collection = self.client.get_collection(self.shadow, embedding_function=None)
             try:
                 count = self.collection.count()
@@ -263,6 +352,7 @@ class Writer:
         11 s)."""
         if self._resumed_batch:
             self._resumed_batch = False
+            _use(self)
             present = set(self.collection.get(ids=list(got["ids"]), include=[])["ids"])
             keep = [k for k, i in enumerate(got["ids"]) if i not in present]
             if len(keep) < len(got["ids"]):
@@ -283,6 +373,7 @@ class Writer:
                for key in ("ids", "documents", "metadatas")}
         self._pending = []
         step = self._max_batch
+        _use(self)
         for lo in range(0, len(out), step):
             self.collection.add(ids=got["ids"][lo:lo + step], embeddings=out[lo:lo + step],
                                 documents=_part(got["documents"], lo, step),
@@ -297,6 +388,7 @@ class Writer:
 
     def fetch(self, positions, rows):
         ids = [r["id"] for r in rows]
+        _use(self)
         got = self.collection.get(ids=ids, include=_INCLUDE)
         where = {i: k for k, i in enumerate(got["ids"])}
         if len(where) != len(ids):
@@ -325,7 +417,9 @@ class Writer:
             drop_collection(self.client, self.address, shadow)
 
     def close(self):
-        pass
+        if self.phases is not None:  # both clients: their indexes are not needed any more
+            for member in self.phases.members:
+                member.release()
 
 
 def restore(address):
