@@ -207,7 +207,6 @@ class Reader(_Handles):
         self._open(address, address.name)
         self.collection = _get(self.client, address, address.name)
         self.n_rows = int(self.collection.count())
-        _use(self)
         self._all_ids = None
         head = self.collection.get(limit=1, include=["embeddings"])
         emb = head["embeddings"]
@@ -301,6 +300,7 @@ class Writer(_Handles):
                 and self.src.address.path is not None and PHASE_ROWS > 0):
             # a phase's adds wait for its reads: written in the loop, not behind it
             self.phases = self.src.phases = _Phases(self.src, self)
+            self.phases.last = self.src  # the reader has read the source's vectors already
             self.pipelined = False
 
     def lock(self):
