@@ -1107,10 +1107,10 @@ class _WriteBehind:
 
     def busy_threads(self, writer):
         """The threads that keep a core busy beside the translation: the encoders, or the
-        writer's own count (``busy_threads``; one by default: its engine works while it
-        writes), none where the writes are inline."""
+        writer's own count (``busy_threads``; by default one where it writes behind, since its
+        engine works while it writes, and none where the writes are inline)."""
         if self.pool is None:
-            return 0
+            return getattr(writer, "busy_threads", 0)
         if self.encoders is not None:
             return self.depth
         return getattr(writer, "busy_threads", 1)

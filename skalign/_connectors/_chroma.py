@@ -302,6 +302,10 @@ class Writer(_Handles):
             self.phases = self.src.phases = _Phases(self.src, self)
             self.phases.last = self.src  # the reader has read the source's vectors already
             self.pipelined = False
+            # Chroma's add works in threads of its own: one BLAS thread for the products, whose
+            # idle OpenBLAS threads would spin beside it (200,000 records in phases: 178 s of
+            # CPU with two, ``chroma_memory.py``)
+            self.busy_threads = 1
 
     def lock(self):
         return lock_for(self.address, self.address.path)
