@@ -103,8 +103,9 @@ def test_qdrant_local_memory_runs(load_benchmark, tmp_path):
 
 
 def test_chroma_memory_runs(load_benchmark, tmp_path):
-    """``chroma_memory.py`` switches skalign's Chroma trim off by its module flag and reads
-    its children's high-water marks: a change of either shows up here, on a tiny folder."""
+    """``chroma_memory.py`` switches skalign's Chroma trim and phases off by their module flags
+    and reads its children's high-water marks: a change of either shows up here, on a tiny
+    folder."""
     pytest.importorskip("chromadb")
     import csv
 
@@ -112,7 +113,7 @@ def test_chroma_memory_runs(load_benchmark, tmp_path):
     rows = module.main(["300", "--repeats", "1", "--add-records", "8192",
                         "--csv", str(tmp_path / "c.csv")])
     runs = {r["variant"]: r for r in rows if r["kind"] == "translate"}
-    assert set(runs) == {"trim", "no_trim", "arena1"}
+    assert set(runs) == {"trim", "no_trim", "arena1", "stream", "phases_100k"}
     assert all(r["status"] == 0 and r["peak_rss_mib"] > 0 for r in runs.values())
     rises = [r for r in rows if r["kind"] == "add"]
     assert len(rises) == 4 and all(r["add_rise_mib"] > 0 for r in rises)
