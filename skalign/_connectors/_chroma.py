@@ -78,10 +78,14 @@ class _Phases:
         skalign's on the same folder keeps its system, and the indexes, alive: nothing is freed
         then, and nothing else changes."""
         if self.last is not None and self.last is not owner:
-            for member in self.members:
-                member.release()
+            self.release()
             release_freed_memory()
         self.last = owner
+
+    def release(self):
+        """Close both members' clients (each opens again when next needed)."""
+        for member in self.members:
+            member.release()
 
 
 def _use(owner):
@@ -422,8 +426,7 @@ class Writer(_Handles):
 
     def close(self):
         if self.phases is not None:  # both clients: their indexes are not needed any more
-            for member in self.phases.members:
-                member.release()
+            self.phases.release()
 
 
 def restore(address):
