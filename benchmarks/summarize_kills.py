@@ -10,8 +10,9 @@ gave the uninterrupted run's result (``identical``), left nothing behind (``no_l
 took at most the uninterrupted time × the share of rows left + 10 %, by wall clock
 (``in_time``) and by CPU seconds (``in_cpu_time``), and at most the uninterrupted run's own time
 for the rows left + 10 % (``in_measured_time``), and that with its start-up (opening the
-stores) counted as work left too (``in_started_time``); empty where a study predates the
-column.
+stores) counted as work left too (``in_started_time``); with ``--adjacent``, the first and
+the last rule against an uninterrupted run timed beside each trial (``in_adjacent_time``,
+``in_adjacent_started_time``); empty where a study predates the column or ran without it.
 ``latest`` marks each backend's most recent study at its largest size.
 """
 
@@ -49,7 +50,7 @@ STUDIES = [
 
 COLUMNS = ["study", "backend", "rows", "kills", "killed_mid_run", "resumed", "identical",
            "no_leftovers", "in_time", "in_cpu_time", "in_measured_time", "in_started_time",
-           "latest"]
+           "in_adjacent_time", "in_adjacent_started_time", "latest"]
 
 
 def summarize(results=RESULTS, studies=STUDIES):
@@ -73,6 +74,9 @@ def summarize(results=RESULTS, studies=STUDIES):
                              "in_cpu_time": r.get("resumed_in_cpu_time") or "",
                              "in_measured_time": r.get("resumed_in_measured_time") or "",
                              "in_started_time": r.get("resumed_in_started_time") or "",
+                             "in_adjacent_time": r.get("resumed_in_adjacent_time") or "",
+                             "in_adjacent_started_time":
+                                 r.get("resumed_in_adjacent_started_time") or "",
                              "latest": False})
     largest = {}
     for r in rows:

@@ -174,7 +174,7 @@ def test_bench_stores_kill_study_runs(load_benchmark, tmp_path):
     out = tmp_path / "stores.csv"
     bench.TRIALS.clear()
     bench.main(["--backends", "npy", "--rows", "3000", "--kills", "1", "--csv", str(out),
-                "--workdir", str(tmp_path / "work")])
+                "--workdir", str(tmp_path / "work"), "--adjacent"])
     (row,) = list(csv.DictReader(open(out)))
     assert row["backend"] == "npy" and row["max_abs_diff"] == "0.0"
     assert (row["resumed"], row["identical"], row["no_leftovers"]) == ("1", "1", "1")
@@ -188,6 +188,15 @@ def test_bench_stores_kill_study_runs(load_benchmark, tmp_path):
     if trial["rerun_status"] == "0":  # else the kill came after the publish: nothing to open
         assert float(trial["rerun_began_s"]) > 0
     assert row["resumed_in_started_time"] in ("0", "1")
+    # --adjacent: an uninterrupted run timed beside the trial, and the rules against it
+    assert row["resumed_in_adjacent_time"] in ("0", "1")
+    assert row["resumed_in_adjacent_started_time"] in ("0", "1")
+    assert float(trial["adjacent_full_s"]) > 0
+    assert trial["in_adjacent_time"] in ("True", "False")
+    if trial["rerun_status"] == "0":
+        rows_left = 3000 - int(trial["resumed_at"])
+        assert float(trial["adjacent_allowed_s"]) == pytest.approx(
+            float(trial["adjacent_full_s"]) * (rows_left / 3000 + 0.1), abs=0.01)
 
 
 def test_bench_stores_measured_allowance():
