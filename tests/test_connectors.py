@@ -131,6 +131,7 @@ def _chroma_adds(tmp_path, data, monkeypatch, rows, commit_seconds, add_rows, cr
     src = b.make(tmp_path, X)
     monkeypatch.setattr(_journal, "COMMIT_SECONDS", commit_seconds)
     monkeypatch.setattr(_chroma, "ADD_ROWS", add_rows)
+    monkeypatch.setattr(_chroma, "PHASE_ADD_ROWS", add_rows)
     add, added, state = Collection.add, [], {"crash_at": crash_at}
 
     def spy_add(self, ids, **kwargs):

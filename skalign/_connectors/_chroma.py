@@ -51,6 +51,11 @@ ID_PAGE = 16384
 #: costs less per record in larger calls, and the source's reads wait for each one.
 ADD_ROWS = 2048
 
+#: Records per ``add`` when translating in phases (:data:`PHASE_ROWS`), where the reads are
+#: done before the phase's adds: larger adds cost less per record, and the peak is then one
+#: index and one phase, not two indexes (see ``chroma_memory.py``'s ``add_*`` variants)
+PHASE_ADD_ROWS = 4096
+
 #: Give the C heap's free pages back after each ``add`` (persistent folders): an add of 2,048
 #: 768-d records leaves about 45 MB free but resident in Chroma's heap (its Rust core allocates
 #: with glibc's malloc); the translation's peak at 200,000 records fell by 23 to 41 MiB (the
@@ -300,6 +305,7 @@ class Writer(_Handles):
                              "with a letter or digit.")
         self._open(address, None)
         self.src = job.reader
+        self.add_rows = ADD_ROWS
         if (address.path is not None and isinstance(self.src, Reader)
                 and self.src.address.path is not None and PHASE_ROWS > 0):
             # a phase's adds wait for its reads: written in the loop, not behind it
@@ -310,6 +316,7 @@ class Writer(_Handles):
             # idle OpenBLAS threads would spin beside it (200,000 records in phases: 178 s of
             # CPU with two, ``chroma_memory.py``)
             self.busy_threads = 1
+            self.add_rows = PHASE_ADD_ROWS
 
     def lock(self):
         return lock_for(self.address, self.address.path)
@@ -368,7 +375,7 @@ class Writer(_Handles):
                     key: (None if got.get(key) is None else [got[key][k] for k in keep])
                     for key in ("ids", "documents", "metadatas")}
         self._pending.append((np.array(out, dtype=np.float32), got))
-        if sum(len(o) for o, _ in self._pending) >= ADD_ROWS or self._clock.due():
+        if sum(len(o) for o, _ in self._pending) >= self.add_rows or self._clock.due():
             self._add_pending()
 
     def _add_pending(self):
