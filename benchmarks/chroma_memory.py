@@ -15,8 +15,9 @@ records with documents and metadata; the 384 → 768 Procrustes model), then:
   (as ``trim``, the source read and the output written as one stream, ``_chroma.PHASE_ROWS =
   0``, as before phases) and ``phases_100k`` (phases of up to 100,000 records instead of
   65,536), ``add_2048``, ``add_4096`` and ``add_8192`` (as ``trim``, with adds of that many
-  records whether in phases or not); the peak resident set (``VmHWM``, polled every 20 ms as ``bench_stores.py`` does),
-  the wall seconds and the CPU seconds (user + system, all threads) of each (``--variants`` a
+  records whether in phases or not); the peak resident set (``VmHWM``, polled every 20 ms as
+  ``bench_stores.py`` does), the wall seconds and the CPU seconds (user + system, all threads)
+  of each (``--variants`` a
   subset);
 * **one add's transient**: a new collection, ``N`` (40,000) random 768-d records added in adds of
   2,048 or 1,024 records, with and without ``MALLOC_ARENA_MAX=1``; before each add the heap is

@@ -4,9 +4,10 @@
 Rows are records in Chroma's own order (the order of ``get`` with ``offset``): the id, the
 document, the metadata and the translated embedding. The output is a shadow collection
 ``OUTPUT_skalign_<job>`` with the source's metadata and HNSW configuration (so the same
-distance space), filled in order with ``add``s of about ``ADD_ROWS`` records, gathered from
-the translation's batches (of the batch a crashed run had begun, a resumed run adds the records
-not there yet), and renamed to ``OUTPUT`` when verified. Chroma has no atomic swap: with
+distance space), filled in order with ``add``s of about ``ADD_ROWS`` records
+(``PHASE_ADD_ROWS`` in phases), gathered from the translation's batches (of the batch a crashed
+run had begun, a resumed run adds the records not there yet), and renamed to ``OUTPUT`` when
+verified. Chroma has no atomic swap: with
 ``--replace`` the existing ``OUTPUT`` is renamed to ``OUTPUT_skalign_backup`` first, then the
 translation to ``OUTPUT`` (the name resolves to nothing between the two renames).
 
@@ -360,7 +361,7 @@ class Writer(_Handles):
 
     def write_unit(self, out, got, shard, start):
         """Gather the batch (a copy: ``out`` is reused once this returns) and ``add`` what is
-        gathered once it holds ``ADD_ROWS`` records or the commit clock is due. Of a batch a
+        gathered once it holds ``add_rows`` records or the commit clock is due. Of a batch a
         crashed run had begun (records are added in order, so only the first one resumed), only
         the records it had not added yet: ``upsert`` over the records already there cost five
         times an ``add`` of them (8,192 768-d records, 3,000 present: 53 s of CPU against
