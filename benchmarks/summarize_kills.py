@@ -47,6 +47,7 @@ STUDIES = [
     "stores_kills_qdrant_50k_float32.csv",
     "stores_kills_chroma_200k_phases.csv",
     "stores_kills_qdrant_50k_adjacent.csv",
+    "stores_kills_chroma_200k_adjacent.csv",
 ]
 
 COLUMNS = ["study", "backend", "rows", "kills", "killed_mid_run", "resumed", "identical",
