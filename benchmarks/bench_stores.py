@@ -75,7 +75,7 @@ Per backend (npy, parquet, parquet-dir, lance, faiss, chroma, qdrant, pgvector):
    (until 2026-11-27 it stayed, and Qdrant's local mode loaded it in every rerun).
    ``--adjacent``: each trial also times an uninterrupted run into its output (dropped after),
    before the kill on even trials and after the rerun on odd ones, and judges the rerun
-   against that run instead of the first one: ``resumed_in_adjacent_time`` (the share-of-rows
+   against that run as well as the first one: ``resumed_in_adjacent_time`` (the share-of-rows
    rule) and ``resumed_in_adjacent_started_time`` (the start-up rule); the trials carry
    ``adjacent_full_s``. On this 2-core virtual machine the same translation's time drifts by
    more than the 10 % margin within minutes (Qdrant's local mode, 50,000 points, six runs in
