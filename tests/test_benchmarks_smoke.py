@@ -113,13 +113,15 @@ def test_chroma_memory_runs(load_benchmark, tmp_path):
     rows = module.main(["300", "--repeats", "1", "--add-records", "8192",
                         "--csv", str(tmp_path / "c.csv")])
     runs = {r["variant"]: r for r in rows if r["kind"] == "translate"}
-    assert set(runs) == {"trim", "no_trim", "arena1", "stream", "phases_100k"}
+    assert set(runs) == {"trim", "no_trim", "arena1", "stream", "phases_100k", "add_2048",
+                         "add_4096", "add_8192"}
     assert all(r["status"] == 0 and r["peak_rss_mib"] > 0 for r in runs.values())
     rises = [r for r in rows if r["kind"] == "add"]
     assert len(rises) == 4 and all(r["add_rise_mib"] > 0 for r in rises)
     with open(tmp_path / "c_figures.csv", newline="") as f:
         keys = {r["key"] for r in csv.DictReader(f)}
-    assert {"trim_peak_rss_mib", "no_trim_peak_rss_mib", "add_2048_default_rise_mib"} <= keys
+    assert {"trim_peak_rss_mib", "no_trim_peak_rss_mib", "add_2048_default_rise_mib",
+            "add_4096_wall_s", "add_4096_peak_rss_mib"} <= keys
 
 
 def test_bench_cuda_runs_its_transform_part(load_benchmark, tmp_path):
