@@ -249,17 +249,30 @@ def transform_time(model, X):
     return time.perf_counter() - t0
 
 
+def command_seconds(text):
+    """The command's own time, its "in X s" (``None`` where it printed none)."""
+    took = re.search(r" in ([\d.]+) s", text)
+    return float(took.group(1)) if took else None
+
+
+def within_span(took, span, allowed):
+    """Whether a rerun's translation span (``span``, ``_CLI``) took at most ``allowed``: a rerun
+    that found the output published (``took`` None) counts as in time, a missing timing as
+    not."""
+    return took is None or (None not in (allowed, span) and span <= allowed)
+
+
 def rerun_times(text, n, full_s):
     """(the rerun's own time, the row it resumed at, the time it was allowed): the uninterrupted
     time × (rows left ÷ rows) + 0.1 × the uninterrupted time; (None, n, ...) for a rerun that
     found the output published."""
     if "already exists" in text:
         return None, n, 0.1 * full_s
-    took = re.search(r" in ([\d.]+) s", text)
+    took = command_seconds(text)
     start = re.search(r"resumed at row (\d+)", text)
     at = int(start.group(1)) if start else 0
     allowed = full_s * (n - at) / n + 0.1 * full_s
-    return (float(took.group(1)) if took else float("inf")), at, allowed
+    return (float("inf") if took is None else took), at, allowed
 
 
 def write_times(text):
@@ -379,7 +392,7 @@ def bench_backend(backend, n, kills, model_path, model, X, workdir, env, seed, r
         load = os.getloadavg()[0]
         status, wall, rss, text, cpu = run_cli(["translate", model_path, src, out], env)
         assert status == 0, text
-        secs = float(re.search(r" in ([\d.]+) s", text).group(1))
+        secs = command_seconds(text)
         full_cpu, full_text = translate_cpu(text), text
         row.update(load_1min=round(load, 2), translate_s=round(secs, 2),
                    rows_per_s=round(n / secs), cli_wall_s=round(wall, 2), cli_cpu_s=round(cpu, 2),
@@ -412,7 +425,7 @@ def bench_backend(backend, n, kills, model_path, model, X, workdir, env, seed, r
             status, _, r_rss, r_text, _ = run_cli(["translate", model_path, src, out], env)
             assert status == 0, r_text
             rss = max(rss, r_rss)
-            runs.append((float(re.search(r" in ([\d.]+) s", r_text).group(1)),
+            runs.append((command_seconds(r_text),
                          *bulk_load(result[0], result[1])))
         t_med, bulk, durable = (float(np.median([r[k] for r in runs])) for k in range(3))
         floor = transform_time(model, source[1])
@@ -473,10 +486,10 @@ def bench_backend(backend, n, kills, model_path, model, X, workdir, env, seed, r
             timely_cpu += cpu_ok
             # the work left measured on the uninterrupted run itself (see measured_allowance)
             m_allowed, m_took = measured_allowance(full_text, at), translate_wall(text)
-            m_ok = took is None or (None not in (m_allowed, m_took) and m_took <= m_allowed)
+            m_ok = within_span(took, m_took, m_allowed)
             timely_measured += m_ok
             s_allowed = started_allowance(full_text, at)
-            s_ok = took is None or (None not in (s_allowed, m_took) and m_took <= s_allowed)
+            s_ok = within_span(took, m_took, s_allowed)
             timely_started += s_ok
             TRIALS.append({"backend": backend.name, "rows": n, "kill": k,
                            "kill_after_s": round(kill_after, 2), "killed": killed,
@@ -506,12 +519,11 @@ def bench_backend(backend, n, kills, model_path, model, X, workdir, env, seed, r
             if adjacent:
                 if k % 2 == 1:
                     ref_text = reference(target)
-                ref_s = float(re.search(r" in ([\d.]+) s", ref_text).group(1))
+                ref_s = command_seconds(ref_text)
                 _, _, a_allowed = rerun_times(text, n, ref_s)
                 a_ok = took is None or took <= a_allowed
                 as_allowed = started_allowance(ref_text, at)
-                as_ok = took is None or (None not in (as_allowed, m_took)
-                                         and m_took <= as_allowed)
+                as_ok = within_span(took, m_took, as_allowed)
                 timely_adjacent += a_ok
                 timely_adjacent_started += as_ok
                 TRIALS[-1].update(adjacent_full_s=ref_s, adjacent_allowed_s=round(a_allowed, 2),

@@ -17,8 +17,7 @@ records with documents and metadata; the 384 → 768 Procrustes model), then:
   65,536), ``add_2048``, ``add_4096`` and ``add_8192`` (as ``trim``, with adds of that many
   records whether in phases or not); the peak resident set (``VmHWM``, polled every 20 ms as
   ``bench_stores.py`` does), the wall seconds and the CPU seconds (user + system, all threads)
-  of each (``--variants`` a
-  subset);
+  of each (``--variants`` a subset);
 * **one add's transient**: a new collection, ``N`` (40,000) random 768-d records added in adds of
   2,048 or 1,024 records, with and without ``MALLOC_ARENA_MAX=1``; before each add the heap is
   trimmed and the high-water mark reset (``/proc/self/clear_refs``), and the median over the
@@ -51,12 +50,9 @@ VARIANTS = {
     "arena1": ("", {"MALLOC_ARENA_MAX": "1"}),
     "stream": ("import skalign._connectors._chroma as c; c.PHASE_ROWS = 0\n", {}),
     "phases_100k": ("import skalign._connectors._chroma as c; c.PHASE_ROWS = 100000\n", {}),
-    "add_2048": ("import skalign._connectors._chroma as c; c.ADD_ROWS = c.PHASE_ADD_ROWS = 2048\n",
-                 {}),
-    "add_4096": ("import skalign._connectors._chroma as c; c.ADD_ROWS = c.PHASE_ADD_ROWS = 4096\n",
-                 {}),
-    "add_8192": ("import skalign._connectors._chroma as c; c.ADD_ROWS = c.PHASE_ADD_ROWS = 8192\n",
-                 {}),
+    **{f"add_{rows}": ("import skalign._connectors._chroma as c; "
+                       f"c.ADD_ROWS = c.PHASE_ADD_ROWS = {rows}\n", {})
+       for rows in (2048, 4096, 8192)},
 }
 
 _TRANSLATE = "import sys\nfrom skalign.cli import main\nsys.exit(main(sys.argv[1:]))\n"

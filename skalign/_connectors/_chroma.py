@@ -7,9 +7,9 @@ document, the metadata and the translated embedding. The output is a shadow coll
 distance space), filled in order with ``add``s of about ``ADD_ROWS`` records
 (``PHASE_ADD_ROWS`` in phases), gathered from the translation's batches (of the batch a crashed
 run had begun, a resumed run adds the records not there yet), and renamed to ``OUTPUT`` when
-verified. Chroma has no atomic swap: with
-``--replace`` the existing ``OUTPUT`` is renamed to ``OUTPUT_skalign_backup`` first, then the
-translation to ``OUTPUT`` (the name resolves to nothing between the two renames).
+verified. Chroma has no atomic swap: with ``--replace`` the existing ``OUTPUT`` is renamed to
+``OUTPUT_skalign_backup`` first, then the translation to ``OUTPUT`` (the name resolves to
+nothing between the two renames).
 
 Between two persistent folders the translation runs in phases (:data:`PHASE_ROWS`): the
 records of a phase are read from the source, then translated and added to the shadow, and
