@@ -1,12 +1,17 @@
-"""What the benchmark scripts share: a peak-memory probe and a table writer.
+"""What the benchmark scripts share: a peak-memory probe, a table writer and an older version
+of skalign to run beside the working tree's.
 
 The scripts run as ``python benchmarks/bench_*.py`` (this folder is then on ``sys.path``); the
 test suite's ``load_benchmark`` fixture puts it there too.
 """
 
 import csv
+import subprocess
+import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import psutil
 
@@ -52,3 +57,17 @@ def write_rows(path, rows):
         w = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
         w.writeheader()
         w.writerows(rows)
+
+
+def old_package(rev):
+    """``rev``'s ``skalign/`` as the importable package ``skalign_old``, extracted with ``git
+    archive`` into a temporary folder: a side-by-side run times the same work with the old and
+    the new code alternately in one process, since the machine's load moves absolute times."""
+    root = Path(__file__).resolve().parents[1]
+    tmp = Path(tempfile.mkdtemp(prefix="skalign_old_"))
+    archive = subprocess.run(["git", "-C", str(root), "archive", rev, "skalign"],
+                             check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive, check=True)
+    (tmp / "skalign").rename(tmp / "skalign_old")
+    sys.path.insert(0, str(tmp))
+    return "skalign_old"

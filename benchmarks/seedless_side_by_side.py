@@ -35,9 +35,7 @@ softmaxes of the soft phase::
 import argparse
 import importlib
 import os
-import subprocess
 import sys
-import tempfile
 import time
 import warnings
 from collections import defaultdict
@@ -47,7 +45,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import write_rows  # noqa: E402
+from _common import old_package, write_rows  # noqa: E402
 from _seedless_common import ENCODER_PAIRS, draw, load, top1_mrr  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,17 +55,6 @@ STAGES = [("_signature_start", "signature"), ("_principal", "principal"),
           ("_held_out_orthogonal", "match"), ("_fit_on_anchors", "inner_fit"),
           ("_certify", "certify"), ("_self_learning", "rest"), ("fit", "rest")]
 FUNCTIONS = [("soft_self_learn", "soft"), ("self_learn", "hard"), ("csls_match", "match")]
-
-
-def old_package(rev):
-    """``rev``'s ``skalign/`` as the importable package ``skalign_old``."""
-    tmp = Path(tempfile.mkdtemp(prefix="skalign_old_"))
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "skalign"],
-                             check=True, capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive, check=True)
-    (tmp / "skalign").rename(tmp / "skalign_old")
-    sys.path.insert(0, str(tmp))
-    return "skalign_old"
 
 
 class StageTimer:

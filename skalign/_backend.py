@@ -321,10 +321,10 @@ def _affine_parts(W, mean_in, mean_out, normalize_in, scale_out):
     :math:`s\,((c\,b / \lVert b \rVert - m_\text{in}) W + m_\text{out})
     = (b \cdot \tfrac{c}{\lVert b \rVert} - m_\text{in})(sW) + s\,m_\text{out}` for a row
     :math:`b`: the normalisation is one factor per row and the scale moves into the weights and
-    the bias, so a batch costs two passes over its input, one matrix product and one pass over the
-    output. The input is still centred before the product: folding :math:`m_\text{in} W` into
-    the bias as well would subtract two large terms in float32 where the embeddings sit far
-    from the origin.
+    the bias, so a batch costs two passes over its input and one matrix product (the numpy path
+    folds the bias into the product as well, :func:`affine_numpy_fn`). The input is still
+    centred before the product: folding :math:`m_\text{in} W` into the bias as well would
+    subtract two large terms in float32 where the embeddings sit far from the origin.
     """
     W, mi, mo = (np.asarray(A, dtype=np.float64) for A in (W, mean_in, mean_out))
     s = 1.0 if scale_out is None else float(scale_out)
@@ -374,39 +374,69 @@ def row_normalize_numpy(A):
     return A / np.maximum(norms, np.finfo(A.dtype).tiny)
 
 
+#: Rows prepared at a time by :func:`affine_numpy_fn`: a chunk of the batch (normalised,
+#: centred, summed) is still in the cache when the next pass reads it.
+AFFINE_CHUNK_ROWS = 2048
+
+
 def affine_numpy_fn(W, mean_in, mean_out, dtype=np.float32, *, normalize_in=None,
                     scale_out=None):
-    """:func:`affine_fn` in numpy, computing in ``dtype``: the CPU path of a fitted affine map
+    r""":func:`affine_fn` in numpy, computing in ``dtype``: the CPU path of a fitted affine map
     applied to numpy rows, which therefore never imports torch.
 
-    The function returned, ``fn(B, out=None)``, writes into ``out`` when given one, and keeps
-    one working buffer for the centred batch between calls, so that a stream of batches does
-    not allocate fresh pages for the kernel to zero each time. It is therefore for one thread
-    at a time; ``transform`` builds one per call.
+    The function returned, ``fn(B, out=None)``, writes into ``out`` when given one. Its
+    attribute ``fn.checked(B, out=None)`` returns ``(out, finite)`` as well, where ``finite``
+    is whether the sum of ``B``'s numbers is finite, taken chunk by chunk while the chunk is in
+    the cache: ``True`` proves every number finite, and ``False`` means a NaN or infinity, or a
+    sum that overflowed, which an exact check then tells apart (``skalign translate`` checks its
+    batches this way, without a pass of its own over them).
+
+    One product does the work, bias included: the rows are prepared in a working buffer of
+    width :math:`d + 1` whose last column is 1, and the weights carry the bias as their last
+    row, :math:`[\,n(B) - m_\text{in},\ 1\,] \begin{bmatrix} sW \\ s\,m_\text{out}
+    \end{bmatrix}`. A separate ``out += bias`` is a pass over the output, twice as wide as the
+    input on a 384 → 768 map, that a single thread makes while the product's threads wait. The
+    rows are prepared :data:`AFFINE_CHUNK_ROWS` at a time. The buffer is kept between calls, so
+    that a stream of batches does not allocate fresh pages for the kernel to zero each time;
+    the function is therefore for one thread at a time, and ``transform`` builds one per call.
     """
     mi, Ws, bias, c = _affine_parts(W, mean_in, mean_out, normalize_in, scale_out)
-    mi, Ws, bias = (None if A is None else A.astype(dtype) for A in (mi, Ws, bias))
+    d = Ws.shape[0]
+    mi = None if mi is None else mi.astype(dtype)
+    weights = np.vstack([Ws, bias[None, :]]).astype(dtype)
     info = np.finfo(dtype)
-    scratch = []  # the normalised or centred batch, one buffer reused from batch to batch
+    scratch = []  # the prepared batch and its column of ones, reused from batch to batch
 
     def work(B):
         if not scratch or scratch[0].shape[0] < len(B) or scratch[0].dtype != B.dtype:
-            scratch[:] = [np.empty(B.shape, dtype=B.dtype)]
+            S = np.empty((len(B), d + 1), dtype=B.dtype)
+            S[:, d] = 1
+            scratch[:] = [S]
         return scratch[0][:len(B)]
 
-    def fn(B, out=None):
-        if c is not None:
-            norms = np.sqrt(np.einsum("ij,ij->i", B, B))[:, None]
-            B = np.multiply(B, _row_factor(norms, B.dtype.type(c), info.tiny, info.max),
-                            out=work(B))
-            if mi is not None:
-                B -= mi
-        elif mi is not None:
-            B = np.subtract(B, mi, out=work(B))
-        out = np.matmul(B, Ws, out=out)
-        out += bias
-        return out
+    def run(B, out, check):
+        S = work(B)
+        total = B.dtype.type(0)
+        for lo in range(0, len(B), AFFINE_CHUNK_ROWS):
+            x, s = B[lo:lo + AFFINE_CHUNK_ROWS], S[lo:lo + AFFINE_CHUNK_ROWS, :d]
+            if c is not None:
+                norms = np.sqrt(np.einsum("ij,ij->i", x, x))[:, None]
+                np.multiply(x, _row_factor(norms, B.dtype.type(c), info.tiny, info.max), out=s)
+                if mi is not None:
+                    s -= mi
+            elif mi is not None:
+                np.subtract(x, mi, out=s)
+            else:
+                np.copyto(s, x)
+            if check:
+                with np.errstate(over="ignore", invalid="ignore"):  # overflow: the exact check
+                    total += np.add.reduce(x, axis=None)  # the chunk is still in the cache
+        return np.matmul(S, weights, out=out), bool(np.isfinite(total))
 
+    def fn(B, out=None):
+        return run(B, out, False)[0]
+
+    fn.checked = lambda B, out=None: run(B, out, True)
     return fn
 
 

@@ -1181,6 +1181,16 @@ class _BatchTranslator:
         if direct:
             self.fn = model._transform_numpy_fn(dtype=np.float32)
 
+    def _check_finite(self, vectors, start, exact=False):
+        """Raise the store's error at the first row with a NaN or infinity. The sum is finite
+        when every number is (one pass, no boolean array); an overflowing sum of finite
+        numbers only costs the exact check."""
+        if (exact or not np.isfinite(np.add.reduce(vectors, axis=None))) \
+                and not np.isfinite(vectors).all():
+            bad = start + int(np.flatnonzero(~np.isfinite(vectors).all(axis=1))[0])
+            raise StoreError(f"{self.where}: row {bad} has NaN or infinite numbers; drop or "
+                             "re-embed those rows first.")
+
     def _buffer(self, n, d_out):
         if len(self.buffers) < self.n_buffers or self.buffers[0].shape[0] < n:
             self.buffers = [np.empty((n, d_out), np.float32) for _ in range(self.n_buffers)]
@@ -1188,14 +1198,17 @@ class _BatchTranslator:
         return self.buffers[-1][:n]
 
     def __call__(self, vectors, start):
-        # the sum is finite when every number is (one pass, no boolean array); an overflowing
-        # sum of finite numbers only costs the exact check
-        if not np.isfinite(np.add.reduce(vectors, axis=None)) and not np.isfinite(vectors).all():
-            bad = start + int(np.flatnonzero(~np.isfinite(vectors).all(axis=1))[0])
-            raise StoreError(f"{self.where}: row {bad} has NaN or infinite numbers; drop or "
-                             "re-embed those rows first.")
         if self.fn is not None and vectors.dtype == np.float32 and vectors.ndim == 2:
-            return self.fn(vectors, out=self._buffer(len(vectors), self.model.n_features_out_))
+            # the affine map sums the rows it prepares: no pass of its own for the check. A NaN
+            # or infinity raises below, so numpy's warnings about them are not wanted here.
+            out = self._buffer(len(vectors), self.model.n_features_out_)
+            with np.errstate(over="ignore", invalid="ignore"):
+                out, finite = self.fn.checked(vectors, out=out)
+            if not finite:
+                self._check_finite(vectors, start, exact=True)
+                out = self.fn(vectors, out=out)  # finite numbers whose sum overflowed
+            return out
+        self._check_finite(vectors, start)
         try:
             res = self.model.transform(vectors)
         except ValueError as exc:

@@ -225,3 +225,19 @@ def test_bench_stores_measured_allowance():
     assert bench.began_at(text) == 0.5
     assert bench.started_allowance(text, 0) == 0.5 + 10.0 - 0.5 + 1.0  # no more than all of it
     assert bench.started_allowance(text, 200) == 0.5 + 10.0 - 3.0 + 1.0
+
+
+def test_affine_side_by_side_runs(load_benchmark, tmp_path):
+    """Two versions of the affine map side by side (here the committed one against the working
+    tree's): every repeat times both, alternating which goes first, and their outputs agree."""
+    out = tmp_path / "side.csv"
+    rows = load_benchmark("affine_side_by_side").main(
+        ["--old-commit", "HEAD", "--rows", "70000", "--repeats", "2", "--csv", str(out)])
+    assert [r["first"] for r in rows] == ["old", "new"]
+    assert all(r["rows"] == 70000 and r["old_s"] > 0 and r["new_s"] > 0 for r in rows)
+    assert all(r["max_abs_diff"] <= 1e-6 for r in rows)
+    assert out.read_text().splitlines()[0].startswith("repeat,first,rows,batch,old_s")
+    summary = (tmp_path / "side_summary.csv").read_text().splitlines()
+    assert summary[0] == "key,value" and "rows,70000" in summary
+    assert {line.split(",")[0] for line in summary[1:]} == {
+        "rows", "old_s", "new_s", "new_over_old", "max_abs_diff"}

@@ -130,3 +130,45 @@ def test_batches_written_in_place_give_the_same_numbers():
         np.testing.assert_array_equal(np.concatenate(parts),
                                       clone(model).set_params(batch_size=64).fit(X, Y)
                                       .transform(X))
+
+
+@pytest.mark.parametrize("params", [{"normalize": True}, {"normalize": False},
+                                    {"normalize": False, "center": False},
+                                    {"normalize": "source", "scale": True}])
+def test_affine_map_prepares_rows_in_chunks_and_sums_them(params, monkeypatch):
+    """The numpy affine map prepares its rows a chunk at a time and folds the bias into the
+    product: the numbers do not depend on the chunk, they are the float64 map's to float32
+    rounding, and the sum it returns tells finite batches from those with a NaN, an infinity or
+    an overflowing sum, which the store's batch translator then checks exactly."""
+    import skalign._backend as backend
+    from skalign._stores import StoreError, _BatchTranslator
+
+    rng = np.random.default_rng(5)
+    X = (rng.normal(size=(300, 12)) * rng.uniform(0.5, 4, size=(300, 1)) + 2).astype(np.float32)
+    Y = (X @ rng.normal(size=(12, 20)) + 1).astype(np.float32)
+    model = ProcrustesAligner(**params).fit(X, Y)
+    whole = model._transform_numpy_fn(np.float32)(X)
+    monkeypatch.setattr(backend, "AFFINE_CHUNK_ROWS", 7)
+    fn = model._transform_numpy_fn(np.float32)
+    out, finite = fn.checked(X)
+    np.testing.assert_array_equal(out, whole)
+    assert finite
+    np.testing.assert_allclose(out, model.transform(X.astype(np.float64)), rtol=1e-5, atol=1e-5)
+    for bad, value in ((13, np.nan), (20, np.inf), (299, -np.inf)):
+        B = X.copy()
+        B[bad, 3] = value
+        with np.errstate(invalid="ignore", over="ignore"):
+            assert not fn.checked(B)[1]
+        with pytest.raises(StoreError, match=f"row {1000 + bad} has NaN or infinite"):
+            _BatchTranslator(model, "src")(B, 1000)
+    if params["normalize"]:
+        return  # normalised rows: their sum cannot overflow
+    # finite numbers whose sum overflows float32: checked exactly, then translated
+    B = X.copy()
+    B[:4, :] = np.float32(1e37) * np.sign(B[:4, :] + 10)
+    with np.errstate(over="ignore", invalid="ignore"):
+        assert not fn.checked(B)[1]
+        expected = model._transform_numpy_fn(np.float32)(B)
+    with np.errstate(over="ignore", invalid="ignore"):
+        got = _BatchTranslator(model, "src")(B, 0)
+    np.testing.assert_array_equal(got, expected)
