@@ -255,6 +255,12 @@ def command_seconds(text):
     return float(took.group(1)) if took else None
 
 
+def resumed_row(text):
+    """The row the command resumed at, from its "resumed at row N" (0 for a run from the start)."""
+    at = re.search(r"resumed at row (\d+)", text)
+    return int(at.group(1)) if at else 0
+
+
 def within_span(took, span, allowed):
     """Whether a rerun's translation span (``span``, ``_CLI``) took at most ``allowed``: a rerun
     that found the output published (``took`` None) counts as in time, a missing timing as
@@ -269,8 +275,7 @@ def rerun_times(text, n, full_s):
     if "already exists" in text:
         return None, n, 0.1 * full_s
     took = command_seconds(text)
-    start = re.search(r"resumed at row (\d+)", text)
-    at = int(start.group(1)) if start else 0
+    at = resumed_row(text)
     allowed = full_s * (n - at) / n + 0.1 * full_s
     return (float("inf") if took is None else took), at, allowed
 

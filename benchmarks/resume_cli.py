@@ -23,7 +23,6 @@ following a killed run costs without any resuming.
 
 import argparse
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -37,7 +36,13 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import store_backends as sb  # noqa: E402
-from bench_stores import _CLI, make_model_and_rows, translate_cpu  # noqa: E402
+from bench_stores import (  # noqa: E402
+    _CLI,
+    command_seconds,
+    make_model_and_rows,
+    resumed_row,
+    translate_cpu,
+)
 
 
 def command(model_path, src, out, env, kill_at=None, n=None):
@@ -61,12 +66,10 @@ def command(model_path, src, out, env, kill_at=None, n=None):
         p.returncode = os.waitstatus_to_exitcode(status)
         log.seek(0)
         text = log.read()
-    took = re.search(r" in ([\d.]+) s", text)
-    if p.returncode or not took:
+    took = command_seconds(text)
+    if p.returncode or took is None:
         raise SystemExit(text)
-    at = re.search(r"resumed at row (\d+)", text)
-    return (float(took.group(1)), translate_cpu(text), int(at.group(1)) if at else 0,
-            usage.ru_utime, usage.ru_stime)
+    return took, translate_cpu(text), resumed_row(text), usage.ru_utime, usage.ru_stime
 
 
 def twice(model_path, src, root, env, k):

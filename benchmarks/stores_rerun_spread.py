@@ -11,7 +11,6 @@ rerun resumed at and the 1-minute load average. Every output is removed after it
 
 import argparse
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -23,7 +22,13 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import store_backends as sb  # noqa: E402
 from _common import write_rows  # noqa: E402
-from bench_stores import make_model_and_rows, run_cli, translate_cpu  # noqa: E402
+from bench_stores import (  # noqa: E402
+    command_seconds,
+    make_model_and_rows,
+    resumed_row,
+    run_cli,
+    translate_cpu,
+)
 
 
 def main():
@@ -53,11 +58,10 @@ def main():
                 load = os.getloadavg()[0]
                 status, _, _, text, _ = run_cli(["translate", model_path, src, out], env)
                 assert status == 0, text
-                at = re.search(r"resumed at row (\d+)", text)
                 rows.append({"kind": args.kind, "rows": n, "repeat": rep, "run": what,
-                             "translate_s": float(re.search(r" in ([\d.]+) s", text).group(1)),
+                             "translate_s": command_seconds(text),
                              "translate_cpu_s": translate_cpu(text),
-                             "resumed_at": int(at.group(1)) if at else 0,
+                             "resumed_at": resumed_row(text),
                              "load_1min": round(load, 2)})
                 print(" ".join(f"{k}={v}" for k, v in rows[-1].items()), flush=True)
                 p = Path(out)

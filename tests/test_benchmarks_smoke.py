@@ -225,6 +225,12 @@ def test_bench_stores_measured_allowance():
     assert bench.began_at(text) == 0.5
     assert bench.started_allowance(text, 0) == 0.5 + 10.0 - 0.5 + 1.0  # no more than all of it
     assert bench.started_allowance(text, 200) == 0.5 + 10.0 - 3.0 + 1.0
+    # the command's own summary: its seconds and the row it resumed at
+    rerun = "resumed at row 100 (of 300)\ntranslated 300 rows in 5.0 s (60 rows/s)\n"
+    assert bench.command_seconds(rerun) == 5.0 and bench.command_seconds("none") is None
+    assert bench.resumed_row(rerun) == 100 and bench.resumed_row(text) == 0
+    took, at, allowed = bench.rerun_times(rerun, 300, 9.0)
+    assert (took, at) == (5.0, 100) and allowed == pytest.approx(9.0 * 200 / 300 + 0.9)
 
 
 def test_affine_side_by_side_runs(load_benchmark, tmp_path):
