@@ -1199,8 +1199,8 @@ class _BatchTranslator:
 
     def __call__(self, vectors, start):
         if self.fn is not None and vectors.dtype == np.float32 and vectors.ndim == 2:
-            # the affine map sums the rows it prepares: no pass of its own for the check. A NaN
-            # or infinity raises below, so numpy's warnings about them are not wanted here.
+            # the affine map sums the batch chunk by chunk as it centres it: no pass of its own
+            # for the check. A NaN or infinity raises below: numpy's warnings are not wanted.
             out = self._buffer(len(vectors), self.model.n_features_out_)
             with np.errstate(over="ignore", invalid="ignore"):
                 out, finite = self.fn.checked(vectors, out=out)
