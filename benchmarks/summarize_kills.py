@@ -48,6 +48,7 @@ STUDIES = [
     "stores_kills_chroma_200k_phases.csv",
     "stores_kills_qdrant_50k_adjacent.csv",
     "stores_kills_chroma_200k_adjacent.csv",
+    "stores_kills_chroma_200k_adjacent10.csv",
 ]
 
 COLUMNS = ["study", "backend", "rows", "kills", "killed_mid_run", "resumed", "identical",
