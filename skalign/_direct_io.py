@@ -15,7 +15,7 @@ import mmap
 import os
 import sys
 
-__all__ = ["BLOCK", "SequentialWriter", "start_writeback"]
+__all__ = ["BLOCK", "SequentialWriter", "aligned_empty", "start_writeback"]
 
 #: alignment of direct I/O offsets, lengths and memory (the page size; covers the usual 512-byte
 #: and 4 KiB logical blocks)
@@ -50,6 +50,24 @@ def start_writeback(f, offset, nbytes):
         fn(f.fileno(), offset, nbytes, 2)  # SYNC_FILE_RANGE_WRITE; advice: errors are moot
 
 
+def aligned_empty(shape, dtype):
+    """An uninitialised C-contiguous array whose first byte sits at a ``BLOCK`` boundary: a
+    :class:`SequentialWriter` writes such an array's whole blocks straight from its memory."""
+    import numpy as np
+
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + BLOCK, np.uint8)
+    k = -raw.ctypes.data % BLOCK
+    return raw[k:k + nbytes].view(dtype).reshape(shape)
+
+
+def _address(mv):
+    import numpy as np
+
+    return np.frombuffer(mv, np.uint8).ctypes.data if len(mv) else 0
+
+
 def _pwrite_all(fd, view, offset):
     while len(view):
         n = os.pwrite(fd, view, offset)
@@ -65,7 +83,10 @@ class SequentialWriter:
     in is held back (its bytes before ``at`` read from the file first), so :meth:`sync` writes
     that partial block through the page cache before the ``fsync``: after a sync every byte
     given is durable; the next direct write of that block replaces it (the kernel writes back
-    and drops cached pages of a range before writing it directly).
+    and drops cached pages of a range before writing it directly). Data that is itself
+    block-aligned in memory and starts at a block boundary of the file (an ``.npy`` shadow's
+    batches from :func:`aligned_empty` buffers after its one-block header) skips the staging
+    copy: its whole blocks go to the disk from where they are.
 
     ``direct=False``, no ``O_DIRECT`` here, or a file system that refuses it (``EINVAL``):
     plain writes through ``f`` with :func:`start_writeback`. Either way the bytes end up the
@@ -99,9 +120,16 @@ class SequentialWriter:
         return self.pos
 
     def write(self, data):
-        """Append ``data`` (bytes-like) at :meth:`tell`."""
+        """Append ``data`` (bytes-like) at :meth:`tell`.
+
+        Where nothing is staged (the file offset at a block boundary) and ``data`` starts at a
+        block boundary in memory (:func:`aligned_empty`), its whole blocks are written straight
+        from it, without the copy into the staging buffer; only the rest is staged."""
         mv = memoryview(data).cast("B")
         i = 0
+        if (self.fd is not None and self.fill == 0 and len(mv) >= BLOCK
+                and _address(mv) % BLOCK == 0):
+            i = self._put_from(mv[:len(mv) - len(mv) % BLOCK])
         while i < len(mv) and self.fd is not None:
             k = min(len(mv) - i, CHUNK - self.fill)
             self.view[self.fill:self.fill + k] = mv[i:i + k]
@@ -132,6 +160,22 @@ class SequentialWriter:
         rest = self.fill - whole  # < BLOCK <= whole: the two ranges do not overlap
         self.view[:rest] = self.view[whole:self.fill]
         self.base, self.fill = self.base + whole, rest
+
+    def _put_from(self, view):
+        """Write ``view`` (whole blocks at a block boundary of memory and of the file) directly;
+        return how many bytes it took: all, or none where direct writes are refused after all
+        (then the caller writes them through the page cache, over any block written
+        directly before the refusal: the same bytes)."""
+        try:
+            _pwrite_all(self.fd, view, self.base)
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:
+                raise
+            self._close_direct()  # nothing staged: fill is 0
+            return 0
+        self.base += len(view)
+        self.pos += len(view)
+        return len(view)
 
     def _fall_back(self):
         _pwrite_all(self.f.fileno(), self.view[:self.fill], self.base)

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ._direct_io import SequentialWriter
+from ._direct_io import BLOCK, SequentialWriter
 from ._journal import CommitClock, FileLock, fsync_dir, read_journal, write_journal
 from .exceptions import StoreError
 
-__all__ = ["FileShadow", "NpyShadow", "atomic_file", "check_parent", "remove_path",
-           "replace_path", "swap_paths", "tmp_sibling"]
+__all__ = ["FileShadow", "NpyShadow", "atomic_file", "check_parent", "create_npy",
+           "remove_path", "replace_path", "swap_paths", "tmp_sibling"]
 
 
 def tmp_sibling(path, suffix=""):
@@ -148,8 +148,32 @@ class FileShadow:
         return backup
 
 
+def create_npy(path, shape, dtype, align=BLOCK):
+    """Create the ``.npy`` file ``path`` for an array of ``shape`` (its data not written yet: a
+    sparse file of zeros) with a header padded to ``align`` bytes; return the data's offset.
+
+    numpy pads a header to 64 bytes; the format allows any padding of the header's dictionary
+    with spaces (``numpy.load`` reads the length it declares), and at a block boundary every
+    batch of whole blocks can be written directly from the translation's buffers
+    (:meth:`SequentialWriter.write`)."""
+    d = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False,
+         "shape": tuple(int(k) for k in shape)}
+    text = repr(d).encode("latin1")
+    prefix = np.lib.format.magic(1, 0)
+    room = align - len(prefix) - 2
+    if len(text) + 1 > room:  # pragma: no cover - a shape with thousands of digits
+        raise ValueError(f"{path}: .npy header of {len(text)} bytes does not fit in {align}")
+    header = prefix + room.to_bytes(2, "little") + text.ljust(room - 1) + b"\n"
+    with open(path, "wb") as f:
+        f.write(header)
+        f.truncate(align + int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize)
+    return align
+
+
 class NpyShadow(FileShadow):
-    """The shadow is a full-size ``.npy`` filled in order; the journal holds the committed rows."""
+    """The shadow is a full-size ``.npy`` filled in order (its header one block long, so that
+    its rows start at a block boundary, :func:`create_npy`); the journal holds the committed
+    rows."""
 
     suffix = ".npy"
     pipelined = True  # writes and fsyncs release the GIL
@@ -177,11 +201,8 @@ class NpyShadow(FileShadow):
                 return self.rows
             del mm
             self.discard()
-        mm = np.lib.format.open_memmap(
-            self.partial, mode="w+", dtype=np.float32, shape=(job.reader.n_rows, job.d_out)
-        )
-        self.offset, self.rows = mm.offset, 0
-        del mm
+        self.offset = create_npy(self.partial, (job.reader.n_rows, job.d_out), np.float32)
+        self.rows = 0
         self._open()
         write_journal(self.journal, fingerprint=fp, rows=0)
         return 0
@@ -195,6 +216,7 @@ class NpyShadow(FileShadow):
         if start != self.rows:  # pragma: no cover - a reader that skipped or repeated rows
             raise StoreError(f"{self.path}: internal error, row {start} after {self.rows}.")
         # sequential writes after the header, straight to the disk where the system allows
+        # the translator's buffers are block-aligned: their whole blocks are written uncopied
         self._seq.write(np.ascontiguousarray(out, dtype=np.float32).data)
         self.rows += len(out)
         if self.clock.due():

@@ -4,9 +4,9 @@ Formats are chosen from the path:
 
 * ``*.npy``: a 2-D numpy array, read memory-mapped in windows of ``batch_size`` rows (each
   window is unmapped after use, so the resident set stays bounded); written to a temporary
-  ``.npy`` created by :func:`numpy.lib.format.open_memmap` and filled with sequential writes
-  (direct I/O where the file system allows it, :mod:`skalign._direct_io`; so are a Parquet
-  file and a folder's unsharded parts).
+  ``.npy`` with a one-block header (:func:`skalign._shadow.create_npy`) filled with
+  sequential writes (direct I/O where the file system allows it, :mod:`skalign._direct_io`;
+  so are a Parquet file and a folder's unsharded parts).
 * ``*.parquet``: one Parquet file; an existing folder containing ``*.parquet`` files (searched
   recursively) is a sharded dataset. An output path without a suffix is written as a folder of
   shards: one output shard per input shard (same relative names), or one
@@ -36,7 +36,7 @@ import numpy as np
 
 from ._backend import default_batch_size as _default_batch_size
 from ._backend import iter_batches
-from ._direct_io import SequentialWriter
+from ._direct_io import SequentialWriter, aligned_empty
 from ._journal import read_journal, write_journal
 from ._parquet_footer import footer_of
 from ._shadow import (
@@ -1164,7 +1164,9 @@ class _BatchTranslator:
     A CPU affine map (``ProcrustesAligner``, ``LinearAligner``) applied to float32 batches
     writes into ``n_buffers`` output buffers used in turn (the batches still being written
     behind keep theirs while the next batch is translated into another) instead of fresh
-    arrays, which would be new pages for the kernel to zero first, batch after batch. A writer
+    arrays, which would be new pages for the kernel to zero first, batch after batch. The
+    buffers start at a block boundary, so that direct writes take them as they are
+    (:meth:`skalign._direct_io.SequentialWriter.write`). A writer
     must therefore be done with a batch when its ``write_unit`` returns (every writer copies or
     encodes it). The product is the same as ``model.transform``'s, so are the results.
     """
@@ -1193,7 +1195,7 @@ class _BatchTranslator:
 
     def _buffer(self, n, d_out):
         if len(self.buffers) < self.n_buffers or self.buffers[0].shape[0] < n:
-            self.buffers = [np.empty((n, d_out), np.float32) for _ in range(self.n_buffers)]
+            self.buffers = [aligned_empty((n, d_out), np.float32) for _ in range(self.n_buffers)]
         self.buffers.append(self.buffers.pop(0))
         return self.buffers[-1][:n]
 

@@ -185,3 +185,62 @@ def test_writers_say_which_threads_keep_a_core_busy(tmp_path):
         assert got == (behind.depth if want is None else want), dst
         if want is None:
             assert behind.depth >= 2
+
+
+def test_aligned_batches_are_written_uncopied_and_the_rest_staged(tmp_path, monkeypatch):
+    """Block-aligned memory at a block boundary of the file goes to the disk from where it is
+    (no copy into the staging buffer); a tail shorter than a block, unaligned memory and an
+    unaligned offset are staged; the file is the same bytes in every order of the two."""
+    if not _direct_supported(tmp_path / "probe"):
+        pytest.skip("no O_DIRECT on this file system")
+    rng = np.random.default_rng(3)
+    X = _direct_io.aligned_empty((700, 96), np.float32)
+    assert X.ctypes.data % BLOCK == 0 and X.flags.c_contiguous
+    X[:] = rng.standard_normal(X.shape)
+    assert 32 * X.strides[0] == 3 * BLOCK
+    # whole blocks, aligned in memory and in the file, twice; 4 rows, less than a block (staged);
+    # then pieces that start aligned in memory (row 192) or not, after a staged partial block
+    cuts = [0, 64, 96, 100, 192, 300, 700]
+    copied = []
+    real_put = SequentialWriter._put
+
+    def spy(self, whole):
+        copied.append(whole)
+        return real_put(self, whole)
+
+    monkeypatch.setattr(SequentialWriter, "_put", spy)
+    path = tmp_path / "f.npy"
+    offset = _shadow.create_npy(path, X.shape, np.float32)
+    assert offset == BLOCK
+    with open(path, "r+b") as f:
+        w = SequentialWriter(f, offset)
+        assert w.direct
+        direct = []
+        for a, b in zip(cuts[:-1], cuts[1:]):
+            before = sum(copied)
+            w.write(X[a:b].data)
+            direct.append(sum(copied) == before)  # nothing went through the staging buffer
+        assert w.direct  # and nothing through the page cache
+        w.sync()
+        w.close()
+    got = np.load(path)
+    np.testing.assert_array_equal(got, X)
+    # 64 rows: 6 whole blocks, uncopied; 32 rows from there: 3 blocks, uncopied; 4 rows
+    # leave a partial block staged, so the next pieces go through the staging buffer
+    assert direct[:2] == [True, True]
+    assert sum(copied) > 0
+
+
+def test_the_npy_shadow_header_is_one_block_and_numpy_reads_it(tmp_path):
+    """``create_npy``: a header numpy reads (dtype, shape, C order) padded to one block, the
+    data zeros until written, and the file exactly header plus data long."""
+    path = tmp_path / "a.npy"
+    offset = _shadow.create_npy(path, (10, 3), np.float32)
+    assert offset == BLOCK and path.stat().st_size == BLOCK + 10 * 3 * 4
+    with open(path, "rb") as f:
+        assert np.lib.format.read_magic(f) == (1, 0)
+        shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+    assert (shape, fortran, dtype) == ((10, 3), False, np.dtype(np.float32))
+    mm = np.load(path, mmap_mode="r")
+    assert mm.offset == BLOCK and mm.shape == (10, 3)
+    np.testing.assert_array_equal(mm, np.zeros((10, 3), np.float32))
