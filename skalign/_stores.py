@@ -24,6 +24,7 @@ fix raise :class:`StoreError`, whose one-line message names the file and the fix
 
 from __future__ import annotations
 
+import math
 import os
 import struct
 import sys
@@ -36,7 +37,7 @@ import numpy as np
 
 from ._backend import default_batch_size as _default_batch_size
 from ._backend import iter_batches
-from ._direct_io import SequentialWriter, aligned_empty
+from ._direct_io import BLOCK, SequentialWriter, aligned_empty
 from ._journal import read_journal, write_journal
 from ._parquet_footer import footer_of
 from ._shadow import (
@@ -962,6 +963,9 @@ def prepare_translation(model, src, dst, *, column=None, batch_size=None, replac
             batch_size = max(1, batch_size // ENCODE_DEPTH)
         if out_kind not in FILE_KINDS and out_kind != "faiss":
             batch_size = min(batch_size, ENGINE_BATCH_ROWS.get(out_kind, DATABASE_BATCH_ROWS))
+        if out_kind == "npy":  # whole blocks per batch: written from the buffers uncopied
+            rows = BLOCK // math.gcd(BLOCK, 4 * d_out)
+            batch_size = max(rows, batch_size - batch_size % rows)
     job = Translation(src, dst, reader, out_kind, d_in, d_out, batch_size,
                       column or reader.column or "vector")
     if not replace and not same and _output_exists(job):

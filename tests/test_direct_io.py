@@ -244,3 +244,20 @@ def test_the_npy_shadow_header_is_one_block_and_numpy_reads_it(tmp_path):
     mm = np.load(path, mmap_mode="r")
     assert mm.offset == BLOCK and mm.shape == (10, 3)
     np.testing.assert_array_equal(mm, np.zeros((10, 3), np.float32))
+
+
+@pytest.mark.parametrize("d_out", [768, 100, 3])
+def test_npy_default_batches_are_whole_blocks(tmp_path, d_out):
+    """The ``.npy`` output's default batch is a whole number of blocks (every batch then goes
+    to the disk from the translator's buffer) and still near the memory budget's size."""
+    from skalign import ProcrustesAligner
+    from skalign._stores import default_batch_size, prepare_translation
+
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((300, 8)).astype(np.float32)
+    model = ProcrustesAligner().fit(A, rng.standard_normal((300, d_out)).astype(np.float32))
+    np.save(tmp_path / "src.npy", A)
+    job = prepare_translation(model, tmp_path / "src.npy", tmp_path / "out.npy")
+    assert job.batch_size * 4 * d_out % BLOCK == 0
+    budget = default_batch_size(8, d_out)
+    assert budget - BLOCK < job.batch_size <= max(budget, BLOCK)
