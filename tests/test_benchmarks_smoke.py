@@ -247,3 +247,23 @@ def test_affine_side_by_side_runs(load_benchmark, tmp_path):
     assert summary[0] == "key,value" and "rows,70000" in summary
     assert {line.split(",")[0] for line in summary[1:]} == {
         "rows", "old_s", "new_s", "new_over_old", "max_abs_diff"}
+
+
+def test_stores_side_by_side_runs(load_benchmark, tmp_path):
+    """Two versions' ``bench_stores.py`` alternated on a small ``.npy`` store (here the same
+    commit twice): a row per run and version, both translations exact, and the summary's
+    medians and counts from those rows."""
+    import csv
+
+    bench = load_benchmark("stores_side_by_side")
+    out = tmp_path / "side.csv"
+    rows, summary = bench.main(["--old-commit", "HEAD", "--runs", "1", "--repeats", "1",
+                                "--rows", "3000", "--workdir", str(tmp_path), "--csv",
+                                str(out)])
+    assert [(r["code"], r["backend"]) for r in rows] == [("old", "npy"), ("new", "npy")]
+    assert rows[0]["commit"] == rows[1]["commit"]
+    assert summary["old_npy_runs"] == summary["new_npy_runs"] == 1
+    assert summary["new_npy_ratio"] == float(rows[1]["ratio"])
+    assert summary["new_npy_runs_at_target"] == int(float(rows[1]["ratio"]) >= 0.8)
+    got = {r["key"]: r["value"] for r in csv.DictReader(open(tmp_path / "side_summary.csv"))}
+    assert float(got["old_npy_translate_s"]) == float(rows[0]["translate_s"])
