@@ -49,6 +49,8 @@ STUDIES = [
     "stores_kills_qdrant_50k_adjacent.csv",
     "stores_kills_chroma_200k_adjacent.csv",
     "stores_kills_chroma_200k_adjacent10.csv",
+    "stores_kills_npy_zero_copy.csv",
+    "stores_kills_npy_zero_copy2.csv",
 ]
 
 COLUMNS = ["study", "backend", "rows", "kills", "killed_mid_run", "resumed", "identical",
