@@ -190,7 +190,8 @@ def test_writers_say_which_threads_keep_a_core_busy(tmp_path):
 def test_aligned_batches_are_written_uncopied_and_the_rest_staged(tmp_path, monkeypatch):
     """Block-aligned memory at a block boundary of the file goes to the disk from where it is
     (no copy into the staging buffer); a tail shorter than a block, unaligned memory and an
-    unaligned offset are staged; the file is the same bytes in every order of the two."""
+    unaligned offset are staged, until the staged bytes fill whole blocks again; the file is
+    the same bytes whichever way each piece went."""
     if not _direct_supported(tmp_path / "probe"):
         pytest.skip("no O_DIRECT on this file system")
     rng = np.random.default_rng(3)
@@ -198,37 +199,43 @@ def test_aligned_batches_are_written_uncopied_and_the_rest_staged(tmp_path, monk
     assert X.ctypes.data % BLOCK == 0 and X.flags.c_contiguous
     X[:] = rng.standard_normal(X.shape)
     assert 32 * X.strides[0] == 3 * BLOCK
-    # whole blocks, aligned in memory and in the file, twice; 4 rows, less than a block (staged);
-    # then pieces that start aligned in memory (row 192) or not, after a staged partial block
+    # whole blocks, aligned in memory and in the file, twice; 4 rows, less than a block
+    # (staged); then pieces that start aligned in memory (row 192) or not (row 300)
     cuts = [0, 64, 96, 100, 192, 300, 700]
-    copied = []
-    real_put = SequentialWriter._put
+    staged, uncopied = [], []
+    real_put, real_put_from = SequentialWriter._put, SequentialWriter._put_from
 
-    def spy(self, whole):
-        copied.append(whole)
+    def spy_put(self, whole):  # whole blocks written from the staging buffer
+        staged.append(whole)
         return real_put(self, whole)
 
-    monkeypatch.setattr(SequentialWriter, "_put", spy)
+    def spy_put_from(self, view):  # whole blocks written from the caller's memory
+        uncopied.append(len(view))
+        return real_put_from(self, view)
+
+    monkeypatch.setattr(SequentialWriter, "_put", spy_put)
+    monkeypatch.setattr(SequentialWriter, "_put_from", spy_put_from)
     path = tmp_path / "f.npy"
     offset = _shadow.create_npy(path, X.shape, np.float32)
     assert offset == BLOCK
     with open(path, "r+b") as f:
         w = SequentialWriter(f, offset)
         assert w.direct
-        direct = []
+        fills = []
         for a, b in zip(cuts[:-1], cuts[1:]):
-            before = sum(copied)
             w.write(X[a:b].data)
-            direct.append(sum(copied) == before)  # nothing went through the staging buffer
-        assert w.direct  # and nothing through the page cache
+            fills.append(w.fill)  # bytes held in the staging buffer
+        assert w.direct  # nothing went through the page cache
         w.sync()
         w.close()
-    got = np.load(path)
-    np.testing.assert_array_equal(got, X)
-    # 64 rows: 6 whole blocks, uncopied; 32 rows from there: 3 blocks, uncopied; 4 rows
-    # leave a partial block staged, so the next pieces go through the staging buffer
-    assert direct[:2] == [True, True]
-    assert sum(copied) > 0
+    np.testing.assert_array_equal(np.load(path), X)
+    row = X.strides[0]
+    # rows 0-96: 9 whole blocks from X's memory, nothing staged; rows 96-100 leave a partial
+    # block staged, so rows 100-192 are staged too, which fills whole blocks again; rows
+    # 192-300 (X's memory at a block boundary) go out uncopied but for their last 512 bytes
+    assert uncopied == [64 * row, 32 * row, 108 * row - 512]
+    assert fills[:5] == [0, 0, 4 * row, 0, 512]
+    assert sum(uncopied) + sum(staged) + fills[-1] == 700 * row
 
 
 def test_the_npy_shadow_header_is_one_block_and_numpy_reads_it(tmp_path):
