@@ -59,15 +59,22 @@ def write_rows(path, rows):
         w.writerows(rows)
 
 
+def git_tree(rev, *paths, prefix="skalign_tree_"):
+    """``rev``'s tree (or only ``paths`` of it), extracted with ``git archive`` into a new
+    temporary folder, which is returned (the caller removes it when done)."""
+    root = Path(__file__).resolve().parents[1]
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
+    archive = subprocess.run(["git", "-C", str(root), "archive", rev, *paths],
+                             check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive, check=True)
+    return tmp
+
+
 def old_package(rev):
     """``rev``'s ``skalign/`` as the importable package ``skalign_old``, extracted with ``git
     archive`` into a temporary folder: a side-by-side run times the same work with the old and
     the new code alternately in one process, since the machine's load moves absolute times."""
-    root = Path(__file__).resolve().parents[1]
-    tmp = Path(tempfile.mkdtemp(prefix="skalign_old_"))
-    archive = subprocess.run(["git", "-C", str(root), "archive", rev, "skalign"],
-                             check=True, capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive, check=True)
+    tmp = git_tree(rev, "skalign", prefix="skalign_old_")
     (tmp / "skalign").rename(tmp / "skalign_old")
     sys.path.insert(0, str(tmp))
     return "skalign_old"

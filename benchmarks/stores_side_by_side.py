@@ -18,6 +18,7 @@ many runs reached a ratio of 0.8.
 import argparse
 import csv
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -27,19 +28,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from _common import write_rows  # noqa: E402
+from _common import git_tree, write_rows  # noqa: E402
 
 KEEP = ["translate_s", "bulk_load_s", "ratio", "ratio_durable", "peak_rss_mib", "load_1min",
         "translate_runs_s", "bulk_runs_s", "ratio_runs"]
-
-
-def old_tree(rev):
-    """``rev``'s whole tree in a temporary folder (its benchmarks run its own package)."""
-    tmp = Path(tempfile.mkdtemp(prefix="skalign_tree_"))
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], check=True,
-                             capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive, check=True)
-    return tmp
 
 
 def commit(rev):
@@ -89,21 +81,24 @@ def main(argv=None):
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--csv", default=None)
     args = ap.parse_args(argv)
-    trees = {"old": (old_tree(args.old_commit), commit(args.old_commit)),
-             "new": (ROOT, commit("HEAD"))}
+    old = git_tree(args.old_commit)  # its benchmarks run its own package
+    trees = {"old": (old, commit(args.old_commit)), "new": (ROOT, commit("HEAD"))}
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for run in range(args.runs):
-            for code in ("old", "new"):
-                tree, rev = trees[code]
-                got = bench_run(tree, args, Path(tmp) / f"{code}{run}.csv")
-                for r in got:
-                    row = {"run": run, "code": code, "commit": rev, "backend": r["backend"],
-                           "rows": r["rows"], **{k: r.get(k, "") for k in KEEP}}
-                    rows.append(row)
-                    print(f"run {run} {code:3s} {r['backend']:8s} translate {r['translate_s']} "
-                          f"s, bulk load {r['bulk_load_s']} s, ratio {r['ratio']} "
-                          f"(pairs {r.get('ratio_runs', '')})", flush=True)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for run in range(args.runs):
+                for code in ("old", "new"):
+                    tree, rev = trees[code]
+                    got = bench_run(tree, args, Path(tmp) / f"{code}{run}.csv")
+                    for r in got:
+                        row = {"run": run, "code": code, "commit": rev, "backend": r["backend"],
+                               "rows": r["rows"], **{k: r.get(k, "") for k in KEEP}}
+                        rows.append(row)
+                        print(f"run {run} {code:3s} {r['backend']:8s} translate {r['translate_s']} "
+                              f"s, bulk load {r['bulk_load_s']} s, ratio {r['ratio']} "
+                              f"(pairs {r.get('ratio_runs', '')})", flush=True)
+    finally:
+        shutil.rmtree(old, ignore_errors=True)
     summary = summarize(rows)
     for k, v in summary.items():
         print(f"{k},{v}")
