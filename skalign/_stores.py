@@ -1279,18 +1279,21 @@ def translate_store(model, src, dst, *, column=None, batch_size=None, progress=F
             if bar is not None:
                 bar.close()
     return TranslationResult(reader.n_rows, display(backup) if backup is not None else None,
-                             resumed_from)
+                             resumed_from, getattr(writer, "restarted", None))
 
 
 class TranslationResult(int):
     """The number of rows translated (an ``int``), with ``backup``: where ``--replace`` kept the
-    previous output (``None`` if there was none), and ``resumed_from``: the rows a crashed run
-    had committed, which this one did not translate again (0 for a fresh start)."""
+    previous output (``None`` if there was none), ``resumed_from``: the rows a crashed run
+    had committed, which this one did not translate again (0 for a fresh start), and
+    ``restarted``: why a crashed run's shadow of this same job could not be resumed and was
+    translated afresh (``None`` where that did not happen)."""
 
-    def __new__(cls, n, backup=None, resumed_from=0):
+    def __new__(cls, n, backup=None, resumed_from=0, restarted=None):
         self = super().__new__(cls, n)
         self.backup = backup
         self.resumed_from = int(resumed_from)
+        self.restarted = restarted
         return self
 
 

@@ -516,6 +516,8 @@ def cmd_translate(args, out):
             f"{display(args.input)} -> {display(args.output)} in {secs:.2f} s "
             f"({n / max(secs, 1e-9):,.0f} rows/s)"
             + (f", resumed at row {n.resumed_from}" if getattr(n, "resumed_from", 0) else ""))
+        if getattr(n, "restarted", None):
+            out(f"translated from row 0: {n.restarted}")
         if getattr(n, "backup", None):
             out(f"previous {display(args.output)} kept as {n.backup}; `skalign restore "
                 f"{args.output}` puts it back")

@@ -317,8 +317,10 @@ def translate(model, input, output, *, column=None, batch_size=None, progress=Fa
     -------
     n_rows : int
         Number of rows translated (an ``int`` whose ``backup`` attribute names the backup
-        ``replace`` kept, or ``None``, and ``resumed_from`` the rows a crashed run had
-        committed and this call did not translate again, 0 for a fresh start).
+        ``replace`` kept, or ``None``, ``resumed_from`` the rows a crashed run had
+        committed and this call did not translate again, 0 for a fresh start, and
+        ``restarted`` why a crashed run's shadow could not be resumed and was translated
+        afresh — a Chroma shadow Chroma itself refuses to open after a kill — or ``None``).
     """
     from ._stores import translate_store
 

@@ -267,3 +267,27 @@ def test_stores_side_by_side_runs(load_benchmark, tmp_path):
     assert summary["new_npy_runs_at_target"] == int(float(rows[1]["ratio"]) >= 0.8)
     got = {r["key"]: r["value"] for r in csv.DictReader(open(tmp_path / "side_summary.csv"))}
     assert float(got["old_npy_translate_s"]) == float(rows[0]["translate_s"])
+
+
+def test_chroma_resumed_search_runs(load_benchmark, tmp_path):
+    """``chroma_resumed_search.py`` on a tiny collection: an uninterrupted run, a killed run
+    and its rerun, another uninterrupted run; every output holds the same records, each is
+    searched, and the summary counts and medians come from the rows."""
+    pytest.importorskip("chromadb")
+    import csv
+
+    bench = load_benchmark("chroma_resumed_search")
+    out = tmp_path / "crs.csv"
+    rows, summary = bench.main(["--rows", "1500", "--pairs", "1", "--queries", "40",
+                                "--workdir", str(tmp_path), "--csv", str(out)])
+    assert [r["kind"] for r in rows] == ["uninterrupted", "resumed", "uninterrupted"]
+    assert all(r["status"] == 0 and r["records"] == 1500 for r in rows)
+    assert len({r["digest"] for r in rows}) == 1 and rows[1]["kill_after_s"] > 0
+    # a search of 1,500 records finds every query's own record: a broken check would not
+    assert all(r["self_top1"] >= 0.95 and r["recall10"] >= 0.9 for r in rows)
+    assert summary["uninterrupted_runs"] == 2 and summary["resumed_runs"] == 1
+    assert summary["resumed_recall10_median"] == round(rows[1]["recall10"], 4)
+    assert summary["resumed_same_records"] == 1 and summary["check_errors"] == 0
+    got = {r["key"]: r["value"] for r in csv.DictReader(open(tmp_path / "crs_summary.csv"))}
+    assert float(got["uninterrupted_self_top1_min"]) == summary["uninterrupted_self_top1_min"]
+    assert not list(tmp_path.glob("chroma-resumed-search-*"))  # its folder removed

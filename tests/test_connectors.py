@@ -307,8 +307,46 @@ def test_chroma_shadow_chroma_cannot_open_is_started_afresh(tmp_path, data, monk
     added.clear()
     result = translate(model, src, b.output(tmp_path), batch_size=40)
     assert state["refused"] and result.resumed_from == 0
+    # the rerun says why it started afresh, with Chroma's own words
+    assert result.restarted.startswith("Chroma could not open the shadow a crashed run left")
+    assert "Failed to apply logs to the hnsw segment writer" in result.restarted
     assert added[0][0] == "id0000000"
     _assert_chroma_output(b, tmp_path, model, X)  # also: no shadow and no orphaned folder
+
+
+def test_cli_says_why_a_crashed_runs_shadow_was_not_resumed(tmp_path, data, monkeypatch,
+                                                            capsys):
+    """The command's summary says where a rerun started afresh and why; a normal resume
+    or a fresh run has no such line."""
+    chromadb = pytest.importorskip("chromadb")
+    from chromadb.errors import InternalError
+
+    X, model, b, src, added, state = _chroma_adds(tmp_path, data, monkeypatch, 200, 0, 1, 2)
+    path = str(save(model, tmp_path / "m.skops"))
+    with pytest.raises(_Crash):
+        translate(model, src, b.output(tmp_path), batch_size=40)
+    state["crash_at"] = None
+    Collection = chromadb.api.models.Collection.Collection
+    count = Collection.count
+
+    def broken_count(self):  # the crashed run's shadow only: the new one counts
+        if self.name.startswith("out_skalign_") and not state.get("refused"):
+            state["refused"] = True
+            raise InternalError("Failed to apply logs to the hnsw segment writer")
+        return count(self)
+
+    monkeypatch.setattr(Collection, "count", broken_count)
+    capsys.readouterr()
+    assert main(["translate", path, src, b.output(tmp_path), "--batch-size", "40"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-1] == ("translated from row 0: Chroma could not open the shadow a crashed "
+                         "run left (Failed to apply logs to the hnsw segment writer); it was "
+                         "dropped")
+    assert state["refused"] and "resumed at row" not in lines[-2]
+    _assert_chroma_output(b, tmp_path, model, X)
+    assert main(["translate", path, src, b.output(tmp_path, "other"), "--batch-size",
+                 "40"]) == 0
+    assert "translated from row 0" not in capsys.readouterr().out
 
 
 def test_chroma_reads_by_id_in_chromas_order(tmp_path, data, monkeypatch):

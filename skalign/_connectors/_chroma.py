@@ -296,6 +296,7 @@ _NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9._-]{1,510}[a-zA-Z0-9]")
 
 class Writer(_Handles):
     normalizes = False  # Chroma keeps the embeddings as given, whatever the space
+    restarted = None  # why a crashed run's shadow was dropped instead of resumed
     pipelined = True  # Chroma's Rust core writes without the GIL
 
     def __init__(self, address, job):
@@ -341,12 +342,15 @@ class Writer(_Handles):
             self.collection = self.client.get_collection(self.shadow, embedding_function=None)
             try:
                 count = self.collection.count()
-            except ChromaError:
+            except ChromaError as exc:
                 # a kill in the middle of an add can leave the shadow's HNSW files behind its
                 # log, and Chroma then refuses the collection ("Failed to apply logs to the
-                # hnsw segment writer", 1 kill in about 16 at 200,000 records): what it holds
-                # cannot be read back, so the run starts afresh
+                # hnsw segment writer", 2 of the 44 kills of the studies at 200,000 records):
+                # what it holds cannot be read back, so the run starts afresh, and says why
                 drop_collection(self.client, self.address, self.shadow)
+                msg = " ".join(str(exc).split())
+                self.restarted = ("Chroma could not open the shadow a crashed run left ("
+                                  f"{msg[-120:] or type(exc).__name__}); it was dropped")
             else:
                 start = resume_point(count, self.src.n_rows, self.job.batch_size)
                 self._resumed_batch = count > start  # the interrupted batch is partly there
