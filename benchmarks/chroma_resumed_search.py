@@ -134,7 +134,7 @@ def main(argv=None):
                    "kill_after_s": None if kill_after is None else round(kill_after, 2),
                    "killed": killed, "resumed_at": bs.resumed_row(text) if kind == "resumed"
                    else None, "status": status, "wall_s": round(wall, 2),
-                   "said": bs._last_line(text),
+                   "said": bs._last_line(text).replace(str(work), "WORK"),
                    **check(folder, "out", args.queries, args.seed)}
             if ref_s is None:
                 ref_s = wall

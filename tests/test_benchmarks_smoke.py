@@ -283,6 +283,9 @@ def test_chroma_resumed_search_runs(load_benchmark, tmp_path):
     assert [r["kind"] for r in rows] == ["uninterrupted", "resumed", "uninterrupted"]
     assert all(r["status"] == 0 and r["records"] == 1500 for r in rows)
     assert len({r["digest"] for r in rows}) == 1 and rows[1]["kill_after_s"] > 0
+    # each run's summary line, its folder's path shortened
+    assert all(r["said"].startswith("translated 1500 rows") and str(tmp_path) not in r["said"]
+               for r in rows)
     # a search of 1,500 records finds every query's own record: a broken check would not
     assert all(r["self_top1"] >= 0.95 and r["recall10"] >= 0.9 for r in rows)
     assert summary["uninterrupted_runs"] == 2 and summary["resumed_runs"] == 1
