@@ -167,13 +167,11 @@ def summarize(rows):
 
 
 def write(path, rows, summary):
+    from _common import write_rows
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fields = list(dict.fromkeys(k for r in rows for k in r))
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields)
-        w.writeheader()
-        w.writerows(rows)
+    write_rows(path, rows)
     with open(path.with_name(path.stem + "_summary.csv"), "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["key", "value"])

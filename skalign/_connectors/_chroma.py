@@ -345,7 +345,7 @@ class Writer(_Handles):
             except ChromaError as exc:
                 # a kill in the middle of an add can leave the shadow's HNSW files behind its
                 # log, and Chroma then refuses the collection ("Failed to apply logs to the
-                # hnsw segment writer", 2 of the 44 kills of the studies at 200,000 records):
+                # hnsw segment writer", 2 of the 48 kills of the studies at 200,000 records):
                 # what it holds cannot be read back, so the run starts afresh, and says why
                 drop_collection(self.client, self.address, self.shadow)
                 msg = " ".join(str(exc).split())
