@@ -32,6 +32,7 @@ or 0).
 
 import argparse
 import csv
+import json
 import os
 import random
 import shutil
@@ -83,8 +84,6 @@ def check(folder, name, queries, seed):
                            str(seed)], capture_output=True, text=True)
     if done.returncode != 0:
         return {"check_error": (done.stderr.strip().splitlines() or ["?"])[-1][:200]}
-    import json
-
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

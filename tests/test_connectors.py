@@ -281,15 +281,18 @@ def test_chroma_deleted_collections_leave_no_files(tmp_path, data, monkeypatch):
     np.testing.assert_allclose(V, model.transform(X), atol=1e-5)
 
 
-def test_chroma_shadow_chroma_cannot_open_is_started_afresh(tmp_path, data, monkeypatch):
-    """A kill in the middle of an add can leave a shadow Chroma itself refuses to open (its
-    ``count`` raises "Failed to apply logs to the hnsw segment writer", seen at 200,000
-    records). The rerun drops that shadow, files and all, and translates from row 0 to the
-    uninterrupted result instead of failing with Chroma's traceback."""
+#: what Chroma raises on a shadow whose HNSW files fell behind its log (seen at 200,000 records)
+_REFUSED = ("Error executing plan: Error sending backfill request to compactor: Failed to apply "
+            "logs to the hnsw segment writer")
+
+
+def _shadow_chroma_refuses(tmp_path, data, monkeypatch, rows):
+    """:func:`_chroma_adds` with a run crashed at its third add, then Chroma made to refuse that
+    run's shadow once (its ``count`` raises ``_REFUSED``; the new shadow counts)."""
     chromadb = pytest.importorskip("chromadb")
     from chromadb.errors import InternalError
 
-    X, model, b, src, added, state = _chroma_adds(tmp_path, data, monkeypatch, 300, 0, 1, 2)
+    X, model, b, src, added, state = _chroma_adds(tmp_path, data, monkeypatch, rows, 0, 1, 2)
     with pytest.raises(_Crash):
         translate(model, src, b.output(tmp_path), batch_size=40)
     state["crash_at"] = None
@@ -299,12 +302,20 @@ def test_chroma_shadow_chroma_cannot_open_is_started_afresh(tmp_path, data, monk
     def broken_count(self):
         if self.name.startswith("out_skalign_") and not state.get("refused"):
             state["refused"] = True
-            raise InternalError("Error executing plan: Error sending backfill request to "
-                                "compactor: Failed to apply logs to the hnsw segment writer")
+            raise InternalError(_REFUSED)
         return count(self)
 
     monkeypatch.setattr(Collection, "count", broken_count)
     added.clear()
+    return X, model, b, src, added, state
+
+
+def test_chroma_shadow_chroma_cannot_open_is_started_afresh(tmp_path, data, monkeypatch):
+    """A kill in the middle of an add can leave a shadow Chroma itself refuses to open (its
+    ``count`` raises "Failed to apply logs to the hnsw segment writer", seen at 200,000
+    records). The rerun drops that shadow, files and all, and translates from row 0 to the
+    uninterrupted result instead of failing with Chroma's traceback."""
+    X, model, b, src, added, state = _shadow_chroma_refuses(tmp_path, data, monkeypatch, 300)
     result = translate(model, src, b.output(tmp_path), batch_size=40)
     assert state["refused"] and result.resumed_from == 0
     # the rerun says why it started afresh, with Chroma's own words
@@ -318,30 +329,13 @@ def test_cli_says_why_a_crashed_runs_shadow_was_not_resumed(tmp_path, data, monk
                                                             capsys):
     """The command's summary says where a rerun started afresh and why; a normal resume
     or a fresh run has no such line."""
-    chromadb = pytest.importorskip("chromadb")
-    from chromadb.errors import InternalError
-
-    X, model, b, src, added, state = _chroma_adds(tmp_path, data, monkeypatch, 200, 0, 1, 2)
+    X, model, b, src, added, state = _shadow_chroma_refuses(tmp_path, data, monkeypatch, 200)
     path = str(save(model, tmp_path / "m.skops"))
-    with pytest.raises(_Crash):
-        translate(model, src, b.output(tmp_path), batch_size=40)
-    state["crash_at"] = None
-    Collection = chromadb.api.models.Collection.Collection
-    count = Collection.count
-
-    def broken_count(self):  # the crashed run's shadow only: the new one counts
-        if self.name.startswith("out_skalign_") and not state.get("refused"):
-            state["refused"] = True
-            raise InternalError("Failed to apply logs to the hnsw segment writer")
-        return count(self)
-
-    monkeypatch.setattr(Collection, "count", broken_count)
     capsys.readouterr()
     assert main(["translate", path, src, b.output(tmp_path), "--batch-size", "40"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[-1] == ("translated from row 0: Chroma could not open the shadow a crashed "
-                         "run left (Failed to apply logs to the hnsw segment writer); it was "
-                         "dropped")
+                         f"run left ({_REFUSED}); it was dropped")
     assert state["refused"] and "resumed at row" not in lines[-2]
     _assert_chroma_output(b, tmp_path, model, X)
     assert main(["translate", path, src, b.output(tmp_path, "other"), "--batch-size",
