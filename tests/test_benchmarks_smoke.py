@@ -300,3 +300,39 @@ def test_chroma_resumed_search_runs(load_benchmark, tmp_path):
     got = {r["key"]: r["value"] for r in csv.DictReader(open(tmp_path / "crs_summary.csv"))}
     assert float(got["uninterrupted_self_top1_min"]) == summary["uninterrupted_self_top1_min"]
     assert not list(tmp_path.glob("chroma-resumed-search-*"))  # its folder removed
+
+
+@pytest.mark.parametrize("backend", ["npy", "chroma"])
+def test_stores_resume_repeats_runs(load_benchmark, tmp_path, backend):
+    """``stores_resume_repeats.py`` at a tiny size: every kill's crashed state resumed twice
+    beside two uninterrupted runs, each rerun identical to the reference and clean, and the
+    figures of each kill and of the summary computed from the runs' own times."""
+    if backend == "chroma":
+        pytest.importorskip("chromadb")
+    import csv
+
+    bench = load_benchmark("stores_resume_repeats")
+    out = tmp_path / "rr.csv"
+    rows, summary = bench.main([backend, "--rows", "3000", "--kills", "2", "--reruns", "2",
+                                "--workdir", str(tmp_path), "--csv", str(out)])
+    assert len(rows) == 2 and summary["kills"] == 2
+    for r in rows:
+        if r["published"]:  # at this size a kill may come after the publish
+            assert "reruns" not in r
+            continue
+        assert r["reruns"] == 2 and r["identical"] == 2 and r["no_leftovers"] == 2
+        assert r["rerun_said"].startswith("translated 3000 rows") and "WORK" in r["rerun_said"]
+        reruns = [float(x) for x in r["rerun_s"].split(";")]
+        fulls = [float(x) for x in r["full_s"].split(";")]
+        full = sum(fulls) / 2  # the median of two
+        left = full * (3000 - r["resumed_at"]) / 3000
+        assert r["allowed_s"] == pytest.approx(left + 0.1 * full, abs=2e-3)
+        assert r["excess"] == pytest.approx((sum(reruns) / 2 - left) / full, abs=2e-3)
+        assert r["in_time"] == int(sum(reruns) / 2 <= left + 0.1 * full)
+        assert r["restarted"] == int(r["resumed_at"] == 0)
+    done = [r for r in rows if not r["published"]]
+    assert summary["rerun_kills"] == len(done) and summary["identical"] == 1
+    assert summary["pairs"] == 2 * len(done)
+    got = {r["key"]: r["value"] for r in csv.DictReader(open(tmp_path / "rr_summary.csv"))}
+    assert int(got["in_time"]) == summary["in_time"]
+    assert not list(tmp_path.glob("resume-repeats-*"))  # its folder removed
