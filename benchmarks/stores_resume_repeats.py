@@ -31,17 +31,19 @@ times, alternated with as many uninterrupted runs, and the medians are compared:
    and how many single pairs were in time.
 
 Snapshots: the file stores' output entries (the shadow, its journal and lock) copied aside and
-back; Chroma's whole persistent folder; PostgreSQL a database of its own, copied with ``CREATE
-DATABASE ... TEMPLATE`` (the crashed state as the server holds it, dead rows of the loads the
-kill rolled back included). A kill that came after the publish is a row with
-``published`` = 1 and no reruns. Writes a row per kill (``--csv``) and ``key,value`` figures
-beside it (``_summary``).
+back, holes kept, the restored shadow written out and dropped from the page cache (a killed
+run's direct writes left none of it there); Chroma's whole persistent folder; PostgreSQL a
+database of its own, copied with ``CREATE DATABASE ... TEMPLATE`` (the crashed state as the
+server holds it, dead rows of the loads the kill rolled back included). A kill that came after
+the publish is a row with ``published`` = 1 and no reruns. Writes a row per kill (``--csv``)
+and ``key,value`` figures beside it (``_summary``).
 """
 
 import argparse
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -61,7 +63,11 @@ STUDY_DB = "resume_study"
 
 
 class FileSnapshots:
-    """The output's own entries in the store's folder (``OUT`` and ``.OUT.*``)."""
+    """The output's own entries in the store's folder (``OUT`` and ``.OUT.*``), copied with
+    ``cp -a`` (a shadow's holes, the rows not written yet, stay holes). A restored copy is
+    written to the disk and dropped from the page cache: the shadow a killed run leaves is not
+    in it, as its writes went past the cache (``O_DIRECT``), and a rerun's direct writes over
+    cached pages would pay for dropping them."""
 
     def __init__(self, root, out, keep):
         self.root, self.name, self.keep = Path(root), Path(out).name, Path(keep)
@@ -70,21 +76,26 @@ class FileSnapshots:
         return [p for p in folder.iterdir() if p.name == self.name
                 or p.name.startswith(f".{self.name}.")]
 
-    def _clear(self):
-        for p in self._entries(self.root):
-            shutil.rmtree(p) if p.is_dir() else p.unlink()
-
     def take(self, label):
         dest = self.keep / label
         shutil.rmtree(dest, ignore_errors=True)
         dest.mkdir(parents=True)
         for p in self._entries(self.root):
-            (shutil.copytree if p.is_dir() else shutil.copy2)(p, dest / p.name)
+            subprocess.run(["cp", "-a", str(p), str(dest)], check=True)
 
     def restore(self, label):
-        self._clear()
+        for p in self._entries(self.root):
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
         for p in (self.keep / label).iterdir():
-            (shutil.copytree if p.is_dir() else shutil.copy2)(p, self.root / p.name)
+            subprocess.run(["cp", "-a", str(p), str(self.root)], check=True)
+            for f in [self.root / p.name] if p.is_file() else (self.root / p.name).rglob("*"):
+                if f.is_file():
+                    fd = os.open(f, os.O_RDONLY)
+                    try:
+                        os.fsync(fd)
+                        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                    finally:
+                        os.close(fd)
 
 
 class ChromaSnapshots:
