@@ -330,6 +330,8 @@ def test_stores_resume_repeats_runs(load_benchmark, tmp_path, backend):
         assert r["excess"] == pytest.approx((sum(reruns) / 2 - left) / full, abs=2e-3)
         assert r["in_time"] == int(sum(reruns) / 2 <= left + 0.1 * full)
         assert r["restarted"] == int(r["resumed_at"] == 0)
+        assert r["in_filled_time"] == int(r["rerun_span_median_s"] <= r["filled_allowed_s"])
+        assert 0 < r["full_first_write_s"] < r["filled_allowed_s"]
     done = [r for r in rows if not r["published"]]
     assert summary["rerun_kills"] == len(done) and summary["identical"] == 1
     assert summary["pairs"] == 2 * len(done)

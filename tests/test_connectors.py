@@ -1088,3 +1088,50 @@ def test_pgvector_failed_translation_ends_its_read_at_once(postgres, data):
                             "AND state = 'active' AND pid <> pg_backend_pid()").fetchone()[0]
     assert busy == 0
     assert b.inventory(None) == ["src"]
+
+
+@pytest.mark.parametrize("key", ["id", "a, b", None])
+def test_pgvector_reads_from_a_row_at_its_key(postgres, data, key):
+    """A read from row k (a resumed run) and the verification's read-back of sampled rows give
+    the rows of the read order from k on, whatever the key (one column, two, none: the order
+    of ``ctid``) and the rows' order on the disk (here shuffled); with a key the read starts at
+    the row's key, found by the key's index, instead of fetching the k rows before it."""
+    import psycopg
+    from pgvector.psycopg import register_vector
+
+    from skalign._connectors import _pgvector
+
+    X, _ = data
+    n = 120
+    with psycopg.connect(postgres, autocommit=True) as conn:
+        register_vector(conn)
+        conn.execute("DROP TABLE IF EXISTS keyed")
+        pk = f", PRIMARY KEY ({key})" if key else ""
+        conn.execute(f"CREATE TABLE keyed (a int, b int, id bigint, emb vector(16){pk})")
+        order = np.random.default_rng(1).permutation(n)  # rows stored out of key order
+        with conn.cursor() as cur:
+            cur.executemany("INSERT INTO keyed VALUES (%s, %s, %s, %s)",
+                            [(int(i) // 7, -(int(i) % 7), int(i) * 3, X[i]) for i in order])
+    reader = _pgvector.Reader(parse_address(f"{postgres}&table=keyed&column=emb"))
+    whole = [(r, v) for v, raw, _ in reader.batches(25) for r, v in
+             zip((reader.row(raw, k) for k in range(len(v))), v)]
+    if key == "id":
+        assert [r["id"] for r, _ in whole] == [3 * i for i in range(n)]
+    elif key == "a, b":  # a ascending, then b ascending (-6 ... 0)
+        assert [(r["a"], r["b"]) for r, _ in whole] == sorted((i // 7, -(i % 7))
+                                                              for i in range(n))
+    else:  # the order the rows were inserted in
+        assert [r["id"] for r, _ in whole] == [3 * int(i) for i in order]
+    for start in (1, 37, 50, n - 1, n):
+        got = [(reader.row(raw, k), v[k]) for v, raw, _ in reader.batches(25, start)
+               for k in range(len(v))]
+        assert [r for r, _ in got] == [r for r, _ in whole[start:]], start
+        np.testing.assert_array_equal(np.array([v for _, v in got]).reshape(-1, 16),
+                                      np.array([v for _, v in whole[start:]]).reshape(-1, 16))
+    positions = [0, 1, 2, 40, 41, 77, n - 1]
+    vectors, rows = reader.take(positions, 25)
+    assert rows == [whole[p][0] for p in positions]
+    np.testing.assert_array_equal(np.asarray(vectors), np.array([whole[p][1] for p in positions]))
+    where, _ = reader.from_row(5)
+    assert ("WHERE" in where.as_string(reader.conn)) == (key is not None)
+    reader.conn.close()

@@ -317,6 +317,28 @@ class Reader:
             return sql.SQL(", ").join(sql.Identifier(k) for k in self.key)
         return sql.SQL("ctid")
 
+    def from_row(self, offset):
+        """``(condition, offset)``: SQL that starts a read in :meth:`order_by`'s order at row
+        ``offset`` (an ``int``, or ``sql.Placeholder()`` for a parameter).
+
+        With a primary key the read starts at that row's key, ``WHERE (key) >= (SELECT key ...
+        OFFSET n LIMIT 1)``: the subquery skips ``n`` entries of the key's index, an index-only
+        scan where the table's visibility map allows, and the read then starts there. ``ORDER
+        BY key OFFSET n`` fetched every row before it from the table (a resumed run read the
+        rows its crashed run had translated once more, and the verification's read-back of the
+        sampled rows they hold once per sample). Without a key (the order of ``ctid``), the
+        ``OFFSET``."""
+        from psycopg import sql
+
+        at = offset if isinstance(offset, sql.Composable) else sql.Literal(int(offset))
+        if not self.key:
+            return sql.SQL(""), sql.SQL(" OFFSET {}").format(at)
+        if not isinstance(offset, sql.Composable) and offset == 0:
+            return sql.SQL(""), sql.SQL("")
+        keys = self.order_by()
+        return sql.SQL(" WHERE ({}) >= (SELECT {} FROM {} ORDER BY {} OFFSET {} LIMIT 1)").format(
+            keys, keys, _ident(self.address.name), keys, at), sql.SQL("")
+
     def batches(self, batch_size, start=0):
         """``(vectors, RawRows, None)`` per batch from row ``start`` on, read one batch ahead in
         a thread of its own: the server sends rows at the pace of a process that shares the
@@ -365,10 +387,11 @@ class Reader:
         conn = _connect(self.address, autocommit=False)
         try:
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            query = sql.SQL("COPY (SELECT {} FROM {} ORDER BY {} OFFSET {}) TO STDOUT "
+            where, offset = self.from_row(start)
+            query = sql.SQL("COPY (SELECT {} FROM {}{} ORDER BY {}{}) TO STDOUT "
                             "(FORMAT BINARY)").format(
                 sql.SQL(", ").join(sql.Identifier(n) for n in self.names),
-                _ident(self.address.name), self.order_by(), sql.Literal(int(start)))
+                _ident(self.address.name), where, self.order_by(), offset)
             with conn.cursor() as cur, cur.copy(query):
                 for raw in _parse_copy(_copy_rows(conn.pgconn), self.vindex, batch_size,
                                        self.address, self.column):
@@ -388,9 +411,10 @@ class Reader:
         one query per run of consecutive positions."""
         from psycopg import sql
 
-        query = sql.SQL("SELECT {} FROM {} ORDER BY {} OFFSET %s LIMIT %s").format(
+        where, offset = self.from_row(sql.Placeholder())
+        query = sql.SQL("SELECT {} FROM {}{} ORDER BY {}{} LIMIT %s").format(
             sql.SQL(", ").join(sql.Identifier(n) for n in self.names),
-            _ident(self.address.name), self.order_by())
+            _ident(self.address.name), where, self.order_by(), offset)
         cur = self.conn.cursor(binary=True)
         got = [r for run in consecutive_runs(positions) for r in cur.execute(query, run).fetchall()]
         return list(_stack([r[self.vindex] for r in got])), [self.row(got, k)
