@@ -37,9 +37,11 @@ Snapshots: the file stores' output entries (the shadow, its journal and lock) co
 back, holes kept, the restored shadow written out and dropped from the page cache (a killed
 run's direct writes left none of it there); Chroma's whole persistent folder; PostgreSQL a
 database of its own, copied with ``CREATE DATABASE ... TEMPLATE`` (the crashed state as the
-server holds it, dead rows of the loads the kill rolled back included). A kill that came after
-the publish is a row with ``published`` = 1 and no reruns. Writes a row per kill (``--csv``)
-and ``key,value`` figures beside it (``_summary``).
+server holds it; the settle's vacuum then clears the rows of the loads the kill rolled back, as
+in ``bench_stores.py``). A kill that came after the publish is a row with ``published`` = 1
+and no reruns. ``restarted``: the reruns started from row 0 (a kill before the first commit,
+or a shadow the engine refused: ``refused``, from the command's summary). Writes a row per
+kill (``--csv``) and ``key,value`` figures beside it (``_summary``).
 """
 
 import argparse
