@@ -1077,12 +1077,12 @@ class _WriteBehind:
     inline (encoded first where they encode).
     """
 
-    def __init__(self, write, enabled, encode=None):
+    def __init__(self, write, enabled, encode=None, depth=ENCODE_DEPTH):
         from collections import deque
         from concurrent.futures import ThreadPoolExecutor
 
         self.write, self.encode, self.pending, self.broken = write, encode, deque(), False
-        self.depth = ENCODE_DEPTH if enabled and encode is not None else 1
+        self.depth = depth if enabled and encode is not None else 1
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="skalign-write") if enabled \
             else None
         self.encoders = ThreadPoolExecutor(self.depth, thread_name_prefix="skalign-encode") \
@@ -1250,7 +1250,8 @@ def translate_store(model, src, dst, *, column=None, batch_size=None, progress=F
             bar.update(start)
         sample, kept = verification_positions(reader, batch_size), {}
         behind = _WriteBehind(writer.write_unit, getattr(writer, "pipelined", False),
-                              getattr(writer, "encode_unit", None))
+                              getattr(writer, "encode_unit", None),
+                              getattr(writer, "encode_depth", ENCODE_DEPTH))
         translate = _BatchTranslator(model, display(job.src), n_buffers=behind.depth + 1)
         batches = reader.batches(batch_size, start)
         try:

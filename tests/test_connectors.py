@@ -1135,3 +1135,42 @@ def test_pgvector_reads_from_a_row_at_its_key(postgres, data, key):
     where, _ = reader.from_row(5)
     assert ("WHERE" in where.as_string(reader.conn)) == (key is not None)
     reader.conn.close()
+
+
+def test_pgvector_table_without_a_key_is_loaded_in_order(postgres, monkeypatch):
+    """A table without a primary key is read, and its shadow read back for the verification, in
+    the order of ``ctid``: its batches are loaded one at a time, since two ``COPY``s at once
+    interleave their pages. Loaded two at a time, this translation failed its verification
+    ("sampled rows differ")."""
+    import psycopg
+    from pgvector.psycopg import register_vector
+
+    from skalign._connectors import _pgvector
+    from skalign._stores import ENCODE_DEPTH, translate_store
+
+    rng = np.random.default_rng(3)
+    n, d = 6000, 96
+    X = rng.normal(size=(n, d)).astype(np.float32)
+    model = ProcrustesAligner().fit(X[:300], rng.normal(size=(300, 2 * d)))
+    with psycopg.connect(postgres, autocommit=True) as conn:
+        register_vector(conn)
+        conn.execute("DROP TABLE IF EXISTS nokey, nokey_out")
+        conn.execute(f"CREATE TABLE nokey (id bigint, emb vector({d}))")
+        with conn.cursor() as cur, cur.copy("COPY nokey (id, emb) FROM STDIN") as copy:
+            copy.set_types(["bigint", "vector"])
+            for i in range(n):
+                copy.write_row([i, X[i]])
+    depths = []
+    depth = _pgvector.Writer.encode_depth
+    monkeypatch.setattr(_pgvector.Writer, "encode_depth",
+                        property(lambda self: depths.append(depth.fget(self)) or depths[-1]))
+    assert translate_store(model, f"{postgres}&table=nokey&column=emb",
+                           f"{postgres}&table=nokey_out&column=emb", batch_size=300) == n
+    assert depths == [1] and ENCODE_DEPTH > 1
+    with psycopg.connect(postgres) as conn:
+        register_vector(conn)
+        rows = conn.execute("SELECT id, emb FROM nokey_out ORDER BY ctid").fetchall()
+        conn.execute("DROP TABLE nokey, nokey_out")
+    assert [r[0] for r in rows] == list(range(n))
+    np.testing.assert_allclose(np.stack([r[1].to_numpy() for r in rows]), model.transform(X),
+                               atol=1e-5)

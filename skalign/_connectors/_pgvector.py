@@ -458,6 +458,17 @@ class Writer:
             raise StoreError(f"{address}: table name too long for its shadow "
                              f"({len(table)} characters, at most 42); choose a shorter name.")
 
+    @property
+    def encode_depth(self):
+        """Batches loaded at once: ``ENCODE_DEPTH`` where the source has a primary key, one at
+        a time where it has none. Two ``COPY``s at once interleave their pages, and the rows of
+        a table without a key are found, and ordered, by ``ctid`` (the verification reads the
+        sampled rows back from the shadow that way): loaded in parallel, a translation of such
+        a table failed its verification from a few batches on."""
+        from .._stores import ENCODE_DEPTH
+
+        return ENCODE_DEPTH if self.src.key else 1
+
     @contextmanager
     def lock(self):
         key = f"skalign:{self.address.identity}"
