@@ -276,8 +276,13 @@ def rerun_times(text, n, full_s):
         return None, n, 0.1 * full_s
     took = command_seconds(text)
     at = resumed_row(text)
-    allowed = full_s * (n - at) / n + 0.1 * full_s
-    return (float("inf") if took is None else took), at, allowed
+    return (float("inf") if took is None else took), at, share_allowance(n, at, full_s)
+
+
+def share_allowance(n, at, full_s):
+    """The issue's rule for a rerun resumed at row ``at`` of ``n``: the uninterrupted time
+    ``full_s`` × the share of rows left, + 10 % of ``full_s``."""
+    return full_s * (n - at) / n + 0.1 * full_s
 
 
 def write_times(text):
@@ -326,6 +331,34 @@ def started_allowance(full_text, at):
     if wall is None or not writes or began is None:
         return None
     return began + wall - max(_reached(writes, at), began) + 0.1 * wall
+
+
+def first_write(text):
+    """Seconds into the translation when its first batch was written (committed), or None:
+    the start-up and the pipeline's fill (the first batch read, translated and written with
+    nothing before it to overlap)."""
+    writes = write_times(text)
+    return writes[0][1] if writes else None
+
+
+def filled_allowance(full_text, at):
+    """The work left after row ``at`` with the start-up *and the pipeline's fill* counted: the
+    uninterrupted run's time to its first write, then its own time from the write of the
+    batch that starts at ``at`` to its end, + 10 % of its whole time (where every row was
+    committed, its start-up and its time after the last write); ``None`` without the timings.
+    Any run, a rerun too, writes its first batch only once that batch has been read,
+    translated and loaded with nothing before it to overlap; the rows after it then come at
+    the run's steady pace."""
+    wall, writes, began = translate_wall(full_text), write_times(full_text), \
+        began_at(full_text)
+    if wall is None or not writes or began is None:
+        return None
+    at_write = [t for start, t in writes if start == at]
+    if at_write:
+        return writes[0][1] + wall - at_write[0] + 0.1 * wall
+    if at >= writes[-1][0]:
+        return began + wall - writes[-1][1] + 0.1 * wall
+    return None
 
 
 def translate_cpu(text):
@@ -486,7 +519,7 @@ def bench_backend(backend, n, kills, model_path, model, X, workdir, env, seed, r
             got, output_error = _output_digest(backend, target)
             # the same rule on the CPU seconds of the same span: the machine's other jobs
             # stretch wall times by whatever share of the cores they take at the moment
-            cpu, cpu_allowed = translate_cpu(text), full_cpu * (n - at) / n + 0.1 * full_cpu
+            cpu, cpu_allowed = translate_cpu(text), share_allowance(n, at, full_cpu)
             cpu_ok = took is None or (cpu is not None and cpu <= cpu_allowed)
             timely_cpu += cpu_ok
             # the work left measured on the uninterrupted run itself (see measured_allowance)

@@ -29,7 +29,7 @@ times, alternated with as many uninterrupted runs, and the medians are compared:
    0.10); the same with the uninterrupted runs' start-up counted as work left, as
    ``bench_stores.py``'s ``started_allowance`` does (``in_started_time``, ``started_excess``);
    and how many single pairs were in time. ``in_filled_time``/``filled_excess``: the
-   pipeline's fill counted too (:func:`filled_allowance`): any run writes its first batch
+   pipeline's fill counted too (``bench_stores.filled_allowance``): any run writes its first batch
    only after reading, translating and loading it with nothing to overlap, which on
    PostgreSQL takes several batches' time.
 
@@ -158,6 +158,13 @@ def _median(values):
     return float(statistics.median(values))
 
 
+def _median_known(values):
+    """The median of the values that are not None; None where every one is (a rerun that
+    resumed after the last batch writes none)."""
+    known = [v for v in values if v is not None]
+    return _median(known) if known else None
+
+
 def judge(n, at, rerun_texts, full_texts):
     """The per-kill figures of the module's step 3 from the runs' outputs."""
     reruns = [bs.command_seconds(t) for t in rerun_texts]
@@ -166,14 +173,14 @@ def judge(n, at, rerun_texts, full_texts):
         raise RuntimeError("a run printed no time: " + " | ".join(
             bs._last_line(t) for t in rerun_texts + full_texts))
     full = _median(fulls)
-    left = full * (n - at) / n
+    left, allowed = full * (n - at) / n, bs.share_allowance(n, at, full)
     rerun = _median(reruns)
     row = {"rerun_s": ";".join(f"{x:.2f}" for x in reruns),
            "full_s": ";".join(f"{x:.2f}" for x in fulls),
            "rerun_median_s": round(rerun, 3), "full_median_s": round(full, 3),
-           "allowed_s": round(left + 0.1 * full, 3), "in_time": int(rerun <= left + 0.1 * full),
+           "allowed_s": round(allowed, 3), "in_time": int(rerun <= allowed),
            "excess": round((rerun - left) / full, 3),
-           "pairs_in_time": sum(r <= f * (n - at) / n + 0.1 * f for r, f in zip(reruns, fulls))}
+           "pairs_in_time": sum(r <= bs.share_allowance(n, at, f) for r, f in zip(reruns, fulls))}
     spans = [bs.translate_wall(t) for t in rerun_texts]
     started = [bs.started_allowance(t, at) for t in full_texts]
     walls = [bs.translate_wall(t) for t in full_texts]
@@ -183,43 +190,16 @@ def judge(n, at, rerun_texts, full_texts):
         row.update(rerun_span_median_s=round(span, 3), started_allowed_s=round(s_allowed, 3),
                    in_started_time=int(span <= s_allowed),
                    started_excess=round((span - (s_allowed - 0.1 * wall)) / wall, 3))
-        filled = [filled_allowance(t, at) for t in full_texts]
+        filled = [bs.filled_allowance(t, at) for t in full_texts]
         if None not in filled:
             f_allowed = _median(filled)
-            row.update(rerun_first_write_s=_median([first_write(t) for t in rerun_texts]),
-                       full_first_write_s=_median([first_write(t) for t in full_texts]),
+            row.update(rerun_first_write_s=_median_known([bs.first_write(t)
+                                                          for t in rerun_texts]),
+                       full_first_write_s=_median([bs.first_write(t) for t in full_texts]),
                        filled_allowed_s=round(f_allowed, 3),
                        in_filled_time=int(span <= f_allowed),
                        filled_excess=round((span - (f_allowed - 0.1 * wall)) / wall, 3))
     return row
-
-
-def first_write(text):
-    """Seconds into the translation when its first batch was written (committed), or None:
-    the start-up and the pipeline's fill (the first batch read, translated and written with
-    nothing before it to overlap)."""
-    writes = bs.write_times(text)
-    return writes[0][1] if writes else None
-
-
-def filled_allowance(full_text, at):
-    """The work left after row ``at`` with the start-up *and the pipeline's fill* counted: the
-    uninterrupted run's time to its first write, then its own time from the write of the
-    batch that starts at ``at`` to its end, + 10 % of its whole time (where every row was
-    committed, its start-up and its time after the last write); ``None`` without the timings.
-    Any run, a rerun too, writes its first batch only once that batch has been read,
-    translated and loaded with nothing before it to overlap; the rows after it then come at
-    the run's steady pace."""
-    wall, writes, began = bs.translate_wall(full_text), bs.write_times(full_text), \
-        bs.began_at(full_text)
-    if wall is None or not writes or began is None:
-        return None
-    at_write = [t for start, t in writes if start == at]
-    if at_write:
-        return writes[0][1] + wall - at_write[0] + 0.1 * wall
-    if at >= writes[-1][0]:
-        return began + wall - writes[-1][1] + 0.1 * wall
-    return None
 
 
 def study(backend, n, kills, reruns, seed, work, env, snapshots_for):

@@ -514,12 +514,14 @@ class Qdrant:
 
 
 class PgVector:
-    """Needs ``base``: a libpq URI of a database with the vector extension."""
+    """Needs ``base``: a libpq URI of a database with the vector extension. With ``key=False``
+    the source table has no primary key (``pgvector-keyless``): skalign then reads it, and
+    :meth:`read` reads every table, in ``ctid`` order."""
 
-    name = "pgvector"
-
-    def __init__(self, base):
-        self.base = base
+    def __init__(self, base, key=True):
+        self.base, self.key = base, key
+        self.name = "pgvector" if key else "pgvector-keyless"
+        self._order = "id" if key else "ctid"
 
     def _conn(self):
         import psycopg
@@ -534,7 +536,8 @@ class PgVector:
 
         with self._conn() as conn:
             conn.execute(f"DROP TABLE IF EXISTS {table}")
-            conn.execute(f"CREATE TABLE {table} (id bigint PRIMARY KEY, doc text, meta jsonb, "
+            key = " PRIMARY KEY" if self.key else ""
+            conn.execute(f"CREATE TABLE {table} (id bigint{key}, doc text, meta jsonb, "
                          f"emb vector({X.shape[1]}))")
             conn.execute(f"CREATE INDEX ON {table} (doc)")
             with conn.cursor() as cur, cur.copy(
@@ -550,7 +553,8 @@ class PgVector:
     def read(self, address):
         table = address.split("table=")[1].split("&")[0]
         with self._conn() as conn:
-            rows = conn.execute(f"SELECT id, doc, meta, emb FROM {table} ORDER BY id").fetchall()
+            rows = conn.execute(f"SELECT id, doc, meta, emb FROM {table} "
+                                f"ORDER BY {self._order}").fetchall()
         V = np.asarray([r[3].to_numpy() for r in rows], np.float32)
         return np.array([r[0] for r in rows]), V, [(r[1], r[2]) for r in rows]
 
@@ -559,7 +563,7 @@ class PgVector:
         d = _Digest()
         # a server-side cursor (it streams) lives in a transaction
         with self._conn() as conn, conn.transaction(), conn.cursor(name="digest") as cur:
-            cur.execute(f"SELECT id, doc, meta, emb FROM {table} ORDER BY id")
+            cur.execute(f"SELECT id, doc, meta, emb FROM {table} ORDER BY {self._order}")
             while rows := cur.fetchmany(20000):
                 d.update([r[0] for r in rows], [r[3].to_numpy() for r in rows],
                          [[(r[1], r[2]) for r in rows]])

@@ -338,3 +338,26 @@ def test_stores_resume_repeats_runs(load_benchmark, tmp_path, backend):
     got = {r["key"]: r["value"] for r in csv.DictReader(open(tmp_path / "rr_summary.csv"))}
     assert int(got["in_time"]) == summary["in_time"]
     assert not list(tmp_path.glob("resume-repeats-*"))  # its folder removed
+
+
+def test_stores_resume_repeats_judges_a_rerun_that_wrote_nothing(load_benchmark):
+    """A kill after the last batch was committed and before the publish: the reruns resume at
+    the last row and write no batch. ``judge`` still gives every figure, with no first write
+    of the reruns (a study stopped on such a kill once: ``median`` of ``None``s)."""
+    bench = load_benchmark("stores_resume_repeats")
+
+    def full(total):  # an uninterrupted run of 4 batches of 100 rows, the last done at 0.8 total
+        writes = " ".join(f"wrote_from={k * 100} t={total * (0.2 + 0.2 * k):.3f}"
+                          for k in range(4))
+        return (f"began t={0.1 * total:.3f} {writes} translate_wall_s={total:.3f}\n"
+                f"translated 400 rows in {total + 0.5:.2f} s")
+
+    rerun = ("began t=0.100 translate_wall_s=0.300\n"
+             "translated 400 rows in 0.80 s, resumed at row 400")
+    row = bench.judge(400, 400, [rerun] * 3, [full(4.0), full(5.0), full(6.0)])
+    assert row["rerun_median_s"] == 0.8 and row["full_median_s"] == 5.5
+    assert row["allowed_s"] == pytest.approx(0.55) and row["in_time"] == 0
+    assert row["rerun_first_write_s"] is None and row["full_first_write_s"] == 1.0
+    # every row committed: the start-up and the time after the last write are left
+    assert row["filled_allowed_s"] == pytest.approx(0.5 + 1.0 + 0.5)
+    assert row["in_filled_time"] == 1
