@@ -355,7 +355,7 @@ def _parser():
     tr.add_argument("--batch-size", type=_positive_int, metavar="N",
                     help="rows per batch, the unit of commit and resume in databases (default: "
                     "about 128 MiB of float32 per batch, half that for Parquet output, at most "
-                    "8192 rows for PostgreSQL, 1024 for Chroma and Qdrant)")
+                    "2048 rows for PostgreSQL, 1024 for Chroma and Qdrant)")
     tr.add_argument("--replace", action="store_true", help="allow an existing OUTPUT (or "
                     "OUTPUT = INPUT): swap the translation in, keep the previous one as a backup "
                     "(`skalign restore OUTPUT` puts it back)")

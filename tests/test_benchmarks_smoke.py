@@ -361,3 +361,21 @@ def test_stores_resume_repeats_judges_a_rerun_that_wrote_nothing(load_benchmark)
     # every row committed: the start-up and the time after the last write are left
     assert row["filled_allowed_s"] == pytest.approx(0.5 + 1.0 + 0.5)
     assert row["in_filled_time"] == 1
+
+
+def test_pg_batch_rows_runs(load_benchmark, tmp_path):
+    """``pg_batch_rows.py`` at a tiny size: one run per batch size and a bulk load per round,
+    and the per-size figures computed from those runs."""
+    pytest.importorskip("pgserver")
+    bench = load_benchmark("pg_batch_rows")
+    out = tmp_path / "pb.csv"
+    rows, runs = bench.main(["--rows", "3000", "--sizes", "500,1000", "--repeats", "2",
+                             "--csv", str(out)])
+    assert [r["batch_rows"] for r in rows] == [500, 1000]
+    assert [x["batch_rows"] for x in runs] == [500, 1000, "bulk", 1000, 500, "bulk"]
+    for r in rows:
+        mine = [x for x in runs if x["batch_rows"] == r["batch_rows"]]
+        assert r["seconds_median"] == pytest.approx(sum(x["seconds"] for x in mine) / 2,
+                                                    abs=2e-3)
+        assert all(0 < x["began_s"] < x["first_write_s"] < x["seconds"] for x in mine)
+    assert out.exists() and (tmp_path / "pb_runs.csv").exists()

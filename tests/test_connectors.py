@@ -991,7 +991,7 @@ def test_faiss_flat_reader_maps_windows_of_the_file(tmp_path, wrapper, data):
 @pytest.mark.parametrize("name", ["chroma", "qdrant"])
 def test_chroma_and_qdrant_translate_in_batches_of_1024_rows(tmp_path, name, monkeypatch):
     """Their clients pass rows as lists of floats (Chroma's ``get`` builds a whole page at once),
-    so their default batch is 1,024 rows, not the 8,192 of PostgreSQL: Chroma's pages are read
+    so their default batch is 1,024 rows, not the 2,048 of PostgreSQL: Chroma's pages are read
     and written 1,024 rows at a time (Qdrant's local mode, slow to fill, is checked on the job)."""
     pytest.importorskip({"chroma": "chromadb", "qdrant": "qdrant_client"}[name])
     from skalign._stores import prepare_translation
@@ -1015,6 +1015,19 @@ def test_chroma_and_qdrant_translate_in_batches_of_1024_rows(tmp_path, name, mon
     ids, V, _ = b.read(b.output(tmp_path))
     np.testing.assert_allclose(V, transform(model, X), atol=1e-5)
 
+
+def test_pgvector_translates_in_batches_of_2048_rows(postgres, data):
+    """PostgreSQL's default batch is 2,048 rows whatever the memory budget allows: every run,
+    a rerun after a crash too, loads its first batch with nothing to overlap, and smaller
+    batches commit it sooner at the same pace overall (``benchmarks/pg_batch_rows.py``)."""
+    from skalign._stores import DATABASE_BATCH_ROWS, default_batch_size, prepare_translation
+
+    X, model = data
+    b = PgVector(postgres)
+    b.reset()
+    job = prepare_translation(model, b.make(None, X), b.output(None))
+    assert job.batch_size == DATABASE_BATCH_ROWS == 2048
+    assert default_batch_size(384, 768) > 2048  # the budget alone would give more
 
 def test_pgvector_loads_batches_two_at_once_and_commits_them_in_order(postgres, data):
     """Batches load on connections of their own, in transactions left open (two at once): a
