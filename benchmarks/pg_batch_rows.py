@@ -16,7 +16,8 @@ translate --batch-size B`` per size, in an order that turns round by round, and 
 own bulk load (``COPY``) of the same output vectors, each after the settle of ``bench_stores.py``
 (a vacuum and a checkpoint). Per size: the command's own time (its "in X s"), the moment of its
 first commit (``first_write_s``) and the ratio of the bulk load's time to the command's, each
-the median over the rounds. Writes a row per size (``--csv``) and one per run (``_runs``).
+the median over the rounds. Writes a row per size (``--csv``), one per run (``_runs``) and
+the medians as ``key,value`` figures (``_figures``).
 """
 
 import argparse
@@ -101,7 +102,17 @@ def main(argv=None):
     csv_path = Path(args.csv)
     write_rows(csv_path, rows)
     write_rows(csv_path.with_name(csv_path.stem + "_runs.csv"), runs)
+    write_rows(csv_path.with_name(csv_path.stem + "_figures.csv"), figures(rows))
     return rows, runs
+
+
+def figures(rows):
+    """``key,value`` rows for the guide's prose: each size's medians, keyed by the size."""
+    out = [{"key": "bulk_median_s", "value": rows[0]["bulk_median_s"]}]
+    for r in rows:
+        out += [{"key": f"{k}_{r['batch_rows']}", "value": r[k]}
+                for k in ("seconds_median", "first_write_median_s", "ratio_median")]
+    return out
 
 
 if __name__ == "__main__":

@@ -367,6 +367,8 @@ def test_pg_batch_rows_runs(load_benchmark, tmp_path):
     """``pg_batch_rows.py`` at a tiny size: one run per batch size and a bulk load per round,
     and the per-size figures computed from those runs."""
     pytest.importorskip("pgserver")
+    import csv
+
     bench = load_benchmark("pg_batch_rows")
     out = tmp_path / "pb.csv"
     rows, runs = bench.main(["--rows", "3000", "--sizes", "500,1000", "--repeats", "2",
@@ -379,3 +381,6 @@ def test_pg_batch_rows_runs(load_benchmark, tmp_path):
                                                     abs=2e-3)
         assert all(0 < x["began_s"] < x["first_write_s"] < x["seconds"] for x in mine)
     assert out.exists() and (tmp_path / "pb_runs.csv").exists()
+    got = {r["key"]: float(r["value"]) for r in csv.DictReader(open(tmp_path / "pb_figures.csv"))}
+    assert got["seconds_median_500"] == rows[0]["seconds_median"]
+    assert got["first_write_median_s_1000"] == rows[1]["first_write_median_s"]
