@@ -1029,6 +1029,7 @@ def test_pgvector_translates_in_batches_of_2048_rows(postgres, data):
     assert job.batch_size == DATABASE_BATCH_ROWS == 2048
     assert default_batch_size(384, 768) > 2048  # the budget alone would give more
 
+
 def test_pgvector_loads_batches_two_at_once_and_commits_them_in_order(postgres, data):
     """Batches load on connections of their own, in transactions left open (two at once): a
     batch is in the shadow only once committed, the commits go in order, and closing the
