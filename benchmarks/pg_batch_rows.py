@@ -84,8 +84,7 @@ def main(argv=None):
                                      "seconds": bs.command_seconds(text),
                                      "first_write_s": bs.first_write(text),
                                      "began_s": bs.began_at(text)})
-                        with backend._conn() as conn:
-                            conn.execute(f"DROP TABLE out_{size}_{r}")
+                        backend.drop(None, f"out_{size}_{r}")
                     print(" ".join(f"{k}={v}" for k, v in runs[-1].items()), flush=True)
         finally:
             server.cleanup()

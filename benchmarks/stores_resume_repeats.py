@@ -40,8 +40,10 @@ database of its own, copied with ``CREATE DATABASE ... TEMPLATE`` (the crashed s
 server holds it; the settle's vacuum then clears the rows of the loads the kill rolled back, as
 in ``bench_stores.py``). A kill that came after the publish is a row with ``published`` = 1
 and no reruns. ``restarted``: the reruns started from row 0 (a kill before the first commit,
-or a shadow the engine refused: ``refused``, from the command's summary). Writes a row per
-kill (``--csv``) and ``key,value`` figures beside it (``_summary``).
+or a shadow the engine refused: ``refused``, from the command's summary). A rerun that fails
+(an exit status other than 0, a signal included) is counted in ``failed`` and not timed; a kill
+with a failed rerun is not ``identical``; ``--keep-failed DIR`` keeps a copy of its crashed
+state. Writes a row per kill (``--csv``) and ``key,value`` figures beside it (``_summary``).
 """
 
 import argparse
@@ -202,8 +204,11 @@ def judge(n, at, rerun_texts, full_texts):
     return row
 
 
-def study(backend, n, kills, reruns, seed, work, env, snapshots_for):
-    """The module's steps 1 and 2 for one backend: a row per kill."""
+def study(backend, n, kills, reruns, seed, work, env, snapshots_for, keep_failed=None):
+    """The module's steps 1 and 2 for one backend: a row per kill. A rerun that fails (an exit
+    status other than 0, a signal included) is counted in the kill's ``failed``, its status and
+    last line in ``failed_said``, and the crashed state is copied to ``keep_failed``/kill<k>
+    where given (file stores and Chroma)."""
     model, X = bs.make_model_and_rows(n)
     from skalign.io import save
 
@@ -242,6 +247,7 @@ def study(backend, n, kills, reruns, seed, work, env, snapshots_for):
         row = {"backend": backend.name, "rows": n, "kill": k, "kill_after_s": round(kill_after, 2),
                "killed": int(status is None), "published": 0}
         rerun_texts, full_texts, said, same, clean, ats = [], [], "", 0, 0, set()
+        failed = []
         for r in range(reruns):
             for what in (("rerun", "full") if r % 2 == 0 else ("full", "rerun")):
                 snaps.restore("crashed" if what == "rerun" else "clean")
@@ -254,7 +260,13 @@ def study(backend, n, kills, reruns, seed, work, env, snapshots_for):
                 if "already exists" in text:  # the kill came after the publish
                     row["published"] = 1
                     break
-                assert status == 0, text
+                if status != 0:
+                    failed.append(f"status {status}: {bs._last_line(text)}")
+                    if keep_failed and hasattr(snaps, "keep"):
+                        shutil.copytree(snaps.keep / "crashed", Path(keep_failed) / f"kill{k}",
+                                        dirs_exist_ok=True)
+                    clean += not bs.leftovers(backend, root)
+                    continue
                 rerun_texts.append(text)
                 ats.add(bs.resumed_row(text))
                 said = said or next(ln for ln in text.splitlines()
@@ -266,6 +278,13 @@ def study(backend, n, kills, reruns, seed, work, env, snapshots_for):
             if row["published"]:
                 break
         if row["published"]:
+            rows.append(row)
+            print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
+            continue
+        row.update(failed=len(failed), failed_said=failed[0] if failed else "")
+        if not rerun_texts:  # every rerun failed: nothing to time
+            row.update(reruns=0, identical=0, no_leftovers=clean, restarted=0, refused=0,
+                       in_time=0, pairs_in_time=0)
             rows.append(row)
             print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
             continue
@@ -286,22 +305,26 @@ def summarize(rows):
     s = {"kills": len(rows), "published": len(rows) - len(done), "rerun_kills": len(done),
          "restarted": sum(r["restarted"] for r in done),
          "refused": sum(r["refused"] for r in done),
-         "identical": int(all(r["identical"] == r["reruns"] for r in done)),
-         "no_leftovers": int(all(r["no_leftovers"] == r["reruns"] for r in done)),
+         "failed": sum(r.get("failed", 0) for r in done),
+         "identical": int(all(r["identical"] == r["reruns"] and not r.get("failed")
+                              for r in done)),
+         "no_leftovers": int(all(r["no_leftovers"] == r["reruns"] + r.get("failed", 0)
+                                 for r in done)),
          "in_time": sum(r["in_time"] for r in done),
          "pairs_in_time": sum(r["pairs_in_time"] for r in done),
          "pairs": sum(r["reruns"] for r in done)}
-    if done:
-        excess = [r["excess"] for r in done]
+    timed = [r for r in done if r["reruns"]]
+    if timed:
+        excess = [r["excess"] for r in timed]
         s.update(excess_median=round(_median(excess), 3), excess_max=round(max(excess), 3))
-        if all("in_started_time" in r for r in done):
-            started = [r["started_excess"] for r in done]
-            s.update(in_started_time=sum(r["in_started_time"] for r in done),
+        if all("in_started_time" in r for r in timed):
+            started = [r["started_excess"] for r in timed]
+            s.update(in_started_time=sum(r["in_started_time"] for r in timed),
                      started_excess_median=round(_median(started), 3),
                      started_excess_max=round(max(started), 3))
-        if all("in_filled_time" in r for r in done):
-            filled = [r["filled_excess"] for r in done]
-            s.update(in_filled_time=sum(r["in_filled_time"] for r in done),
+        if all("in_filled_time" in r for r in timed):
+            filled = [r["filled_excess"] for r in timed]
+            s.update(in_filled_time=sum(r["in_filled_time"] for r in timed),
                      filled_excess_median=round(_median(filled), 3),
                      filled_excess_max=round(max(filled), 3))
     return s
@@ -317,6 +340,8 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--csv", default=None)
+    ap.add_argument("--keep-failed", default=None,
+                    help="copy the crashed state of a kill whose rerun failed here (kill<k>)")
     args = ap.parse_args(argv)
     n = int(args.rows or bs.FULL[args.backend])
     csv_path = Path(args.csv or ROOT / "benchmarks" / "results"
@@ -349,7 +374,8 @@ def main(argv=None):
                 return FileSnapshots(root, out, keep)
 
         t0 = time.time()
-        rows = study(backend, n, args.kills, args.reruns, args.seed, work, env, snapshots_for)
+        rows = study(backend, n, args.kills, args.reruns, args.seed, work, env, snapshots_for,
+                     args.keep_failed)
         summary = summarize(rows)
         summary.update(rows=n, reruns_per_kill=args.reruns, seed=args.seed,
                        cores=os.cpu_count(), minutes=round((time.time() - t0) / 60, 1))

@@ -335,9 +335,11 @@ class Chroma:
 
         return chromadb.PersistentClient(path=str(root / "chroma"))
 
-    def make(self, root, X):
+    def make(self, root, X, metadata=None):
+        """``metadata``: more of the collection's metadata (e.g. ``hnsw:sync_threshold``)."""
         col = self._client(root).create_collection(
-            "src", metadata={"hnsw:space": "cosine", "owner": "tests"}, embedding_function=None)
+            "src", metadata={"hnsw:space": "cosine", "owner": "tests", **(metadata or {})},
+            embedding_function=None)
         n = len(X)
         for lo in range(0, n, 4096):
             hi = min(n, lo + 4096)
@@ -587,9 +589,13 @@ class PgVector:
                 for i, v in zip(ids, V):
                     copy.write_row([int(i), f"document {i}", Jsonb({"k": int(i)}), v])
 
-    def drop_bulk(self, root):
+    def drop(self, root, name):
+        """Drop the table ``name`` if it exists (``root`` is unused: the server holds it)."""
         with self._conn() as conn:
-            conn.execute("DROP TABLE IF EXISTS bulk")
+            conn.execute(f'DROP TABLE IF EXISTS "{name}"')
+
+    def drop_bulk(self, root):
+        self.drop(root, "bulk")
 
     def warm_up(self, root, ids, V):
         """A bulk load not timed: a fresh cluster's first large write also creates its WAL

