@@ -382,6 +382,29 @@ def test_stores_resume_repeats_counts_failed_reruns(load_benchmark):
     assert bench.summarize([ok])["identical"] == 1
 
 
+def test_chroma_torn_index_runs(load_benchmark, tmp_path):
+    """``chroma_torn_index.py`` at a tiny size: two kills of a process adding to a collection,
+    the check and Chroma's verdict on each, and the four combinations adding up."""
+    pytest.importorskip("chromadb")
+    import csv
+
+    bench = load_benchmark("chroma_torn_index")
+    rows, summary = bench.main(["--trials", "2", "--dim", "16", "--workdir", str(tmp_path),
+                                "--csv", str(tmp_path / "torn.csv")])
+    assert [r["trial"] for r in rows] == [0, 1]
+    for r in rows:
+        assert r["flagged"] == int(bool(r["fault"])) and 2.5 <= r["kill_after_s"] <= 9
+        assert r["chroma_failed"] == int(r["probe_status"] != 0) and r["check_s"] >= 0
+        assert r["chroma_said"].startswith("opened ") != bool(r["chroma_failed"])
+    opened = [r["records"] for r in rows if not r["chroma_failed"]]
+    assert all(n % 2048 == 0 for n in opened)  # whole adds: Chroma's add is atomic
+    assert summary["trials"] == 2 and sum(summary[k] for k in (
+        "flagged_failed", "flagged_opened", "missed", "agreed_opened")) == 2
+    got = {r["key"]: r["value"] for r in csv.DictReader(open(tmp_path / "torn_summary.csv"))}
+    assert int(got["flagged"]) == summary["flagged"]
+    assert not list(tmp_path.glob("chroma-torn-*"))  # its folder removed
+
+
 def test_pg_batch_rows_runs(load_benchmark, tmp_path):
     """``pg_batch_rows.py`` at a tiny size: one run per batch size and a bulk load per round,
     and the per-size figures computed from those runs."""

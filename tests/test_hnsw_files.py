@@ -101,6 +101,15 @@ def test_link_lists_cut_short_or_not_whole_levels(folder):
     assert hnsw_fault(folder) == "link_lists.bin holds a size that is not a whole number of levels"
 
 
+def test_a_link_list_file_longer_than_any_index_is_a_fault_not_a_crash(folder):
+    """Chroma, adding on over torn files it had loaded, once left ``link_lists.bin`` sparse and
+    3.8 TB long; reading it whole failed to allocate 3.47 TiB."""
+    with open(folder / "link_lists.bin", "r+b") as f:
+        f.truncate(4 * 10 ** 12)
+    assert hnsw_fault(folder) == ("link_lists.bin holds 4000000000000 bytes, more than the lists "
+                                  "of the header's 600 elements can")
+
+
 def test_neighbour_lists_that_name_what_is_not_there(folder):
     h = read_header(folder)
     words = h["size_data_per_element"] // 4
@@ -136,5 +145,12 @@ def test_an_entry_point_below_the_top_level(folder):
     _set(folder, "entry_point", next(i for i in range(600) if i not in with_level))
     assert hnsw_fault(folder) == "the HNSW entry point does not have the header's top level"
     _set(folder, "entry_point", h["entry_point"])
-    _set(folder, "max_level", 0)
-    assert hnsw_fault(folder).startswith("link_lists.bin lists an element above the header's")
+    assert h["max_level"] >= 2  # hnswlib draws the levels with a fixed seed
+    _set(folder, "max_level", h["max_level"] - 1)
+    assert hnsw_fault(folder) == ("link_lists.bin lists an element above the header's top "
+                                  f"level {h['max_level'] - 1}")
+    _set(folder, "max_level", 0)  # no upper levels: the file can hold only a size per element
+    size = (folder / "link_lists.bin").stat().st_size
+    assert size > 4 * 600
+    assert hnsw_fault(folder) == (f"link_lists.bin holds {size} bytes, more than the lists of "
+                                  "the header's 600 elements can")

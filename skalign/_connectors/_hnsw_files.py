@@ -15,9 +15,9 @@ Chroma refuses the collection.
 
 :func:`hnsw_fault` reads the files as hnswlib's loader does and says what is inconsistent,
 so that a crashed run's shadow with torn files is dropped instead of opened. It reads the
-first 132 bytes of each element's row of ``data_level0.bin`` (the level-0 neighbours), every
-size and neighbour of ``link_lists.bin``, and the 100-byte header: about a fifth of a second at
-200,000 768-d records once the files are in the page cache.
+100-byte header, the level-0 neighbours at the head of each element's row of
+``data_level0.bin`` and every size and neighbour of ``link_lists.bin``
+(``benchmarks/chroma_torn_index.py`` times it).
 """
 
 from __future__ import annotations
@@ -80,22 +80,30 @@ def hnsw_fault(folder):
         return None
     if n > h["max_elements"]:
         return f"its HNSW header counts {n} elements, above its capacity {h['max_elements']}"
+    m0, m, top = h["max_m0"], h["max_m"], h["max_level"]
+    per_level = 1 + m  # 4-byte words of one upper level: the count, then maxM ids
     try:
         data = np.memmap(folder / "data_level0.bin", dtype="<u4", mode="r")
         lengths = (folder / "length.bin").stat().st_size
+        # at most every element with every level up to the top; Chroma, writing on over torn
+        # files it had loaded, once made this file sparse and 3.8 TB long (seeks by sizes read
+        # from nothing)
+        most = 4 * n * (1 + max(top, 0) * per_level)
+        listed = (folder / "link_lists.bin").stat().st_size
+        if listed > most:
+            return (f"link_lists.bin holds {listed} bytes, more than the lists of the header's "
+                    f"{n} elements can")
         links = np.fromfile(folder / "link_lists.bin", dtype="<u4")
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, MemoryError) as exc:
         return f"its HNSW files cannot be read ({exc})"
     if data.size < n * (size // 4):
         return f"data_level0.bin holds {data.size * 4 // size} of the header's {n} elements"
     if lengths < 4 * n:
         return f"length.bin holds {lengths // 4} of the header's {n} elements"
-    m0, m, top = h["max_m0"], h["max_m"], h["max_level"]
     level0 = np.array(data[: n * (size // 4)].reshape(n, size // 4)[:, : 1 + m0])
     fault = _neighbours(level0, m0, n, np.full(n, True), "level 0")
     if fault:
         return fault
-    per_level = 1 + m  # 4-byte words of one upper level: the count, then maxM ids
     levels, starts = _walk(links, n, per_level)
     if levels is None:
         return f"link_lists.bin ends before the header's {n} elements are listed"
