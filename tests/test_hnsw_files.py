@@ -83,6 +83,13 @@ def test_a_missing_or_foreign_header_is_a_fault(folder):
     assert hnsw_fault(folder).startswith("its HNSW header cannot be read")
 
 
+def test_files_that_cannot_be_read_are_a_fault(folder):
+    (folder / "data_level0.bin").write_bytes(b"")  # numpy cannot map an empty file
+    assert hnsw_fault(folder).startswith("its HNSW files cannot be read (ValueError")
+    (folder / "data_level0.bin").unlink()
+    assert hnsw_fault(folder).startswith("its HNSW files cannot be read (FileNotFoundError")
+
+
 def test_a_header_counting_more_than_the_files_hold(folder):
     _set(folder, "count", 650)
     assert hnsw_fault(folder) == "data_level0.bin holds 600 of the header's 650 elements"

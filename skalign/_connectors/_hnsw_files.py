@@ -72,6 +72,14 @@ def hnsw_fault(folder):
         h = read_header(folder)
     except (OSError, ValueError) as exc:
         return f"its HNSW header cannot be read ({exc})"
+    try:
+        return _fault(folder, h)
+    except (OSError, ValueError, MemoryError) as exc:  # sizes read from torn files
+        return f"its HNSW files cannot be read ({type(exc).__name__}: {exc})"
+
+
+def _fault(folder, h):
+    """:func:`hnsw_fault` once the header is read."""
     n, size = h["count"], h["size_data_per_element"]
     if h["version"] != 1 or h["offset_level0"] != 0 or size % 4 or not 0 < h["max_m"] <= h[
             "max_m0"] or h["offset_data"] != 4 + 4 * h["max_m0"]:
@@ -82,20 +90,17 @@ def hnsw_fault(folder):
         return f"its HNSW header counts {n} elements, above its capacity {h['max_elements']}"
     m0, m, top = h["max_m0"], h["max_m"], h["max_level"]
     per_level = 1 + m  # 4-byte words of one upper level: the count, then maxM ids
-    try:
-        data = np.memmap(folder / "data_level0.bin", dtype="<u4", mode="r")
-        lengths = (folder / "length.bin").stat().st_size
-        # at most every element with every level up to the top; Chroma, writing on over torn
-        # files it had loaded, once made this file sparse and 3.8 TB long (seeks by sizes read
-        # from nothing)
-        most = 4 * n * (1 + max(top, 0) * per_level)
-        listed = (folder / "link_lists.bin").stat().st_size
-        if listed > most:
-            return (f"link_lists.bin holds {listed} bytes, more than the lists of the header's "
-                    f"{n} elements can")
-        links = np.fromfile(folder / "link_lists.bin", dtype="<u4")
-    except (OSError, ValueError, MemoryError) as exc:
-        return f"its HNSW files cannot be read ({exc})"
+    data = np.memmap(folder / "data_level0.bin", dtype="<u4", mode="r")
+    lengths = (folder / "length.bin").stat().st_size
+    # at most every element with every level up to the top; Chroma, writing on over torn files
+    # it had loaded, once made this file sparse and 3.8 TB long (seeks by sizes read from
+    # nothing)
+    most = 4 * n * (1 + max(top, 0) * per_level)
+    listed = (folder / "link_lists.bin").stat().st_size
+    if listed > most:
+        return (f"link_lists.bin holds {listed} bytes, more than the lists of the header's {n} "
+                "elements can")
+    links = np.fromfile(folder / "link_lists.bin", dtype="<u4")
     if data.size < n * (size // 4):
         return f"data_level0.bin holds {data.size * 4 // size} of the header's {n} elements"
     if lengths < 4 * n:
