@@ -354,8 +354,8 @@ def _torn_shadow(tmp_path, data, monkeypatch, older):
     """A crashed run's shadow whose HNSW files disagree, made of two real states of it: a run
     stopped at its 6th add (its HNSW files copied aside), resumed, and stopped again at its
     11th; then the files named in ``older`` are put back as they were in the first state, as a
-    kill in the middle of Chroma's writing of them leaves them. Returns what
-    :func:`_chroma_adds` does, with the shadow's HNSW folder."""
+    kill in the middle of Chroma's writing of them leaves them. Returns the rows, the model,
+    the backend, the source's address and the shadow's HNSW folder."""
     import shutil
 
     from chromadb.api.shared_system_client import SharedSystemClient
@@ -369,8 +369,7 @@ def _torn_shadow(tmp_path, data, monkeypatch, older):
     SharedSystemClient.clear_system_cache()
     folder = tmp_path / "chroma"
     (shadow,) = [x for x in b.inventory(tmp_path) if x.startswith("out_skalign_")]
-    col = b._client(tmp_path).get_collection(shadow)
-    (seg,) = [s for s, c in _chroma.segment_folders(folder).items() if c == str(col.id)]
+    (seg,) = _chroma.vector_segments(folder, shadow)
     SharedSystemClient.clear_system_cache()
     first = tmp_path / "first"
     shutil.copytree(folder / seg, first)

@@ -39,7 +39,8 @@ from ._common import (
     shadow_prefix,
 )
 
-__all__ = ["Reader", "Writer", "drop_collection", "restore", "segment_folders", "torn_index"]
+__all__ = ["Reader", "Writer", "drop_collection", "restore", "segment_folders", "torn_index",
+           "vector_segments"]
 
 _INCLUDE = ["embeddings", "documents", "metadatas"]
 
@@ -154,16 +155,30 @@ def _client(address):
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
-def segment_folders(folder):
-    """``{segment id: collection id}`` of the vector segments a persistent Chroma folder's
-    catalogue lists (``chroma.sqlite3``, read only), or ``None`` where it cannot be read."""
+def _catalogue(folder, sql, params=()):
+    """The rows of ``sql`` on a persistent Chroma folder's catalogue (``chroma.sqlite3``, read
+    only), or ``None`` where it cannot be read."""
     db = Path(folder) / "chroma.sqlite3"
     try:
         with closing(sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)) as con:
-            rows = con.execute("SELECT id, collection FROM segments WHERE scope = 'VECTOR'")
-            return {str(seg): str(col) for seg, col in rows.fetchall()}
+            return con.execute(sql, params).fetchall()
     except (sqlite3.Error, OSError, ValueError):
         return None
+
+
+def segment_folders(folder):
+    """``{segment id: collection id}`` of the vector segments a persistent Chroma folder's
+    catalogue lists, or ``None`` where it cannot be read."""
+    rows = _catalogue(folder, "SELECT id, collection FROM segments WHERE scope = 'VECTOR'")
+    return None if rows is None else {str(seg): str(col) for seg, col in rows}
+
+
+def vector_segments(folder, name):
+    """The ids of the vector segments of collection ``name`` in a persistent folder's catalogue
+    (empty where it cannot be read)."""
+    rows = _catalogue(folder, "SELECT s.id FROM segments s JOIN collections c ON "
+                      "s.collection = c.id WHERE c.name = ? AND s.scope = 'VECTOR'", (name,))
+    return [str(r[0]) for r in rows or []]
 
 
 def torn_index(folder, name):
@@ -173,15 +188,7 @@ def torn_index(folder, name):
     wrong then)."""
     from ._hnsw_files import hnsw_fault
 
-    db = Path(folder) / "chroma.sqlite3"
-    try:
-        with closing(sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)) as con:
-            segs = [str(r[0]) for r in con.execute(
-                "SELECT s.id FROM segments s JOIN collections c ON s.collection = c.id "
-                "WHERE c.name = ? AND s.scope = 'VECTOR'", (name,)).fetchall()]
-    except (sqlite3.Error, OSError, ValueError):
-        return None
-    for seg in segs:
+    for seg in vector_segments(folder, name):
         path = Path(folder) / seg
         if _UUID.fullmatch(seg) and path.is_dir() and any(path.iterdir()):
             fault = hnsw_fault(path)
@@ -359,36 +366,9 @@ class Writer(_Handles):
                     self.shadow, backup_name(self.address.name)):
                 drop_collection(self.client, self.address, n)
         self._max_batch = int(self.client.get_max_batch_size())
-        torn = None
-        if self.shadow in names and self.address.path is not None:
-            # a kill while Chroma writes the shadow's HNSW files can leave them disagreeing,
-            # and Chroma loads them unchecked: it then refuses the collection or dies of a
-            # segmentation fault at the first search (once in the kill studies at 200,000
-            # records), which no ``except`` here could catch; so they are checked first
-            torn = torn_index(self.address.path, self.shadow)
-            if torn:
-                drop_collection(self.client, self.address, self.shadow)
-                self.restarted = ("the HNSW files of the shadow a crashed run left disagree "
-                                  f"({torn}); it was dropped")
-        if self.shadow in names and not torn:
-            from chromadb.errors import ChromaError
-
-            _use(self)  # whatever reading the shadow loads, not beside the source's index
-            self.collection = self.client.get_collection(self.shadow, embedding_function=None)
-            try:
-                count = self.collection.count()
-            except ChromaError as exc:
-                # a kill in the middle of an add can leave the shadow's files behind its log,
-                # and Chroma then refuses the collection ("Failed to apply logs to the hnsw
-                # segment writer", "Error deserializing pickle"): what it holds cannot be read
-                # back, so the run starts afresh, and says why
-                drop_collection(self.client, self.address, self.shadow)
-                msg = " ".join(str(exc).split())
-                self.restarted = ("Chroma could not open the shadow a crashed run left ("
-                                  f"{msg[-120:] or type(exc).__name__}); it was dropped")
-            else:
-                start = resume_point(count, self.src.n_rows, self.job.batch_size)
-                self._resumed_batch = count > start  # the interrupted batch is partly there
+        if self.shadow in names:
+            start = self._resume()
+            if start is not None:
                 return start
         self._resumed_batch = False
         src = self.src.collection
@@ -397,6 +377,39 @@ class Writer(_Handles):
         self.collection = self.client.create_collection(
             self.shadow, metadata=src.metadata or None, embedding_function=None, **kwargs)
         return 0
+
+    def _resume(self):
+        """The row to resume at in the shadow a crashed run left, or ``None`` where it cannot be
+        resumed: the shadow is then dropped, files and all, and ``restarted`` says why."""
+        # a kill while Chroma writes the shadow's HNSW files can leave them disagreeing, and
+        # Chroma loads them unchecked: it then refuses the collection or dies of a segmentation
+        # fault at the first search (once in the kill studies at 200,000 records), which no
+        # ``except`` here could catch; so they are checked first
+        torn = self.address.path is not None and torn_index(self.address.path, self.shadow)
+        if torn:
+            why = f"the HNSW files of the shadow a crashed run left disagree ({torn})"
+        else:
+            from chromadb.errors import ChromaError
+
+            _use(self)  # whatever reading the shadow loads, not beside the source's index
+            self.collection = self.client.get_collection(self.shadow, embedding_function=None)
+            try:
+                count = self.collection.count()
+            except ChromaError as exc:
+                # a kill in the middle of an add can also leave the shadow's files behind its
+                # log, and Chroma then refuses the collection ("Failed to apply logs to the
+                # hnsw segment writer", "Error deserializing pickle"): what it holds cannot be
+                # read back
+                msg = " ".join(str(exc).split())
+                why = ("Chroma could not open the shadow a crashed run left ("
+                       f"{msg[-120:] or type(exc).__name__})")
+            else:
+                start = resume_point(count, self.src.n_rows, self.job.batch_size)
+                self._resumed_batch = count > start  # the interrupted batch is partly there
+                return start
+        drop_collection(self.client, self.address, self.shadow)
+        self.restarted = f"{why}; it was dropped"
+        return None
 
     def write_unit(self, out, got, shard, start):
         """Gather the batch (a copy: ``out`` is reused once this returns) and ``add`` what is

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["HEADER", "hnsw_fault"]
+__all__ = ["HEADER", "hnsw_fault", "read_header"]
 
 #: ``header.bin``'s fields in the order hnswlib's ``HEADER_FIELDS`` writes them, packed
 #: (``writeBinaryPOD`` writes each field's bytes with no padding), as :mod:`struct` codes
