@@ -59,6 +59,16 @@ def write_rows(path, rows):
         w.writerows(rows)
 
 
+def write_figures(path, figures):
+    """Write ``figures`` (a mapping, or ``(key, value)`` pairs) to the CSV file ``path`` as
+    ``key,value`` rows under that header: the figures the user guide quotes (``:fig:``)."""
+    items = figures.items() if hasattr(figures, "items") else figures
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["key", "value"])
+        w.writerows(items)
+
+
 def git_tree(rev, *paths, prefix="skalign_tree_"):
     """``rev``'s tree (or only ``paths`` of it), extracted with ``git archive`` into a new
     temporary folder, which is returned (the caller removes it when done)."""

@@ -27,7 +27,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import old_package, write_rows  # noqa: E402
+from _common import old_package, write_figures, write_rows  # noqa: E402
 from bench_stores import make_model_and_rows  # noqa: E402
 
 
@@ -85,8 +85,7 @@ def main(argv=None):
     if args.csv:
         write_rows(args.csv, rows)
         out = Path(args.csv)
-        write_rows(out.with_name(out.stem + "_summary.csv"),
-                   [dict(key=k, value=v) for k, v in summary.items()])
+        write_figures(out.with_name(out.stem + "_summary.csv"), summary)
     return rows
 
 

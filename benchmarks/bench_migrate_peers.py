@@ -61,6 +61,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+from _common import write_figures
 
 from skalign import UnpairedPool
 from skalign.metrics import retrieval_retention, top_k_accuracy
@@ -375,10 +376,7 @@ def finish(rows, args):
             w.writerows(rows)
     figures = summarise(rows)
     if args.summary_csv:
-        with open(args.summary_csv, "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(["key", "value"])
-            w.writerows(figures.items())
+        write_figures(args.summary_csv, figures)
     if args.doc_csv:
         write_doc_csv(rows, args.doc_csv)
     return rows

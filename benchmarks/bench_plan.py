@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _common import write_figures
 
 DEFAULT_NPZ = Path(__file__).resolve().parents[2] / "shared" / "data" / "docstrings_en.npz"
 
@@ -85,14 +86,10 @@ def main(argv=None):
     for line in lines:
         print(line)
     if args.csv:
-        import csv
-
-        with open(args.csv, "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(["key", "value"])
-            w.writerows([("pairs", args.pairs), ("store_rows", args.store_rows),
-                         ("wall_s", secs), ("cpu_s", cpu), ("cpu_count", os.cpu_count()),
-                         ("load_avg_1min_end", os.getloadavg()[0]), ("exit_status", status)])
+        write_figures(args.csv, [("pairs", args.pairs), ("store_rows", args.store_rows),
+                                 ("wall_s", secs), ("cpu_s", cpu), ("cpu_count", os.cpu_count()),
+                                 ("load_avg_1min_end", os.getloadavg()[0]),
+                                 ("exit_status", status)])
     if not args.workdir:
         shutil.rmtree(work)
     return secs

@@ -16,7 +16,6 @@ table; ``--csv`` writes its figures as ``key,value`` rows (``busy1__svd_128_x_12
 """
 
 import argparse
-import csv
 import multiprocessing as mp
 import os
 import re
@@ -24,6 +23,7 @@ import statistics
 import time
 
 import torch
+from _common import write_figures
 
 from skalign._backend import SMALL_LAPACK, small_lapack
 
@@ -111,14 +111,10 @@ def main(argv=None):
               f"{r['small_lapack_threads']:>14}{r['small_lapack_ms']:>10.2f}{r['speedup']:>10.2f}"
               f"{r['load_1min']:>7.2f}")
     if args.csv:  # key,value rows (the user guide's figures): busy<N>__<case>__<column>
-        with open(args.csv, "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(["key", "value"])
-            w.writerow(["autogroup", _autogroup()])
-            for r in rows:
-                case = re.sub(r"\W+", "_", r["case"].split(" (")[0]).strip("_")
-                for col in ("threads_ms", "small_lapack_ms", "speedup", "load_1min"):
-                    w.writerow([f"busy{r['busy']}__{case}__{col}", r[col]])
+        cases = [re.sub(r"\W+", "_", r["case"].split(" (")[0]).strip("_") for r in rows]
+        write_figures(args.csv, [("autogroup", _autogroup())] + [
+            (f"busy{r['busy']}__{case}__{col}", r[col]) for r, case in zip(rows, cases)
+            for col in ("threads_ms", "small_lapack_ms", "speedup", "load_1min")])
     return rows
 
 

@@ -102,6 +102,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _common import write_figures
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -704,21 +705,18 @@ def write_results(args, rows, load_start, kills):
         w.writerows(rows)
     # the machine, for the guide's prose (``:fig:`` figures): a ``key,value`` file beside it
     summary = Path(args.csv).with_name(Path(args.csv).stem + "_machine.csv")
-    with open(summary, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["key", "value"])
-        loads = [float(r["load_1min"]) for r in rows if r.get("load_1min") not in (None, "")]
-        w.writerows([("cpu_count", float(os.cpu_count())),
-                     ("load_avg_1min_start", load_start),
-                     ("load_avg_1min_end", os.getloadavg()[0]),
-                     ("load_1min_min", min(loads, default=float("nan"))),
-                     ("load_1min_max", max(loads, default=float("nan"))),
-                     ("kills", float(kills))]
-                    + [(f"{key}_{r['backend'].replace('-', '_')}", float(r[key]))
-                       for key in ("rows", "translate_s", "bulk_load_s", "ratio",
-                                   "transform_s", "peak_rss_mib", "bulk_durable_s",
-                                   "ratio_durable")
-                       for r in rows if r.get(key) not in (None, "")])
+    loads = [float(r["load_1min"]) for r in rows if r.get("load_1min") not in (None, "")]
+    write_figures(summary, [("cpu_count", float(os.cpu_count())),
+                            ("load_avg_1min_start", load_start),
+                            ("load_avg_1min_end", os.getloadavg()[0]),
+                            ("load_1min_min", min(loads, default=float("nan"))),
+                            ("load_1min_max", max(loads, default=float("nan"))),
+                            ("kills", float(kills))]
+                  + [(f"{key}_{r['backend'].replace('-', '_')}", float(r[key]))
+                     for key in ("rows", "translate_s", "bulk_load_s", "ratio",
+                                 "transform_s", "peak_rss_mib", "bulk_durable_s",
+                                 "ratio_durable")
+                     for r in rows if r.get(key) not in (None, "")])
     if TRIALS:
         trials = Path(args.csv).with_name(Path(args.csv).stem + "_trials.csv")
         kept = []

@@ -26,7 +26,6 @@ quotes ``benchmarks/results/bench_translate.csv``.
 """
 
 import argparse
-import csv
 import json
 import os
 import shutil
@@ -35,7 +34,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import PeakRSS
+from _common import PeakRSS, write_figures
 
 
 def make_input(path, rows, dim, chunk=1 << 18, seed=0):
@@ -177,10 +176,7 @@ def main(argv=None):
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if args.csv:
-        with open(args.csv, "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(["key", "value"])
-            w.writerows((k, repr(float(v))) for k, v in results.items())
+        write_figures(args.csv, ((k, repr(float(v))) for k, v in results.items()))
     return results
 
 

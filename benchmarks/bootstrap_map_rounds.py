@@ -25,6 +25,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+from _common import write_figures
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -103,10 +104,7 @@ def main(argv=None):
             w.writeheader()
             w.writerows(rows)
     if args.summary_csv:
-        with open(args.summary_csv, "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(["key", "value"])
-            w.writerows(figures.items())
+        write_figures(args.summary_csv, figures)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ import time
 
 import numpy as np
 import torch
+from _common import write_figures
 
 from skalign import (
     AnchorBootstrapper,
@@ -141,10 +142,7 @@ def write_csv(rows, path):
         figures.update({f"{target}_mrr_disc_over_gt_min": min(mrr),
                         f"{target}_mrr_disc_over_gt_max": max(mrr),
                         f"{target}_top1_shortfall_max_pct": 100 * (1 - min(top1))})
-    with open(f"{root}_figures{ext}", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["key", "value"])
-        w.writerows((k, repr(float(v))) for k, v in figures.items())
+    write_figures(f"{root}_figures{ext}", ((k, repr(float(v))) for k, v in figures.items()))
 
 
 def read_draws(path):

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from _common import write_figures
 from _seedless_common import ENCODER_PAIRS, ceiling, draw, fit_skalign, load, top1_mrr
 from sklearn.metrics import roc_auc_score
 
@@ -89,11 +90,7 @@ def main(argv=None):
                "successes_warned": int((y & warned).sum()),
                "failure_certificate_max": float(fail.max()) if len(fail) else float("nan"),
                "success_certificate_min": float(ok.min()) if len(ok) else float("nan")}
-    with open(Path(args.out).with_name(Path(args.out).stem + "_summary.csv"), "w",
-              newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["key", "value"])
-        w.writerows(summary.items())
+    write_figures(Path(args.out).with_name(Path(args.out).stem + "_summary.csv"), summary)
     return auc
 
 

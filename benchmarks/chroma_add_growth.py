@@ -14,13 +14,13 @@ The row-share rule of ``bench_stores.py``'s kill study assumes every row costs t
 """
 
 import argparse
-import csv
 import shutil
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from _common import write_figures
 
 ADD = 2048
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,10 +67,7 @@ def main(argv=None):
     for key, value in figures.items():
         print(f"{key},{value}")
     if args.csv:
-        with open(args.csv, "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(["key", "value"])
-            w.writerows(figures.items())
+        write_figures(args.csv, figures)
         print(f"wrote {args.csv}")
 
 

@@ -31,7 +31,6 @@ or 0).
 """
 
 import argparse
-import csv
 import json
 import os
 import random
@@ -170,15 +169,12 @@ def summarize(rows):
 
 
 def write(path, rows, summary):
-    from _common import write_rows
+    from _common import write_figures, write_rows
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_rows(path, rows)
-    with open(path.with_name(path.stem + "_summary.csv"), "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["key", "value"])
-        w.writerows(summary.items())
+    write_figures(path.with_name(path.stem + "_summary.csv"), summary)
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from _common import write_rows  # noqa: E402
+from _common import write_figures, write_rows  # noqa: E402
 
 from skalign._connectors._chroma import torn_index  # noqa: E402
 
@@ -154,8 +154,7 @@ def main(argv=None):
             summary = summarize(rows)
             # after each trial: a study stopped part-way keeps what it measured
             write_rows(csv_path, rows)
-            write_rows(csv_path.with_name(csv_path.stem + "_summary.csv"),
-                       [{"key": k, "value": v} for k, v in summary.items()])
+            write_figures(csv_path.with_name(csv_path.stem + "_summary.csv"), summary)
             if row["chroma_failed"] or (row["records"] or 0) >= args.cap:
                 shutil.rmtree(folder)
     finally:

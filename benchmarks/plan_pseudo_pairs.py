@@ -15,12 +15,12 @@ as ``key,value`` (``benchmarks/results/plan_pseudo_pairs.csv``, quoted by the us
 """
 
 import argparse
-import csv
 import itertools
 import time
 from pathlib import Path
 
 import numpy as np
+from _common import write_figures
 
 from skalign import UnpairedPool
 from skalign.plan import _duplicates, _pseudo_store, _unit
@@ -60,12 +60,9 @@ def main(argv=None):
                   f"{store['certificate']:>13.3f}{time.perf_counter() - t0:>6.1f}", flush=True)
     if args.csv:
         found, right, cert = (np.array(c) for c in zip(*rows))
-        with open(args.csv, "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(["key", "value"])
-            w.writerows([("cases", len(rows)), ("found_min", found.min()),
-                         ("found_max", found.max()), ("right_min", right.min()),
-                         ("right_max", right.max()), ("certificate_min", cert.min())])
+        write_figures(args.csv, [("cases", len(rows)), ("found_min", found.min()),
+                                 ("found_max", found.max()), ("right_min", right.min()),
+                                 ("right_max", right.max()), ("certificate_min", cert.min())])
     return rows
 
 

@@ -2,8 +2,9 @@
 uninterrupted runs: does resuming cost more than the work left + 10 %? (issue 20)
 
 ``python benchmarks/stores_resume_repeats.py BACKEND [--rows N] [--kills 10] [--reruns 3]
-[--seed 0] [--workdir DIR] [--csv PATH]`` (BACKEND: npy, parquet, parquet-dir, faiss, chroma,
-pgvector; ``--rows`` defaults to ``bench_stores.py``'s size for it)
+[--seed 0] [--workdir DIR] [--csv PATH] [--keep-failed DIR] [--keep-logs DIR]`` (BACKEND: npy,
+parquet, parquet-dir, faiss, chroma, pgvector; ``--rows`` defaults to ``bench_stores.py``'s size
+for it)
 
 ``bench_stores.py``'s kill study times one rerun per kill against one uninterrupted run. On
 this 2-core virtual machine the same translation's time moves by more than the 10 % the issue
@@ -31,7 +32,12 @@ times, alternated with as many uninterrupted runs, and the medians are compared:
    and how many single pairs were in time. ``in_filled_time``/``filled_excess``: the
    pipeline's fill counted too (``bench_stores.filled_allowance``): any run writes its first batch
    only after reading, translating and loading it with nothing to overlap, which on
-   PostgreSQL takes several batches' time.
+   PostgreSQL takes several batches' time. ``paced_excess``: the rerun's median time from
+   its first write (the batch at the resume row) to its end, minus the uninterrupted runs'
+   median time from their write of that same batch to their end, as a share of their median
+   time: the same rows after the start-up and the fill, so whether a rerun works at the
+   uninterrupted run's pace (not a rule of the issue; it tells a slower pace from a longer
+   start).
 
 Snapshots: the file stores' output entries (the shadow, its journal and lock) copied aside and
 back, holes kept, the restored shadow written out and dropped from the page cache (a killed
@@ -43,7 +49,9 @@ and no reruns. ``restarted``: the reruns started from row 0 (a kill before the f
 or a shadow the engine refused: ``refused``, from the command's summary). A rerun that fails
 (an exit status other than 0, a signal included) is counted in ``failed`` and not timed; a kill
 with a failed rerun is not ``identical``; ``--keep-failed DIR`` keeps a copy of its crashed
-state. Writes a row per kill (``--csv``) and ``key,value`` figures beside it (``_summary``).
+state; ``--keep-logs DIR`` keeps every run's output (``kill<k>_<rerun|full><r>.txt``, with the
+per-batch write times of ``bench_stores.py``'s wrapper). Writes a row per kill (``--csv``) and
+``key,value`` figures beside it (``_summary``).
 """
 
 import argparse
@@ -64,7 +72,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import bench_stores as bs  # noqa: E402
 import store_backends as sb  # noqa: E402
-from _common import write_rows  # noqa: E402
+from _common import write_figures, write_rows  # noqa: E402
 
 STUDY_DB = "resume_study"
 
@@ -201,10 +209,24 @@ def judge(n, at, rerun_texts, full_texts):
                        filled_allowed_s=round(f_allowed, 3),
                        in_filled_time=int(span <= f_allowed),
                        filled_excess=round((span - (f_allowed - 0.1 * wall)) / wall, 3))
+        rerun_paced = [paced_s(t, at) for t in rerun_texts]
+        full_paced = [paced_s(t, at) for t in full_texts]
+        if None not in rerun_paced + full_paced:
+            row.update(paced_excess=round((_median(rerun_paced) - _median(full_paced)) / wall,
+                                          3))
     return row
 
 
-def study(backend, n, kills, reruns, seed, work, env, snapshots_for, keep_failed=None):
+def paced_s(text, at):
+    """Seconds from the run's write of the batch that starts at row ``at`` to the end of its
+    translation: the same rows, after the start-up and the fill, in a rerun resumed at ``at``
+    and in an uninterrupted run (``None`` without that write)."""
+    wall, writes = bs.translate_wall(text), dict(bs.write_times(text))
+    return None if wall is None or at not in writes else wall - writes[at]
+
+
+def study(backend, n, kills, reruns, seed, work, env, snapshots_for, keep_failed=None,
+          keep_logs=None):
     """The module's steps 1 and 2 for one backend: a row per kill. A rerun that fails (an exit
     status other than 0, a signal included) is counted in the kill's ``failed``, its status and
     last line in ``failed_said``, and the crashed state is copied to ``keep_failed``/kill<k>
@@ -238,6 +260,11 @@ def study(backend, n, kills, reruns, seed, work, env, snapshots_for, keep_failed
     bs._close_clients()
     rng = np.random.default_rng(seed)
     rows = []
+
+    def emit(row):
+        rows.append(row)
+        print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
+
     for k in range(kills):
         snaps.restore("clean")
         kill_after = (wall - secs) + rng.uniform(0, 1) * secs
@@ -253,6 +280,9 @@ def study(backend, n, kills, reruns, seed, work, env, snapshots_for, keep_failed
                 snaps.restore("crashed" if what == "rerun" else "clean")
                 status, _, _, text, _ = run()
                 bs._close_clients()
+                if keep_logs:
+                    Path(keep_logs).mkdir(parents=True, exist_ok=True)
+                    (Path(keep_logs) / f"kill{k}_{what}{r}.txt").write_text(text)
                 if what == "full":
                     assert status == 0, text
                     full_texts.append(text)
@@ -278,15 +308,13 @@ def study(backend, n, kills, reruns, seed, work, env, snapshots_for, keep_failed
             if row["published"]:
                 break
         if row["published"]:
-            rows.append(row)
-            print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
+            emit(row)
             continue
         row.update(failed=len(failed), failed_said=failed[0] if failed else "")
         if not rerun_texts:  # every rerun failed: nothing to time
             row.update(reruns=0, identical=0, no_leftovers=clean, restarted=0, refused=0,
                        in_time=0, pairs_in_time=0)
-            rows.append(row)
-            print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
+            emit(row)
             continue
         (at,) = ats  # the same crashed state resumes at the same row every time
         row.update(resumed_at=at, restarted=int(at == 0), reruns=len(rerun_texts),
@@ -294,8 +322,7 @@ def study(backend, n, kills, reruns, seed, work, env, snapshots_for, keep_failed
                    refused=int(any("translated from row 0" in t for t in rerun_texts)),
                    **judge(n, at, rerun_texts, full_texts), rerun_said=said,
                    load_1min=round(os.getloadavg()[0], 2))
-        rows.append(row)
-        print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
+        emit(row)
     return rows
 
 
@@ -327,6 +354,10 @@ def summarize(rows):
             s.update(in_filled_time=sum(r["in_filled_time"] for r in timed),
                      filled_excess_median=round(_median(filled), 3),
                      filled_excess_max=round(max(filled), 3))
+        paced = [r["paced_excess"] for r in timed if "paced_excess" in r]
+        if paced:
+            s.update(paced_kills=len(paced), paced_excess_median=round(_median(paced), 3),
+                     paced_excess_max=round(max(paced), 3))
     return s
 
 
@@ -342,6 +373,8 @@ def main(argv=None):
     ap.add_argument("--csv", default=None)
     ap.add_argument("--keep-failed", default=None,
                     help="copy the crashed state of a kill whose rerun failed here (kill<k>)")
+    ap.add_argument("--keep-logs", default=None,
+                    help="keep every run's output here (kill<k>_<rerun|full><r>.txt)")
     args = ap.parse_args(argv)
     n = int(args.rows or bs.FULL[args.backend])
     csv_path = Path(args.csv or ROOT / "benchmarks" / "results"
@@ -375,7 +408,7 @@ def main(argv=None):
 
         t0 = time.time()
         rows = study(backend, n, args.kills, args.reruns, args.seed, work, env, snapshots_for,
-                     args.keep_failed)
+                     args.keep_failed, args.keep_logs)
         summary = summarize(rows)
         summary.update(rows=n, reruns_per_kill=args.reruns, seed=args.seed,
                        cores=os.cpu_count(), minutes=round((time.time() - t0) / 60, 1))
@@ -390,8 +423,7 @@ def main(argv=None):
             server.cleanup()
         shutil.rmtree(work, ignore_errors=True)
     write_rows(csv_path, rows)
-    write_rows(csv_path.with_name(csv_path.stem + "_summary.csv"),
-               [{"key": k, "value": v} for k, v in summary.items()])
+    write_figures(csv_path.with_name(csv_path.stem + "_summary.csv"), summary)
     print(" ".join(f"{k}={v}" for k, v in summary.items()))
     return rows, summary
 

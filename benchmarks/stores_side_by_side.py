@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from _common import git_tree, write_rows  # noqa: E402
+from _common import git_tree, write_figures, write_rows  # noqa: E402
 
 KEEP = ["translate_s", "bulk_load_s", "ratio", "ratio_durable", "peak_rss_mib", "load_1min",
         "translate_runs_s", "bulk_runs_s", "ratio_runs"]
@@ -105,7 +105,7 @@ def main(argv=None):
     if args.csv:
         write_rows(args.csv, rows)
         stem = os.path.splitext(args.csv)[0]
-        write_rows(f"{stem}_summary.csv", [{"key": k, "value": v} for k, v in summary.items()])
+        write_figures(f"{stem}_summary.csv", summary)
     return rows, summary
 
 

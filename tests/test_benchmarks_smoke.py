@@ -23,6 +23,18 @@ def test_bench_transform_translations_are_correct(capsys, load_benchmark):
     assert "max |err|" in out and f"{n:,} x {d}" in out
 
 
+def test_write_figures_takes_a_mapping_or_pairs(load_benchmark, tmp_path):
+    import csv
+
+    common = load_benchmark("_common")
+    for figures in ({"rows": 3, "ratio": 0.5}, [("rows", 3), ("ratio", 0.5)],
+                    ((k, v) for k, v in [("rows", 3), ("ratio", 0.5)])):
+        path = tmp_path / "figures.csv"
+        common.write_figures(path, figures)
+        with open(path, newline="") as f:
+            assert list(csv.reader(f)) == [["key", "value"], ["rows", "3"], ["ratio", "0.5"]]
+
+
 def test_bench_bootstrap_runs(load_benchmark):
     """Quick mode: AnchorBootstrapper finds the pairs; the paper's loop runs in full."""
     rows = load_benchmark("bench_bootstrap").main(["--quick"])
@@ -313,13 +325,21 @@ def test_stores_resume_repeats_runs(load_benchmark, tmp_path, backend):
 
     bench = load_benchmark("stores_resume_repeats")
     out = tmp_path / "rr.csv"
+    logs = tmp_path / "logs"
     rows, summary = bench.main([backend, "--rows", "3000", "--kills", "2", "--reruns", "2",
-                                "--workdir", str(tmp_path), "--csv", str(out)])
+                                "--workdir", str(tmp_path), "--csv", str(out),
+                                "--keep-logs", str(logs)])
     assert len(rows) == 2 and summary["kills"] == 2
     for r in rows:
         if r["published"]:  # at this size a kill may come after the publish
             assert "reruns" not in r
             continue
+        kept = sorted(p.name for p in logs.glob(f"kill{r['kill']}_*.txt"))
+        assert kept == [f"kill{r['kill']}_{w}{k}.txt" for w in ("full", "rerun") for k in (0, 1)]
+        assert all("wrote_from=" in (logs / name).read_text() for name in kept)
+        # the same rows after each run's write of the resume row's batch (none where every
+        # row was committed before the kill)
+        assert ("paced_excess" in r) == (r["resumed_at"] < 3000)
         assert r["reruns"] == 2 and r["identical"] == 2 and r["no_leftovers"] == 2
         assert r["rerun_said"].startswith("translated 3000 rows") and "WORK" in r["rerun_said"]
         reruns = [float(x) for x in r["rerun_s"].split(";")]
@@ -361,6 +381,35 @@ def test_stores_resume_repeats_judges_a_rerun_that_wrote_nothing(load_benchmark)
     # every row committed: the start-up and the time after the last write are left
     assert row["filled_allowed_s"] == pytest.approx(0.5 + 1.0 + 0.5)
     assert row["in_filled_time"] == 1
+
+
+def test_stores_resume_repeats_paced_excess(load_benchmark):
+    """``paced_excess`` compares the same rows after each run's write of the resume row's
+    batch: a rerun that starts later but then works at the uninterrupted runs' pace has none,
+    one whose rows after its first write take longer has that much."""
+    bench = load_benchmark("stores_resume_repeats")
+
+    def full(total):  # 4 batches of 100 rows; the write of row 200's batch at 0.6 total
+        writes = " ".join(f"wrote_from={k * 100} t={total * (0.2 + 0.2 * k):.3f}"
+                          for k in range(4))
+        return (f"began t={0.1 * total:.3f} {writes} translate_wall_s={total:.3f}\n"
+                f"translated 400 rows in {total + 0.5:.2f} s")
+
+    def rerun(first, after):  # resumed at row 200: its first write at ``first``
+        return (f"began t=0.200 wrote_from=200 t={first:.3f} wrote_from=300 "
+                f"t={first + after / 2:.3f} translate_wall_s={first + after:.3f}\n"
+                f"translated 400 rows in {first + after + 0.5:.2f} s, resumed at row 200")
+
+    fulls = [full(4.0), full(5.0), full(6.0)]  # from row 200's write: 1.6, 2.0, 2.4 s
+    assert bench.paced_s(fulls[1], 200) == pytest.approx(2.0)
+    assert bench.paced_s(fulls[1], 250) is None
+    slow_start = bench.judge(400, 200, [rerun(1.5, 2.0)] * 2, fulls)
+    assert slow_start["paced_excess"] == pytest.approx(0.0)
+    slow_pace = bench.judge(400, 200, [rerun(1.0, 2.5)] * 2, fulls)
+    assert slow_pace["paced_excess"] == pytest.approx(0.1)
+    s = bench.summarize([dict(r, published=0, restarted=0, refused=0, reruns=2, identical=2,
+                              no_leftovers=2) for r in (slow_start, slow_pace)])
+    assert s["paced_kills"] == 2 and s["paced_excess_max"] == pytest.approx(0.1)
 
 
 def test_stores_resume_repeats_counts_failed_reruns(load_benchmark):
