@@ -342,6 +342,14 @@ def first_write(text):
     return writes[0][1] if writes else None
 
 
+def paced_s(text, at):
+    """Seconds from the run's write of the batch that starts at row ``at`` to the end of its
+    translation: the same rows, after the start-up and the fill, in a rerun resumed at ``at``
+    and in an uninterrupted run (``None`` without that write)."""
+    wall, writes = translate_wall(text), dict(write_times(text))
+    return None if wall is None or at not in writes else wall - writes[at]
+
+
 def filled_allowance(full_text, at):
     """The work left after row ``at`` with the start-up *and the pipeline's fill* counted: the
     uninterrupted run's time to its first write, then its own time from the write of the
@@ -354,9 +362,9 @@ def filled_allowance(full_text, at):
         began_at(full_text)
     if wall is None or not writes or began is None:
         return None
-    at_write = [t for start, t in writes if start == at]
-    if at_write:
-        return writes[0][1] + wall - at_write[0] + 0.1 * wall
+    paced = paced_s(full_text, at)
+    if paced is not None:
+        return writes[0][1] + paced + 0.1 * wall
     if at >= writes[-1][0]:
         return began + wall - writes[-1][1] + 0.1 * wall
     return None

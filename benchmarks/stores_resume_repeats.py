@@ -34,10 +34,10 @@ times, alternated with as many uninterrupted runs, and the medians are compared:
    only after reading, translating and loading it with nothing to overlap, which on
    PostgreSQL takes several batches' time. ``paced_excess``: the rerun's median time from
    its first write (the batch at the resume row) to its end, minus the uninterrupted runs'
-   median time from their write of that same batch to their end, as a share of their median
-   time: the same rows after the start-up and the fill, so whether a rerun works at the
-   uninterrupted run's pace (not a rule of the issue; it tells a slower pace from a longer
-   start).
+   median time from their write of that same batch to their end (``bench_stores.paced_s``),
+   as a share of their median time: the same rows after the start-up and the fill, so
+   whether a rerun works at the uninterrupted run's pace (not a rule of the issue; it tells a
+   slower pace from a longer start).
 
 Snapshots: the file stores' output entries (the shadow, its journal and lock) copied aside and
 back, holes kept, the restored shadow written out and dropped from the page cache (a killed
@@ -209,20 +209,12 @@ def judge(n, at, rerun_texts, full_texts):
                        filled_allowed_s=round(f_allowed, 3),
                        in_filled_time=int(span <= f_allowed),
                        filled_excess=round((span - (f_allowed - 0.1 * wall)) / wall, 3))
-        rerun_paced = [paced_s(t, at) for t in rerun_texts]
-        full_paced = [paced_s(t, at) for t in full_texts]
+        rerun_paced = [bs.paced_s(t, at) for t in rerun_texts]
+        full_paced = [bs.paced_s(t, at) for t in full_texts]
         if None not in rerun_paced + full_paced:
             row.update(paced_excess=round((_median(rerun_paced) - _median(full_paced)) / wall,
                                           3))
     return row
-
-
-def paced_s(text, at):
-    """Seconds from the run's write of the batch that starts at row ``at`` to the end of its
-    translation: the same rows, after the start-up and the fill, in a rerun resumed at ``at``
-    and in an uninterrupted run (``None`` without that write)."""
-    wall, writes = bs.translate_wall(text), dict(bs.write_times(text))
-    return None if wall is None or at not in writes else wall - writes[at]
 
 
 def study(backend, n, kills, reruns, seed, work, env, snapshots_for, keep_failed=None,

@@ -401,8 +401,8 @@ def test_stores_resume_repeats_paced_excess(load_benchmark):
                 f"translated 400 rows in {first + after + 0.5:.2f} s, resumed at row 200")
 
     fulls = [full(4.0), full(5.0), full(6.0)]  # from row 200's write: 1.6, 2.0, 2.4 s
-    assert bench.paced_s(fulls[1], 200) == pytest.approx(2.0)
-    assert bench.paced_s(fulls[1], 250) is None
+    assert bench.bs.paced_s(fulls[1], 200) == pytest.approx(2.0)
+    assert bench.bs.paced_s(fulls[1], 250) is None
     slow_start = bench.judge(400, 200, [rerun(1.5, 2.0)] * 2, fulls)
     assert slow_start["paced_excess"] == pytest.approx(0.0)
     slow_pace = bench.judge(400, 200, [rerun(1.0, 2.5)] * 2, fulls)
