@@ -5,7 +5,9 @@ The scripts run as ``python benchmarks/bench_*.py`` (this folder is then on ``sy
 test suite's ``load_benchmark`` fixture puts it there too.
 """
 
+import atexit
 import csv
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -83,8 +85,10 @@ def git_tree(rev, *paths, prefix="skalign_tree_"):
 def old_package(rev):
     """``rev``'s ``skalign/`` as the importable package ``skalign_old``, extracted with ``git
     archive`` into a temporary folder: a side-by-side run times the same work with the old and
-    the new code alternately in one process, since the machine's load moves absolute times."""
+    the new code alternately in one process, since the machine's load moves absolute times. The
+    folder is removed when the process exits (its modules are imported by then)."""
     tmp = git_tree(rev, "skalign", prefix="skalign_old_")
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)
     (tmp / "skalign").rename(tmp / "skalign_old")
     sys.path.insert(0, str(tmp))
     return "skalign_old"

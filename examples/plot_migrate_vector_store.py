@@ -21,6 +21,7 @@ re-embedding everything:
   the re-embedded index it always does: it holds the query vector itself).
 """
 
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -150,3 +151,4 @@ ax.set_xlim(right=reembed_s * 30)
 ax.set_title(f"Migrating {len(A):,} documents from MiniLM to MPNet")
 fig.tight_layout()
 plt.show()
+shutil.rmtree(workdir)  # the stores and the model were written to a temporary folder

@@ -85,10 +85,11 @@ class StoreError(ValueError):
     >>> import numpy as np, os, tempfile
     >>> from skalign.exceptions import StoreError
     >>> from skalign.io import read_vectors
-    >>> try:
-    ...     read_vectors(os.path.join(tempfile.mkdtemp(), "missing.npy"))
-    ... except StoreError as exc:
-    ...     print(str(exc).split(": ", 1)[1])
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     try:
+    ...         read_vectors(os.path.join(folder, "missing.npy"))
+    ...     except StoreError as exc:
+    ...         print(str(exc).split(": ", 1)[1])
     no such file; check the path.
     """
 

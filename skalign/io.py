@@ -128,12 +128,14 @@ def save(estimator, path):
     >>> from skalign.io import load, model_info, save
     >>> rng = np.random.default_rng(0)
     >>> X, Y = rng.normal(size=(50, 4)), rng.normal(size=(50, 6))
-    >>> path = os.path.join(tempfile.mkdtemp(), "model.skops")
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> path = os.path.join(folder.name, "model.skops")
     >>> _ = save(ProcrustesAligner().fit(X, Y), path)
     >>> model_info(path)["n_features_in"], model_info(path)["n_features_out"]
     (4, 6)
     >>> np.allclose(load(path).transform(X), ProcrustesAligner().fit(X, Y).transform(X))
     True
+    >>> folder.cleanup()
     """
     from sklearn.utils.validation import check_is_fitted
 

@@ -1,4 +1,6 @@
 import importlib.util
+import os
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -8,6 +10,26 @@ import torch
 # The suite's matrices are small: extra threads only add synchronisation, and on a busy 2-core
 # machine two threads per process oversubscribe the cores (fits measured 6x slower).
 torch.set_num_threads(1)
+
+_TEMP_BEFORE = set()
+
+
+def pytest_sessionstart(session):
+    _TEMP_BEFORE.update(os.listdir(tempfile.gettempdir()))
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Name what the run left in the system's temporary folder (pytest's own folders aside): a
+    test, doctest or example that forgets to remove its files fills a CI machine's disk run
+    after run. Another process writing there meanwhile is named too, so this reports and does
+    not fail."""
+    left = sorted(set(os.listdir(tempfile.gettempdir())) - _TEMP_BEFORE)
+    left = [name for name in left if not name.startswith("pytest-of-")]
+    if left:
+        terminalreporter.write_line(
+            f"left in {tempfile.gettempdir()} since the run began (by this run, or by another "
+            f"process): {', '.join(left)}")
+
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
@@ -71,9 +93,12 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 @pytest.fixture
-def load_benchmark(monkeypatch):
-    """Import ``benchmarks/<name>.py`` as a module, with its folder on ``sys.path`` as when run."""
+def load_benchmark(monkeypatch, tmp_path):
+    """Import ``benchmarks/<name>.py`` as a module, with its folder on ``sys.path`` as when run.
+
+    The scripts' temporary folders go into the test's ``tmp_path``, removed with it."""
     monkeypatch.syspath_prepend(str(BENCHMARKS))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
 
     def load(name):
         spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")

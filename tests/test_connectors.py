@@ -8,7 +8,7 @@ import re
 
 import numpy as np
 import pytest
-from store_backends import VECTOR_INDEXES, Chroma, Faiss, PgVector, Qdrant, start_postgres
+from store_backends import VECTOR_INDEXES, Chroma, Faiss, PgVector, Qdrant, serve_postgres
 
 from skalign import ProcrustesAligner
 from skalign._connectors import parse_address
@@ -22,9 +22,7 @@ def postgres(tmp_path_factory):
     pytest.importorskip("pgserver")
     pytest.importorskip("psycopg")
     pytest.importorskip("pgvector")
-    server, base = start_postgres(tmp_path_factory.mktemp("pg"))
-    yield base
-    server.cleanup()
+    yield from serve_postgres(tmp_path_factory)
 
 
 @pytest.fixture(params=["faiss", "chroma", "qdrant", "pgvector"])

@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 import pytest
-from store_backends import FILE_BACKENDS, Chroma, Faiss, Npy, PgVector, Qdrant, start_postgres
+from store_backends import FILE_BACKENDS, Chroma, Faiss, Npy, PgVector, Qdrant, serve_postgres
 
 from skalign import ProcrustesAligner
 from skalign._stores import ENCODE_DEPTH
@@ -104,9 +104,7 @@ def call(fn, *args):
 @pytest.fixture(scope="module")
 def postgres(tmp_path_factory):
     pytest.importorskip("pgserver")
-    server, base = start_postgres(tmp_path_factory.mktemp("pg"))
-    yield base
-    server.cleanup()
+    yield from serve_postgres(tmp_path_factory)
 
 
 BACKENDS = [b.name for b in FILE_BACKENDS] + ["faiss", "chroma", "qdrant", "pgvector",
