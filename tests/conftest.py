@@ -1,5 +1,7 @@
+import atexit
 import importlib.util
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -11,24 +13,25 @@ import torch
 # machine two threads per process oversubscribe the cores (fits measured 6x slower).
 torch.set_num_threads(1)
 
-_TEMP_BEFORE = set()
-
 
 def pytest_sessionstart(session):
-    _TEMP_BEFORE.update(os.listdir(tempfile.gettempdir()))
+    """At exit, name what the run left in the system's temporary folder (pytest's own folders
+    aside): a test, doctest or example that forgets to remove its files fills a CI machine's disk
+    run after run. Registered first, this runs after the exit handlers that libraries register
+    to remove their folders (scikit-learn's memmaps). Another process writing there meanwhile is
+    named too, so this reports and does not fail."""
+    folder = tempfile.gettempdir()
+    before = set(os.listdir(folder))
 
+    def report():
+        left = sorted(name for name in set(os.listdir(folder)) - before
+                      # multiprocessing removes its folder after this handler has run
+                      if not name.startswith(("pytest-of-", "pymp-")))
+        if left:
+            print(f"left in {folder} since the test run began (by the run, or by another "
+                  f"process): {', '.join(left)}", file=sys.stderr)
 
-def pytest_terminal_summary(terminalreporter):
-    """Name what the run left in the system's temporary folder (pytest's own folders aside): a
-    test, doctest or example that forgets to remove its files fills a CI machine's disk run
-    after run. Another process writing there meanwhile is named too, so this reports and does
-    not fail."""
-    left = sorted(set(os.listdir(tempfile.gettempdir())) - _TEMP_BEFORE)
-    left = [name for name in left if not name.startswith("pytest-of-")]
-    if left:
-        terminalreporter.write_line(
-            f"left in {tempfile.gettempdir()} since the run began (by this run, or by another "
-            f"process): {', '.join(left)}")
+    atexit.register(report)
 
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -93,12 +96,13 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 @pytest.fixture
-def load_benchmark(monkeypatch, tmp_path):
+def load_benchmark(monkeypatch, tmp_path_factory):
     """Import ``benchmarks/<name>.py`` as a module, with its folder on ``sys.path`` as when run.
 
-    The scripts' temporary folders go into the test's ``tmp_path``, removed with it."""
+    The scripts' temporary folders (and dask's scratch space) go into a folder of pytest's,
+    removed with the run's others, rather than the system's."""
     monkeypatch.syspath_prepend(str(BENCHMARKS))
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path_factory.mktemp("tempdir")))
 
     def load(name):
         spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
