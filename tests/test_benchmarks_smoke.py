@@ -475,3 +475,21 @@ def test_pg_batch_rows_runs(load_benchmark, tmp_path):
     got = {r["key"]: float(r["value"]) for r in csv.DictReader(open(tmp_path / "pb_figures.csv"))}
     assert got["seconds_median_500"] == rows[0]["seconds_median"]
     assert got["first_write_median_s_1000"] == rows[1]["first_write_median_s"]
+
+
+def test_npy_product_bound_runs(load_benchmark, tmp_path):
+    """A tiny size: the four steps timed once per repeat, the bound from their medians, the
+    figures written, and the write's file removed."""
+    import csv
+
+    bench = load_benchmark("npy_product_bound")
+    figures = bench.main(["--rows", "3000", "--repeats", "2", "--peak-n", "256",
+                          "--workdir", str(tmp_path),
+                          "--csv", str(tmp_path / "bound.csv")])
+    for step in ("matmul", "torch_matmul", "translate_fn", "write", "write_durable"):
+        runs = [float(v) for v in figures[f"{step}_runs_s"].split(";")]
+        assert len(runs) == 2 and all(v >= 0 for v in runs)
+    assert figures["bound"] > 0 and figures["bound_durable"] > 0 and figures["matmul_gflops"] > 0
+    with open(tmp_path / "bound.csv", newline="") as f:
+        assert dict(csv.reader(f))["bound_durable"] == str(figures["bound_durable"])
+    assert [p.name for p in tmp_path.iterdir()] == ["bound.csv"]

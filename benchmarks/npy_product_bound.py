@@ -1,0 +1,155 @@
+"""How close can a ``.npy`` translation come to a plain write of its output? The product's time
+against the write's, on this machine (issue 20's throughput target).
+
+``python benchmarks/npy_product_bound.py [--rows 1000000] [--repeats 5] [--workdir DIR]
+[--peak-n 4096] [--csv PATH]``
+
+Issue 20 asks every backend's translation for at least 0.8 × the rows/s of the backend's own
+bulk load of the same output vectors; for ``.npy`` that load is a plain ``np.save``.
+``bench_stores.py`` measures the ratio. This script measures what bounds it: a translation has
+to compute the product of every row, and the write it is compared with does not. With the
+source and model of ``bench_stores.py`` (1,000,000 × 384 → 768, ``ProcrustesAligner``) and
+``skalign translate``'s batch size, alternated ``--repeats`` times, each step after an
+``os.sync()``:
+
+- ``matmul``: ``np.matmul`` of every batch by a 384 × 768 float32 matrix into a reused buffer,
+  the BLAS call alone (GFLOP/s = 2 × rows × 384 × 768 / s), and ``torch_matmul``: the same with
+  ``torch.matmul`` (torch's own BLAS, not the OpenBLAS numpy uses; ``skalign translate`` does
+  not import torch for a numpy-only model);
+- ``translate_fn``: the function ``skalign translate`` applies to each batch of a float32
+  source (``model._transform_numpy_fn``, its finiteness check included), into the same buffer:
+  the product, the centring and the check;
+- ``write``: ``np.save`` of the 1,000,000 × 768 output (``bench_stores.py``'s bulk load), and
+  ``write_durable``: the same followed by an ``os.sync()``.
+
+``bound`` = median ``write`` ÷ median ``translate_fn``: the ratio a translation would reach if
+it did nothing but the product, with its reads and writes fully hidden behind it. Where it is
+below 0.8, no implementation of the same arithmetic meets the target on this machine; where
+``matmul`` is as fast as ``translate_fn``, the product is as fast as the machine's BLAS makes it.
+``bound_durable`` is the same against ``write_durable``. ``peak_gflops``: the best of three
+4096 × 4096 float32 ``np.matmul`` calls, about as fast as this machine multiplies. Prints a
+table; ``--csv`` writes the figures as ``key,value`` rows.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from _common import write_figures
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_stores import make_model_and_rows  # noqa: E402
+
+from skalign._direct_io import aligned_empty  # noqa: E402
+from skalign._stores import default_batch_size  # noqa: E402
+
+
+def _timed(step):
+    os.sync()  # the pages the step before wrote reach the disk before this one starts
+    t0 = time.perf_counter()
+    step()
+    return time.perf_counter() - t0
+
+
+def measure(rows, repeats, workdir):
+    """``{step: [seconds per repeat]}`` for the four steps, alternated."""
+    model, X = make_model_and_rows(rows)
+    d_in, d_out = X.shape[1], model.n_features_out_
+    batch = default_batch_size(d_in, d_out)
+    fn = model._transform_numpy_fn(dtype=np.float32)
+    W = np.random.default_rng(1).standard_normal((d_in, d_out)).astype(np.float32)
+    buf = aligned_empty((batch, d_out), np.float32)
+    output = np.asarray(model.transform(X), np.float32)
+    target = Path(workdir) / "bulk.npy"
+
+    def matmul():
+        for lo in range(0, rows, batch):
+            np.matmul(X[lo:lo + batch], W, out=buf[:min(batch, rows - lo)])
+
+    def torch_matmul():
+        import torch
+
+        Xt, Wt, out = torch.from_numpy(X), torch.from_numpy(W), torch.from_numpy(buf)
+        for lo in range(0, rows, batch):
+            torch.matmul(Xt[lo:lo + batch], Wt, out=out[:min(batch, rows - lo)])
+
+    def translate_fn():
+        for lo in range(0, rows, batch):
+            _, finite = fn.checked(X[lo:lo + batch], out=buf[:min(batch, rows - lo)])
+            assert finite
+
+    def write():
+        np.save(target, output)
+
+    def write_durable():
+        np.save(target, output)
+        os.sync()
+
+    steps = {"matmul": matmul, "torch_matmul": torch_matmul, "translate_fn": translate_fn,
+             "write": write, "write_durable": write_durable}
+    times = {name: [] for name in steps}
+    for r in range(repeats):
+        order = list(steps) if r % 2 == 0 else list(steps)[::-1]
+        for name in order:
+            times[name].append(_timed(steps[name]))
+            target.unlink(missing_ok=True)
+    return times, batch, d_in, d_out
+
+
+def peak_gflops(n=4096, tries=3):
+    """GFLOP/s of the best of ``tries`` ``n`` × ``n`` float32 products."""
+    a = np.random.default_rng(2).standard_normal((n, n)).astype(np.float32)
+    out = np.empty_like(a)
+    best = min(_timed(lambda: np.matmul(a, a, out=out)) for _ in range(tries))
+    return 2 * n ** 3 / best / 1e9
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--workdir", default=None, help="where the write goes (default: a "
+                        "temporary folder, as bench_stores.py's)")
+    parser.add_argument("--peak-n", type=int, default=4096,
+                        help="the size of the square products that give peak_gflops")
+    parser.add_argument("--csv", default=None)
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(dir=args.workdir, prefix="npy-product-bound-") as work:
+        load = os.getloadavg()[0]
+        times, batch, d_in, d_out = measure(args.rows, args.repeats, work)
+        peak = peak_gflops(args.peak_n)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    figures = {"rows": args.rows, "batch_rows": batch, "repeats": args.repeats,
+               "cores": os.cpu_count(), "load_1min_start": round(load, 2)}
+    for name, values in times.items():
+        figures[f"{name}_s"] = round(med[name], 3)
+        figures[f"{name}_runs_s"] = ";".join(f"{v:.3f}" for v in values)
+    figures["matmul_gflops"] = round(2 * args.rows * d_in * d_out / med["matmul"] / 1e9, 1)
+    figures["torch_matmul_gflops"] = round(2 * args.rows * d_in * d_out / med["torch_matmul"]
+                                           / 1e9, 1)
+    figures["peak_gflops"] = round(peak, 1)
+    figures["translate_fn_over_matmul"] = round(med["translate_fn"] / med["matmul"], 2)
+    figures["bound"] = round(med["write"] / med["translate_fn"], 2)
+    figures["bound_durable"] = round(med["write_durable"] / med["translate_fn"], 2)
+    print(f"{args.rows:,} x {d_in} -> {d_out} float32, batches of {batch:,} rows, "
+          f"{args.repeats} alternated repeats (medians; 1-min load {load:.2f} at the start)")
+    print(f"{'step':<16}{'median s':>10}   runs")
+    for name in times:
+        print(f"{name:<16}{med[name]:10.2f}   {figures[f'{name}_runs_s']}")
+    print(f"matmul {figures['matmul_gflops']} GFLOP/s, torch_matmul "
+          f"{figures['torch_matmul_gflops']}, peak ({args.peak_n}² product) "
+          f"{figures['peak_gflops']}; translate_fn / matmul "
+          f"{figures['translate_fn_over_matmul']}; bound (write / translate_fn) "
+          f"{figures['bound']}, against the durable write {figures['bound_durable']}")
+    if args.csv:
+        write_figures(args.csv, figures)
+    return figures
+
+
+if __name__ == "__main__":
+    main()
