@@ -182,6 +182,7 @@ def main(argv=None):
 
 def parquet(work, src, rows, batch_size):
     """Local streaming vs a 2-worker LocalCluster on the same 8 Parquet shards."""
+    import dask
     from distributed import LocalCluster
 
     from skalign.io import load, translate
@@ -192,8 +193,9 @@ def parquet(work, src, rows, batch_size):
     t0 = time.perf_counter()
     translate(model, work / "shards", work / "local", batch_size=batch_size)
     local_s = time.perf_counter() - t0
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as cluster:
+    with dask.config.set({"temporary-directory": str(work / "dask-scratch")}), \
+            LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                         dashboard_address=None) as cluster:
         t0 = time.perf_counter()
         translate_parquet(model, work / "shards", work / "dask", scheduler=cluster,
                           batch_size=batch_size)

@@ -14,6 +14,7 @@ from skalign.io import save, translate
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
+dask = pytest.importorskip("dask")
 distributed = pytest.importorskip("distributed")
 pytest.importorskip("dask.dataframe")
 
@@ -21,9 +22,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                                  dashboard_address=None) as cluster:
+def cluster(tmp_path_factory):
+    # dask's scratch space in a folder of pytest's, not /tmp/dask-scratch-space
+    scratch = str(tmp_path_factory.mktemp("dask"))
+    with dask.config.set({"temporary-directory": scratch}), \
+            distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                     dashboard_address=None) as cluster:
         yield cluster
 
 
