@@ -478,18 +478,26 @@ def test_pg_batch_rows_runs(load_benchmark, tmp_path):
 
 
 def test_npy_product_bound_runs(load_benchmark, tmp_path):
-    """A tiny size: the four steps timed once per repeat, the bound from their medians, the
-    figures written, and the write's file removed."""
+    """A tiny size: the five steps timed once per repeat, the bounds from their times, the
+    figures and the runs written, and the write's file removed."""
     import csv
+    import statistics
 
     bench = load_benchmark("npy_product_bound")
-    figures = bench.main(["--rows", "3000", "--repeats", "2", "--peak-n", "256",
-                          "--workdir", str(tmp_path),
-                          "--csv", str(tmp_path / "bound.csv")])
-    for step in ("matmul", "torch_matmul", "translate_fn", "write", "write_durable"):
-        runs = [float(v) for v in figures[f"{step}_runs_s"].split(";")]
-        assert len(runs) == 2 and all(v >= 0 for v in runs)
-    assert figures["bound"] > 0 and figures["bound_durable"] > 0 and figures["matmul_gflops"] > 0
-    with open(tmp_path / "bound.csv", newline="") as f:
-        assert dict(csv.reader(f))["bound_durable"] == str(figures["bound_durable"])
-    assert [p.name for p in tmp_path.iterdir()] == ["bound.csv"]
+    figures, times = bench.main(["--rows", "3000", "--repeats", "2", "--peak-n", "256",
+                                 "--pause", "0", "--workdir", str(tmp_path),
+                                 "--csv", str(tmp_path / "b.csv")])
+    assert sorted(times) == ["matmul", "torch_matmul", "translate_fn", "write", "write_durable"]
+    assert all(len(v) == 2 and min(v) > 0 for v in times.values())
+    fn = statistics.median(times["translate_fn"])
+    assert figures["bound"] == round(statistics.median(times["write"]) / fn, 2)
+    assert figures["bound_fastest_write"] == round(min(times["write"]) / fn, 2)
+    assert figures["matmul_gflops"] > 0 and figures["peak_gflops"] > 0
+    assert figures["touch_after_free_s"] >= 0 and figures["touch_after_pause_s"] >= 0
+    with open(tmp_path / "b.csv", newline="") as f:
+        written = dict(csv.reader(f))
+    assert all(float(v) == figures[k] for k, v in written.items() if k != "key")
+    with open(tmp_path / "b_runs.csv", newline="") as f:
+        runs = list(csv.DictReader(f))
+    assert [float(r["write"]) for r in runs] == [round(v, 3) for v in times["write"]]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.csv", "b_runs.csv"]
