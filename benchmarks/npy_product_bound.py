@@ -6,11 +6,11 @@ against the write's, on this machine (issue 20's throughput target).
 
 Issue 20 asks every backend's translation for at least 0.8 × the rows/s of the backend's own
 bulk load of the same output vectors; for ``.npy`` that load is a plain ``np.save``.
-``bench_stores.py`` measures the ratio. This script measures what bounds it: a translation has
-to compute the product of every row, and the write it is compared with does not. With the
-source and model of ``bench_stores.py`` (1,000,000 × 384 → 768, ``ProcrustesAligner``) and
-``skalign translate``'s batch size, alternated ``--repeats`` times, each step after an
-``os.sync()``:
+``bench_stores.py`` measures the ratio. This script measures it again beside what bounds it: a
+translation has to compute the product of every row, and the write it is compared with does
+not. With the source and model of ``bench_stores.py`` (1,000,000 × 384 → 768,
+``ProcrustesAligner``) and ``skalign translate``'s batch size, alternated ``--repeats`` times,
+each step after an ``os.sync()``:
 
 - ``matmul``: ``np.matmul`` of every batch by a 384 × 768 float32 matrix into a reused buffer,
   the BLAS call alone (GFLOP/s = 2 × rows × 384 × 768 / s), and ``torch_matmul``: the same with
@@ -20,7 +20,13 @@ source and model of ``bench_stores.py`` (1,000,000 × 384 → 768, ``ProcrustesA
   source (``model._transform_numpy_fn``, its finiteness check included), into the same buffer:
   the product, the centring and the check;
 - ``write``: ``np.save`` of the 1,000,000 × 768 output (``bench_stores.py``'s bulk load), and
-  ``write_durable``: the same followed by an ``os.sync()``.
+  ``write_durable``: the same followed by an ``os.sync()``;
+- ``translate``: ``skalign translate`` of the same source into an ``.npy`` file, its own time
+  (its "in X s"; ``bench_stores.py``'s ``run_cli``), with ``translate_first_write_s``, when its
+  first batch was written, and ``translate_tail_s``, its time after its last (the
+  verification and the publish); ``ratio`` and ``ratio_durable`` are ``bench_stores.py``'s,
+  ``write`` and ``write_durable`` over it, and ``translate_over_fn`` is it over
+  ``translate_fn``.
 
 ``bound`` = median ``write`` ÷ median ``translate_fn``: the ratio a translation would reach if
 it did nothing but the product, with its reads and writes fully hidden behind it. Where it is
@@ -51,22 +57,36 @@ import numpy as np
 from _common import write_figures, write_rows
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_stores import make_model_and_rows  # noqa: E402
+from bench_stores import (  # noqa: E402
+    command_seconds,
+    make_model_and_rows,
+    run_cli,
+    translate_wall,
+    write_times,
+)
 
 from skalign._direct_io import aligned_empty  # noqa: E402
 from skalign._stores import default_batch_size  # noqa: E402
 
 
 def _timed(step):
+    """Seconds of ``step()``, or what it returns where it times itself."""
     os.sync()  # the pages the step before wrote reach the disk before this one starts
     t0 = time.perf_counter()
-    step()
-    return time.perf_counter() - t0
+    own = step()
+    return time.perf_counter() - t0 if own is None else own
 
 
 def measure(rows, repeats, workdir):
-    """``{step: [seconds per repeat]}`` for the four steps, alternated."""
+    """``{step: [seconds per repeat]}`` for the steps, alternated, and ``{part: [seconds per
+    repeat]}`` of the command's run: its first write and what came after its last."""
+    from skalign.io import save
+
     model, X = make_model_and_rows(rows)
+    src, model_path, out = (Path(workdir) / n for n in ("src.npy", "m.skops", "out.npy"))
+    np.save(src, X)
+    save(model, model_path)
+    parts = {"translate_first_write": [], "translate_tail": []}
     d_in, d_out = X.shape[1], model.n_features_out_
     batch = default_batch_size(d_in, d_out)
     fn = model._transform_numpy_fn(dtype=np.float32)
@@ -91,6 +111,17 @@ def measure(rows, repeats, workdir):
             _, finite = fn.checked(X[lo:lo + batch], out=buf[:min(batch, rows - lo)])
             assert finite
 
+    def translate():
+        """The command, timed by its own "in X s" (the process start and imports aside)."""
+        status, _, _, text, _ = run_cli(["translate", str(model_path), str(src), str(out)],
+                                        dict(os.environ))
+        assert status == 0, text
+        out.unlink()
+        writes = write_times(text)
+        parts["translate_first_write"].append(writes[0][1])
+        parts["translate_tail"].append(translate_wall(text) - writes[-1][1])
+        return command_seconds(text)
+
     def write():
         np.save(target, output)
 
@@ -98,15 +129,15 @@ def measure(rows, repeats, workdir):
         np.save(target, output)
         os.sync()
 
-    steps = {"matmul": matmul, "torch_matmul": torch_matmul, "translate_fn": translate_fn,
-             "write": write, "write_durable": write_durable}
+    steps = {"translate": translate, "matmul": matmul, "torch_matmul": torch_matmul,
+             "translate_fn": translate_fn, "write": write, "write_durable": write_durable}
     times = {name: [] for name in steps}
     for r in range(repeats):
         order = list(steps) if r % 2 == 0 else list(steps)[::-1]
         for name in order:
             times[name].append(_timed(steps[name]))
             target.unlink(missing_ok=True)
-    return times, batch, d_in, d_out
+    return times, parts, batch, d_in, d_out
 
 
 def first_touch(nbytes, pause, tries=3):
@@ -135,7 +166,11 @@ def peak_gflops(n=4096, tries=5):
     """GFLOP/s of the best of ``tries`` ``n`` × ``n`` float32 products."""
     a = np.random.default_rng(2).standard_normal((n, n)).astype(np.float32)
     out = np.empty_like(a)
-    best = min(_timed(lambda: np.matmul(a, a, out=out)) for _ in range(tries))
+
+    def product():
+        np.matmul(a, a, out=out)
+
+    best = min(_timed(product) for _ in range(tries))
     return 2 * n ** 3 / best / 1e9
 
 
@@ -153,7 +188,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(dir=args.workdir, prefix="npy-product-bound-") as work:
         load = os.getloadavg()[0]
-        times, batch, d_in, d_out = measure(args.rows, args.repeats, work)
+        times, parts, batch, d_in, d_out = measure(args.rows, args.repeats, work)
         peak = peak_gflops(args.peak_n)
         touch_free, touch_pause = first_touch(args.rows * d_out * 4, args.pause)
     med = {k: statistics.median(v) for k, v in times.items()}
@@ -173,6 +208,11 @@ def main(argv=None):
     figures["translate_fn_over_matmul"] = round(med["translate_fn"] / med["matmul"], 2)
     figures["bound"] = round(med["write"] / med["translate_fn"], 2)
     figures["bound_durable"] = round(med["write_durable"] / med["translate_fn"], 2)
+    for name, values in parts.items():
+        figures[f"{name}_s"] = round(statistics.median(values), 3)
+    figures["translate_over_fn"] = round(med["translate"] / med["translate_fn"], 2)
+    figures["ratio"] = round(med["write"] / med["translate"], 2)
+    figures["ratio_durable"] = round(med["write_durable"] / med["translate"], 2)
     figures["bound_fastest_write"] = round(min(times["write"]) / med["translate_fn"], 2)
     # the product rate a translation needs to reach 0.8 of the fastest write, were the product
     # all it did
@@ -190,6 +230,10 @@ def main(argv=None):
           f"{figures['bound']}, against the durable write {figures['bound_durable']}, against "
           f"the fastest write {figures['bound_fastest_write']} (which would need "
           f"{figures['gflops_for_target_fastest_write']} GFLOP/s for 0.8)")
+    print(f"the command: {med['translate']:.2f} s ({figures['translate_over_fn']} x "
+          f"translate_fn), its first write {figures['translate_first_write_s']:.2f} s in, "
+          f"{figures['translate_tail_s']:.2f} s after its last; ratio {figures['ratio']}, "
+          f"against the durable write {figures['ratio_durable']}")
     print(f"allocating and filling the output's {args.rows * d_out * 4 / 1e9:.1f} GB: "
           f"{touch_free:.2f} s right after a free, {touch_pause:.2f} s after {args.pause:g} s more")
     if args.csv:

@@ -487,7 +487,12 @@ def test_npy_product_bound_runs(load_benchmark, tmp_path):
     figures, times = bench.main(["--rows", "3000", "--repeats", "2", "--peak-n", "256",
                                  "--pause", "0", "--workdir", str(tmp_path),
                                  "--csv", str(tmp_path / "b.csv")])
-    assert sorted(times) == ["matmul", "torch_matmul", "translate_fn", "write", "write_durable"]
+    assert sorted(times) == ["matmul", "torch_matmul", "translate", "translate_fn", "write",
+                             "write_durable"]
+    assert 0 < figures["translate_first_write_s"] <= figures["translate_s"]
+    assert figures["translate_tail_s"] >= 0
+    assert figures["ratio"] == round(statistics.median(times["write"])
+                                     / statistics.median(times["translate"]), 2)
     assert all(len(v) == 2 and min(v) > 0 for v in times.values())
     fn = statistics.median(times["translate_fn"])
     assert figures["bound"] == round(statistics.median(times["write"]) / fn, 2)
