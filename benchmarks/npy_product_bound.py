@@ -48,25 +48,23 @@ figures as ``key,value`` rows and every repeat's times beside them (``PATH``'s n
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 from _common import write_figures, write_rows
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_stores import (  # noqa: E402
+from bench_stores import (
     command_seconds,
+    first_write,
     make_model_and_rows,
     run_cli,
     translate_wall,
     write_times,
 )
 
-from skalign._direct_io import aligned_empty  # noqa: E402
-from skalign._stores import default_batch_size  # noqa: E402
+from skalign._direct_io import aligned_empty
+from skalign._stores import default_batch_size
 
 
 def _timed(step):
@@ -117,9 +115,8 @@ def measure(rows, repeats, workdir):
                                         dict(os.environ))
         assert status == 0, text
         out.unlink()
-        writes = write_times(text)
-        parts["translate_first_write"].append(writes[0][1])
-        parts["translate_tail"].append(translate_wall(text) - writes[-1][1])
+        parts["translate_first_write"].append(first_write(text))
+        parts["translate_tail"].append(translate_wall(text) - write_times(text)[-1][1])
         return command_seconds(text)
 
     def write():
@@ -192,15 +189,15 @@ def main(argv=None):
         peak = peak_gflops(args.peak_n)
         touch_free, touch_pause = first_touch(args.rows * d_out * 4, args.pause)
     med = {k: statistics.median(v) for k, v in times.items()}
+    flops = 2 * args.rows * d_in * d_out  # of the product of every row
     figures = {"rows": args.rows, "batch_rows": batch, "repeats": args.repeats,
                "cores": os.cpu_count(), "load_1min_start": round(load, 2)}
     for name, values in times.items():
         figures[f"{name}_s"] = round(med[name], 3)
         figures[f"{name}_min_s"], figures[f"{name}_max_s"] = round(min(values), 3), \
             round(max(values), 3)
-    figures["matmul_gflops"] = round(2 * args.rows * d_in * d_out / med["matmul"] / 1e9, 1)
-    figures["torch_matmul_gflops"] = round(2 * args.rows * d_in * d_out / med["torch_matmul"]
-                                           / 1e9, 1)
+    figures["matmul_gflops"] = round(flops / med["matmul"] / 1e9, 1)
+    figures["torch_matmul_gflops"] = round(flops / med["torch_matmul"] / 1e9, 1)
     figures["peak_gflops"] = round(peak, 1)
     figures["touch_after_free_s"] = round(touch_free, 3)
     figures["touch_after_pause_s"] = round(touch_pause, 3)
@@ -217,7 +214,7 @@ def main(argv=None):
     # the product rate a translation needs to reach 0.8 of the fastest write, were the product
     # all it did
     figures["gflops_for_target_fastest_write"] = round(
-        2 * args.rows * d_in * d_out / (min(times["write"]) / 0.8) / 1e9, 1)
+        flops / (min(times["write"]) / 0.8) / 1e9, 1)
     print(f"{args.rows:,} x {d_in} -> {d_out} float32, batches of {batch:,} rows, "
           f"{args.repeats} alternated repeats (medians; 1-min load {load:.2f} at the start)")
     print(f"{'step':<16}{'median s':>10}   runs")
