@@ -51,7 +51,7 @@ def main(argv=None):
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--csv")
     args = p.parse_args(argv)
-    from skalign._stores import default_batch_size, output_dim
+    from skalign._stores.pipeline import default_batch_size, output_dim
 
     model, X = make_model_and_rows(int(args.rows))
     parts, kw = model._affine()

@@ -159,9 +159,9 @@ def _peak_rss(pid):
 # are before; ``skalign.io`` is imported before that span in both), printed after the summary
 _CLI = """import sys, time
 import skalign.io
-import skalign._stores as _stores
+import skalign._stores.pipeline as _pipeline
 from skalign.cli import main
-_translate, _init, _t0 = skalign.io.translate, _stores._WriteBehind.__init__, [0.0]
+_translate, _init, _t0 = skalign.io.translate, _pipeline.WriteBehind.__init__, [0.0]
 def translate(*args, **kwargs):
     c0, _t0[0] = time.process_time(), time.perf_counter()
     try:
@@ -175,12 +175,12 @@ def init(self, write, *args, **kwargs):
         print(f"wrote_from={rest[-1]} t={time.perf_counter() - _t0[0]:.3f}", flush=True)
         return done
     _init(self, timed, *args, **kwargs)
-_stores._WriteBehind.__init__ = init
-_positions = _stores.verification_positions
+_pipeline.WriteBehind.__init__ = init
+_positions = _pipeline.verification_positions
 def positions(*args, **kwargs):  # called once the output is open and its resume row known
     print(f"began t={time.perf_counter() - _t0[0]:.3f}", flush=True)
     return _positions(*args, **kwargs)
-_stores.verification_positions = positions
+_pipeline.verification_positions = positions
 skalign.io.translate = translate
 sys.exit(main(sys.argv[1:], default_command="demo"))
 """
@@ -241,7 +241,7 @@ def transform_time(model, X):
     """Seconds of ``model.transform`` over ``X`` in the batches ``skalign translate`` uses,
     with the thread settings the command has (the environment's): the floor any translation of
     the store pays."""
-    from skalign._stores import default_batch_size, output_dim
+    from skalign._stores.pipeline import default_batch_size, output_dim
 
     batch = default_batch_size(X.shape[1], output_dim(model))
     t0 = time.perf_counter()
@@ -619,7 +619,7 @@ def _drop(backend, root, address):
 
 
 def _close_clients():
-    from skalign._connectors import _qdrant
+    from skalign._stores import qdrant as _qdrant
 
     _qdrant._close_all()
 

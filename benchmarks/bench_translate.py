@@ -102,7 +102,7 @@ def main(argv=None):
         args.rows, args.parquet_rows = 20_000, 4_000
 
     from skalign import ProcrustesAligner
-    from skalign._stores import default_batch_size
+    from skalign._stores.pipeline import default_batch_size
     from skalign.cli import main as cli_main
     from skalign.io import save
 

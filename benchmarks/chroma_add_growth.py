@@ -6,7 +6,7 @@ in a large Chroma output take more than their share of rows)
 Adds ``ROWS`` (default 100,000) records of ``bench_stores.py``'s own output (its source rows
 translated by its 384 → 768 model, ``make_model_and_rows``; a document and a metadata dict
 each) to a new cosine collection of a persistent client, in adds of
-2,048 records (``skalign._connectors._chroma.ADD_ROWS``), and times each add's CPU seconds
+2,048 records (``skalign._stores.chroma.ADD_ROWS``), and times each add's CPU seconds
 (all threads: Chroma's HNSW index is built by threads of its own) and wall seconds. Printed
 and written as ``key,value`` (``--csv``): the mean CPU and wall seconds of an add in each
 quarter of the collection's final size, and each quarter's mean over the mean of all adds.

@@ -23,7 +23,7 @@ import numpy as np
 def main():
     import chromadb
 
-    from skalign._connectors._chroma import ID_PAGE
+    from skalign._stores.chroma import ID_PAGE
 
     args = [a for a in sys.argv[1:] if a != "--reads-only"]
     n = int(float(args[0])) if args else 10_000

@@ -46,11 +46,11 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 VARIANTS = {
     "trim": ("", {}),
-    "no_trim": ("import skalign._connectors._chroma as c; c.TRIM_EACH_ADD = False\n", {}),
+    "no_trim": ("import skalign._stores.chroma as c; c.TRIM_EACH_ADD = False\n", {}),
     "arena1": ("", {"MALLOC_ARENA_MAX": "1"}),
-    "stream": ("import skalign._connectors._chroma as c; c.PHASE_ROWS = 0\n", {}),
-    "phases_100k": ("import skalign._connectors._chroma as c; c.PHASE_ROWS = 100000\n", {}),
-    **{f"add_{rows}": ("import skalign._connectors._chroma as c; "
+    "stream": ("import skalign._stores.chroma as c; c.PHASE_ROWS = 0\n", {}),
+    "phases_100k": ("import skalign._stores.chroma as c; c.PHASE_ROWS = 100000\n", {}),
+    **{f"add_{rows}": ("import skalign._stores.chroma as c; "
                        f"c.ADD_ROWS = c.PHASE_ADD_ROWS = {rows}\n", {})
        for rows in (2048, 4096, 8192)},
 }

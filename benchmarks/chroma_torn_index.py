@@ -8,7 +8,7 @@ A rerun of ``skalign translate`` into Chroma resumes the shadow a killed run lef
 a collection's HNSW index as four files, one after the other, and loads them without a check:
 a kill between two of the writes can leave files that Chroma refuses, or on which it dies of a
 segmentation fault (once in the kill studies at 200,000 records). skalign checks the files
-first (``skalign._connectors._hnsw_files.hnsw_fault``) and drops a shadow whose files disagree.
+first (``skalign._stores.hnsw_files.hnsw_fault``) and drops a shadow whose files disagree.
 This study measures the check against Chroma itself, on states that real kills leave:
 
 1. A process opens a persistent folder and adds records to one cosine collection, ``add``s of
@@ -50,7 +50,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _common import write_figures, write_rows  # noqa: E402
 
-from skalign._connectors._chroma import torn_index  # noqa: E402
+from skalign._stores.chroma import torn_index  # noqa: E402
 
 NAME = "col"
 

@@ -63,8 +63,8 @@ from bench_stores import (
     write_times,
 )
 
-from skalign._direct_io import aligned_empty
-from skalign._stores import default_batch_size
+from skalign._stores.direct_io import aligned_empty
+from skalign._stores.pipeline import default_batch_size
 
 
 def _timed(step):

@@ -23,7 +23,7 @@ import numpy as np
 from _common import write_figures
 
 from skalign import UnpairedPool
-from skalign.plan import _duplicates, _pseudo_store, _unit
+from skalign._plan_store import _duplicates, _pseudo_store, _unit
 
 DEFAULT_NPZ = Path(__file__).resolve().parents[2] / "shared" / "data" / "docstrings_en.npz"
 ENCODERS = ("minilm_l6", "mpnet_base", "me5_small_q4")

@@ -23,7 +23,7 @@ def main(argv):
     import store_backends
     from bench_stores import make_model_and_rows
 
-    from skalign._stores import translate_store
+    from skalign._stores.pipeline import translate_store
 
     if len(argv) != 1 or argv[0] in ("-h", "--help"):
         print(__doc__)

@@ -36,10 +36,10 @@ lists the options.
 
 ``--no-direct``: the ``.npy`` shadow, the single Parquet file and the Parquet folder's parts
 written through the page cache, each batch's write-back started at once, as before direct I/O
-(``skalign._direct_io.SequentialWriter``).
+(``skalign._stores.direct_io.SequentialWriter``).
 
 ``--no-writeback`` (with ``--no-direct``, or where a file system has no direct I/O): without
-that early write-back (``skalign._direct_io.start_writeback``), so that the commits' ``fsync``
+that early write-back (``skalign._stores.direct_io.start_writeback``), so that the commits' ``fsync``
 waits with and without it can be compared. ``--no-bulk``: the
 translation only, without the bulk load (which reads the whole output back first).
 """
@@ -60,9 +60,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import store_backends as sb  # noqa: E402
 from bench_stores import make_model_and_rows  # noqa: E402
 
-import skalign._direct_io as direct_io  # noqa: E402
 import skalign._shadow as shadow  # noqa: E402
 import skalign._stores as stores  # noqa: E402
+import skalign._stores.direct_io as direct_io  # noqa: E402
 
 SPENT = collections.defaultdict(float)
 _LOCK = threading.Lock()
@@ -239,7 +239,7 @@ def main():
         src, out = backend.make(root, X), backend.output(root)
         full_s = None
         if resume_after is not None:
-            from skalign import _journal
+            from skalign._stores import journal as _journal
 
             t0 = time.perf_counter()
             stores.translate_store(model, src, backend.output(root, "uninterrupted"))

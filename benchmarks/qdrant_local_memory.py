@@ -64,7 +64,7 @@ if traced:
 from qdrant_client import QdrantClient
 out = {"import_hwm": status("VmHWM:")}
 sys.path.insert(0, ROOT)
-from skalign._connectors import _qdrant, _qdrant_load  # before the open, as in translate
+from skalign._stores import qdrant as _qdrant, qdrant_load as _qdrant_load  # before the open, as in translate
 if traced:
     tracemalloc.reset_peak()
 t = time.process_time()
@@ -100,7 +100,7 @@ def poll():
 threading.Thread(target=poll, daemon=True).start()
 def mark(what):
     marks.append([what, status("VmRSS:"), status("VmHWM:")])
-from skalign._connectors import _qdrant
+from skalign._stores import qdrant as _qdrant
 from skalign.cli import main
 _qdrant.TRIM_EACH_BATCH = os.environ.get("BATCH_TRIM") == "1"
 _qdrant.COMPACT_ON_OPEN = os.environ.get("COMPACT", "1") == "1"
@@ -188,7 +188,7 @@ def main(argv=None):
     from _common import write_rows
     from bench_stores import make_model_and_rows
 
-    from skalign._connectors import _qdrant
+    from skalign._stores import qdrant as _qdrant
     from skalign.io import save
 
     n = int(args.rows)

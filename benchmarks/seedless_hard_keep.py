@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import write_rows  # noqa: E402
 from _seedless_common import ENCODER_PAIRS, draw, load, top1_mrr  # noqa: E402
 
-import skalign._bootstrap as bootstrap  # noqa: E402
+import skalign._bootstrap_seedless as bootstrap  # noqa: E402
 from skalign import AnchorBootstrapper, ProcrustesAligner, UnpairedPool  # noqa: E402
 from skalign._matching import csls_match  # noqa: E402
 

@@ -34,6 +34,7 @@ softmaxes of the soft phase::
 
 import argparse
 import importlib
+import importlib.util
 import os
 import sys
 import time
@@ -55,6 +56,8 @@ STAGES = [("_signature_start", "signature"), ("_principal", "principal"),
           ("_held_out_orthogonal", "match"), ("_fit_on_anchors", "inner_fit"),
           ("_certify", "certify"), ("_self_learning", "rest"), ("fit", "rest")]
 FUNCTIONS = [("soft_self_learn", "soft"), ("self_learn", "hard"), ("csls_match", "match")]
+BOOTSTRAP_MODULES = ["_bootstrap", "_bootstrap_seedless", "_bootstrap_rounds",
+                     "_bootstrap_anchors", "_bootstrap_certify"]
 
 
 class StageTimer:
@@ -67,15 +70,23 @@ class StageTimer:
         self.seconds, self.stack = defaultdict(float), []
         cls = self.boot.AnchorBootstrapper
         for name, stage in STAGES:
-            f = cls.__dict__.get(name)
-            if f is None:
+            # the class's own method, or (newer versions) that of the mixin defining the step
+            owner = next((c for c in cls.__mro__ if name in c.__dict__), None)
+            if owner is None:
                 continue
+            f = owner.__dict__[name]
             if isinstance(f, staticmethod):
                 setattr(cls, name, staticmethod(self._wrap(stage, f.__func__)))
             else:
                 setattr(cls, name, self._wrap(stage, f))
+        # the modules that call the functions: _bootstrap alone in older versions, the modules
+        # of its steps in newer ones
+        modules = [importlib.import_module(f"{pkg}.{m}") for m in BOOTSTRAP_MODULES
+                   if importlib.util.find_spec(f"{pkg}.{m}") is not None]
         for name, stage in FUNCTIONS:
-            setattr(self.boot, name, self._wrap(stage, getattr(self.boot, name)))
+            for module in modules:
+                if hasattr(module, name):
+                    setattr(module, name, self._wrap(stage, getattr(module, name)))
 
     def _wrap(self, stage, fn):
         def timed(*args, **kwargs):

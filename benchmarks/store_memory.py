@@ -124,7 +124,7 @@ def main():
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--csv", default=None)
     args = ap.parse_args()
-    from skalign._stores import ENGINE_BATCH_ROWS
+    from skalign._stores.pipeline import ENGINE_BATCH_ROWS
     from skalign.io import save
 
     n = int(args.rows)
@@ -174,7 +174,7 @@ def main():
 
 
 def _close():
-    from skalign._connectors import _qdrant
+    from skalign._stores import qdrant as _qdrant
 
     _qdrant._close_all()
 

@@ -8,7 +8,7 @@ __all__ = ["read_pairs"]
 
 
 def _read(path, column, flag, id_column=None):
-    from ._stores import open_reader
+    from ._stores.pipeline import open_reader
     from .exceptions import StoreError
 
     reader = open_reader(path, column=column)

@@ -30,13 +30,23 @@ import json
 import re
 import sys
 import time
+from functools import partial
 from numbers import Integral
 
 import numpy as np
 
+from ._cli_stores import (
+    _positive_int,
+    add_store_commands,
+    cmd_info,
+    cmd_restore,
+    cmd_translate,
+    parse_store_args,
+)
+
 __all__ = ["main", "parse_param", "resolve_method"]
 
-COMMANDS = ("fit", "translate", "restore", "evaluate", "plan", "demo")
+COMMANDS = ("fit", "translate", "restore", "info", "evaluate", "plan", "demo")
 
 #: hand-picked short names; every estimator is also reachable by its class name and by its class
 #: name without the "Aligner"/"Projector" suffix, in any case
@@ -288,30 +298,6 @@ def _parse_nested(est, item):
 
 
 # --------------------------------------------------------------------------------- arguments
-TRANSLATE_EPILOG = """\
-STORES (INPUT and OUTPUT):
-  X.npy                      a 2-D array (memory-mapped)
-  X.parquet | FOLDER         a Parquet file, or a folder of Parquet shards
-  DIR/TABLE.lance            a LanceDB table
-  PATH.faiss                 a FAISS index whose vectors can be reconstructed (Flat, IVFFlat,
-                             HNSWFlat, IDMap/IDMap2 keep their ids); written as the same type
-  postgresql://USER@HOST:PORT/DB?table=TABLE&column=COLUMN
-                             a pgvector vector(d) column (libpq URI; ?host=/socket/dir for a
-                             Unix socket); OUTPUT: a new table, same other columns and index
-  chroma:DIR/COLLECTION      Chroma persistent client; chroma+http://HOST:PORT/COLLECTION
-  qdrant:DIR/COLLECTION      Qdrant local mode; qdrant+http://HOST:PORT/COLLECTION;
-                             ?vector=NAME for a named vector
-  A database or FAISS INPUT is written to the same engine. Passwords are masked in messages.
-
-SAFETY:
-  The output is written under a temporary name (file, table, collection), committed batch by
-  batch, verified (row count, ids, sampled rows translated again) and only then published.
-  Killed part-way? Run the same command again: it resumes from the last committed batch and
-  removes what the crashed run left. A second run on the same OUTPUT fails at once.
-  An existing OUTPUT needs --replace; the previous one is kept as a backup (files:
-  NAME-skalign-backup, tables and collections: NAME_skalign_backup) and `skalign restore
-  OUTPUT` swaps it back.
-"""
 
 
 def _parser():
@@ -340,38 +326,7 @@ def _parser():
     fit.add_argument("--unpaired-target", metavar="Q", help="target embeddings with no pair")
     _column_args(fit)
 
-    tr = sub.add_parser(
-        "translate", help="translate a whole store, streaming in batches",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Translate every vector of INPUT into OUTPUT, keeping ids and all other "
-        "fields.", epilog=TRANSLATE_EPILOG)
-    tr.add_argument("model", metavar="MODEL", help="model file written by `skalign fit` (.skops)")
-    tr.add_argument("input", metavar="INPUT", help="store to translate (never modified): a file "
-                    "path or an address, see STORES below")
-    tr.add_argument("output", metavar="OUTPUT", help="store to write, same forms; written in the "
-                    "shadow and published when complete and verified")
-    tr.add_argument("--column", metavar="NAME", help="vector column of a Parquet/LanceDB input "
-                    "(default: the only list-of-floats column, or vector/embedding)")
-    tr.add_argument("--batch-size", type=_positive_int, metavar="N",
-                    help="rows per batch, the unit of commit and resume in databases (default: "
-                    "about 128 MiB of float32 per batch, half that for Parquet output, at most "
-                    "2048 rows for PostgreSQL, 1024 for Chroma and Qdrant)")
-    tr.add_argument("--replace", action="store_true", help="allow an existing OUTPUT (or "
-                    "OUTPUT = INPUT): swap the translation in, keep the previous one as a backup "
-                    "(`skalign restore OUTPUT` puts it back)")
-    tr.add_argument("--scheduler", metavar="ADDRESS", help="dask distributed scheduler (e.g. "
-                    "tcp://host:8786): translate Parquet shards on that cluster")
-    tr.add_argument("--quiet", action="store_true", help="no progress bar and no summary")
-    tr.add_argument("--device", metavar="DEVICE", help="where the model computes: cpu, cuda, "
-                    "cuda:N or auto (default: the device it was fitted on, or the CPU on a "
-                    "machine without that device)")
-    tr.add_argument("--direction", choices=("forward", "inverse"), default="forward",
-                    help="forward: old -> new space (model.transform); inverse: new -> old "
-                    "(model.inverse_transform), e.g. to bridge new-encoder queries into the old "
-                    "index (default: forward)")
-
-    rs = sub.add_parser("restore", help="put back the store `translate --replace` replaced")
-    rs.add_argument("output", metavar="OUTPUT", help="the OUTPUT given to `translate --replace`")
+    add_store_commands(sub)
 
     ev = sub.add_parser("evaluate", help="cosine, top-1/top-10 and MRR on held-out pairs")
     ev.add_argument("model", metavar="MODEL", help="model file written by `skalign fit` (.skops)")
@@ -392,16 +347,6 @@ def _column_args(p):
                    help="vector column of a Parquet/LanceDB A (and P)")
     p.add_argument("--target-column", metavar="NAME",
                    help="vector column of a Parquet/LanceDB B (and Q)")
-
-
-def _positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
 
 
 def _read(path, column, flag):
@@ -480,55 +425,6 @@ def cmd_fit(args, out):
         out(f"training cosine {cos:.4f}")
     path = save(est, args.output)
     out(f"saved {path} ({path.stat().st_size / 1024:.0f} kB, skops)")
-    return 0
-
-
-def cmd_translate(args, out):
-    from .io import load, output_dim
-
-    model = load(args.model)
-    if args.device is not None:
-        from ._backend import set_fitted_device
-
-        if not set_fitted_device(model, args.device):
-            raise CommandError(f"--device {args.device}: {type(model).__name__} has no device "
-                               "to set; translate without --device.")
-    if args.direction == "inverse":
-        from ._inverse import inverse_model
-
-        model = inverse_model(model)
-    t0 = time.perf_counter()
-    if args.scheduler:
-        from .parallel import translate_parquet
-
-        n = translate_parquet(model, args.input, args.output, scheduler=args.scheduler,
-                              column=args.column, batch_size=args.batch_size)
-    else:
-        from .io import translate
-
-        n = translate(model, args.input, args.output, column=args.column,
-                      batch_size=args.batch_size, progress=not args.quiet, replace=args.replace)
-    secs = time.perf_counter() - t0
-    if not args.quiet:
-        from .io import display_address as display
-
-        out(f"translated {n} rows {model.n_features_in_}-d -> {output_dim(model)}-d: "
-            f"{display(args.input)} -> {display(args.output)} in {secs:.2f} s "
-            f"({n / max(secs, 1e-9):,.0f} rows/s)"
-            + (f", resumed at row {n.resumed_from}" if getattr(n, "resumed_from", 0) else ""))
-        if getattr(n, "restarted", None):
-            out(f"translated from row 0: {n.restarted}")
-        if getattr(n, "backup", None):
-            out(f"previous {display(args.output)} kept as {n.backup}; `skalign restore "
-                f"{args.output}` puts it back")
-    return 0
-
-
-def cmd_restore(args, out):
-    from .io import restore
-
-    backup = restore(args.output)
-    out(f"restored {args.output}; the store it replaced is now {backup}")
     return 0
 
 
@@ -714,16 +610,31 @@ def main(argv=None, default_command=None):
     from .exceptions import ModelFileError, StoreError
 
     handler = {"fit": cmd_fit, "translate": cmd_translate, "restore": cmd_restore,
-               "evaluate": cmd_evaluate, "plan": cmd_plan}
+               "info": cmd_info, "evaluate": cmd_evaluate, "plan": cmd_plan}
     try:
-        return handler[args.command](args, print)
+        args, secrets = parse_store_args(args)
+    except StoreError as exc:
+        print(f"skalign {args.command}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+    out = partial(_scrubbed_print, secrets=secrets)
+    try:
+        return handler[args.command](args, out)
     except (CommandError, StoreError, ModelFileError, ValueError, OSError) as exc:
         message = " ".join(str(exc).split()) or type(exc).__name__
-        print(f"skalign {args.command}: error: {message}", file=sys.stderr)
+        out(f"skalign {args.command}: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"skalign {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def _scrubbed_print(*parts, secrets=(), file=None):
+    """``print``, with any password given in an address replaced by ``***`` (the messages
+    already render addresses masked; this also covers text an engine quoted back)."""
+    text = " ".join(str(p) for p in parts)
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    print(text, file=file)
 
 
 if __name__ == "__main__":  # pragma: no cover

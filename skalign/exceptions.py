@@ -4,6 +4,7 @@ Catch these instead of matching messages::
 
     from skalign.exceptions import ConvergenceWarning, IllConditionedDecodeWarning, NumericalError
     from skalign.exceptions import DeviceWarning, ModelFileError, ScaleMismatchWarning, StoreError
+    from skalign.exceptions import AddressError, StoreNotFoundError, VerificationError
 
 ``ConvergenceWarning`` is scikit-learn's own class (warned when ``max_iter`` is hit), re-exported
 so that one import covers every exception and warning skalign raises.
@@ -22,7 +23,14 @@ __all__ = [
     "ModelFileError",
     "NumericalError",
     "ScaleMismatchWarning",
+    "AddressError",
+    "MissingDependencyError",
     "StoreError",
+    "StoreExistsError",
+    "StoreLockedError",
+    "StoreNotFoundError",
+    "UnsafeOperationError",
+    "VerificationError",
 ]
 
 
@@ -91,6 +99,56 @@ class StoreError(ValueError):
     ...     except StoreError as exc:
     ...         print(str(exc).split(": ", 1)[1])
     no such file; check the path.
+    """
+
+
+class AddressError(StoreError):
+    """A store address that cannot be parsed, or a format skalign does not know.
+
+    The message shows the address with any password masked.
+    """
+
+
+class StoreNotFoundError(StoreError, FileNotFoundError):
+    """The input store (file, folder, table or collection) does not exist.
+
+    Also a :class:`FileNotFoundError`, so ``except FileNotFoundError`` catches it.
+    """
+
+
+class StoreExistsError(StoreError, FileExistsError):
+    """The output (or the backup ``replace`` would overwrite) already exists.
+
+    Also a :class:`FileExistsError`. Without ``replace`` an existing output is refused; with it,
+    an older backup is never overwritten, since it may hold the only copy of earlier data.
+    """
+
+
+class MissingDependencyError(StoreError, ImportError):
+    """A store needs a package that is not installed.
+
+    The message names the ``pip install`` that adds it. Also an :class:`ImportError`.
+    """
+
+
+class StoreLockedError(StoreError):
+    """Another skalign run is writing the same output (the same store under any address)."""
+
+
+class VerificationError(StoreError):
+    """The output failed its verification and was not published.
+
+    The verification compares the row count, and sampled rows translated again from the input
+    with their ids and fields.
+    """
+
+
+class UnsafeOperationError(StoreError):
+    """A translation that would lose or corrupt data.
+
+    Translating a ``--replace`` backup or a store that is already this model's output (its
+    provenance stamp says so) is refused unless ``force=True`` (``--force``); translating a
+    backup into the output it was kept for is always refused.
     """
 
 

@@ -24,7 +24,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from ._stores import output_dim
+from ._stores.pipeline import output_dim
 from .exceptions import ModelFileError, StoreError
 
 __all__ = [
@@ -139,7 +139,7 @@ def save(estimator, path):
     """
     from sklearn.utils.validation import check_is_fitted
 
-    from ._stores import atomic_file
+    from ._stores.shadow import atomic_file
     from ._version import __version__
 
     sio = _import_skops()
@@ -260,13 +260,13 @@ def read_vectors(path, *, column=None):
     X : ndarray of shape (n_rows, dim)
         The stored dtype for ``.npy``; float32, float64 or the stored integer type otherwise.
     """
-    from ._stores import open_reader
+    from ._stores.pipeline import open_reader
 
     return open_reader(path, column=column).read_all()
 
 
 def translate(model, input, output, *, column=None, batch_size=None, progress=False,
-              replace=False):
+              replace=False, force=False):
     """Translate every vector of a store with a fitted aligner, streaming in batches.
 
     Peak memory is bounded by ``batch_size`` (and, for Parquet, the input's row-group size),
@@ -314,6 +314,14 @@ def translate(model, input, output, *, column=None, batch_size=None, progress=Fa
         Allow an existing ``output`` — or ``output`` equal to ``input`` — and swap the new one in
         (atomically where the engine allows), keeping the previous one as a backup that
         :func:`restore` puts back. Without it an existing output raises :class:`StoreError`.
+        A backup is never overwritten (:class:`~skalign.exceptions.StoreExistsError`), the
+        backup itself is never taken as ``input`` for its own output
+        (:class:`~skalign.exceptions.UnsafeOperationError`), and when ``output`` already holds
+        this model's translation of ``input`` nothing is done (``noop`` says so).
+    force : bool, default=False
+        Translate even a store that is named as a backup or whose provenance stamp says it is
+        already this model's output (refused otherwise with
+        :class:`~skalign.exceptions.UnsafeOperationError`), or again an output that holds it.
 
     Returns
     -------
@@ -324,12 +332,12 @@ def translate(model, input, output, *, column=None, batch_size=None, progress=Fa
         ``restarted`` why a crashed run's shadow could not be resumed and was translated
         afresh — a Chroma shadow Chroma itself refuses to open after a kill — or ``None``).
     """
-    from ._stores import translate_store
+    from ._stores.pipeline import translate_store
 
     if isinstance(model, (str, Path)):
         model = load(model)
     return translate_store(model, input, output, column=column, batch_size=batch_size,
-                           progress=progress, replace=replace)
+                           progress=progress, replace=replace, force=force)
 
 
 def restore(output):
@@ -347,7 +355,7 @@ def restore(output):
     backup : str
         Where the store that was in place is now kept.
     """
-    from ._stores import restore_store
+    from ._stores.pipeline import restore_store
 
     return str(restore_store(output))
 
@@ -372,6 +380,6 @@ def display_address(address):
     >>> display_address("postgresql://me:secret@db.example:5432/app?table=docs&column=v")
     'postgresql://me:***@db.example:5432/app?table=docs&column=v'
     """
-    from ._stores import display
+    from ._stores.address import parse_address
 
-    return display(address)
+    return parse_address(address, output=True).render()

@@ -75,7 +75,7 @@ def _translate_partition(df, model, column, dim_out, batch_size):
     import pyarrow as pa
 
     from ._backend import iter_batches
-    from ._stores import arrow_vectors
+    from ._stores.arrow import arrow_vectors
 
     arr = pa.chunked_array(pa.array(df[column].array)) if len(df) else None
     out = np.empty((len(df), dim_out), dtype=np.float32)
@@ -118,7 +118,10 @@ def translate_parquet(model, src, dst, *, scheduler=None, column=None, batch_siz
     import pandas as pd
     import pyarrow as pa
 
-    from ._stores import atomic_file, output_schema, prepare_translation
+    from ._stores.arrow import output_schema
+    from ._stores.pipeline import prepare_translation
+    from ._stores.provenance import make_stamp, write_stamp
+    from ._stores.shadow import atomic_file
     from .io import load
 
     if isinstance(model, (str, Path)):
@@ -133,8 +136,8 @@ def translate_parquet(model, src, dst, *, scheduler=None, column=None, batch_siz
                          "give a path without a suffix.")
     reader, d_out = job.reader, job.d_out
     dd, _ = _import_dask()
-    with _client(scheduler) as client, atomic_file(job.dst) as tmp:
-        ddf = dd.read_parquet(str(job.src), dtype_backend="pyarrow")
+    with _client(scheduler) as client, atomic_file(job.dst.path) as tmp:
+        ddf = dd.read_parquet(str(job.src.path), dtype_backend="pyarrow")
         meta = ddf._meta.copy()
         meta[reader.column] = pd.Series(
             [], dtype=pd.ArrowDtype(pa.list_(pa.float32(), d_out)), index=meta.index
@@ -145,6 +148,7 @@ def translate_parquet(model, src, dst, *, scheduler=None, column=None, batch_siz
         # the local path's schema exactly (dask would widen strings to large_string)
         schema = output_schema(pa, reader, reader.column, d_out)
         out.to_parquet(str(tmp), write_index=False, schema=schema, compute=True)
+    write_stamp(job.dst, make_stamp(job.model_fp, job.src, reader.n_rows, job.d_in, d_out))
     return reader.n_rows
 
 

@@ -370,7 +370,7 @@ class Chroma:
     def inventory(self, root):
         """The collections, and every vector-segment folder on the disk that no collection
         owns any more (what Chroma's local mode leaves of a deleted collection)."""
-        from skalign._connectors._chroma import segment_folders
+        from skalign._stores.chroma import segment_folders
 
         names = sorted(c.name for c in self._client(root).list_collections())
         folder = root / "chroma"
@@ -380,8 +380,8 @@ class Chroma:
 
     def drop(self, root, name):
         """Delete a collection with its files (``skalign``'s own way)."""
-        from skalign._connectors import parse_address
-        from skalign._connectors._chroma import drop_collection
+        from skalign._stores.address import parse_address
+        from skalign._stores.chroma import drop_collection
 
         drop_collection(self._client(root), parse_address(self.output(root, name)), name)
 
@@ -413,8 +413,8 @@ class Qdrant:
     digest = _read_digest
 
     def _client(self, root):
-        from skalign._connectors import parse_address
-        from skalign._connectors._qdrant import _client
+        from skalign._stores.address import parse_address
+        from skalign._stores.qdrant import _client
 
         (root / "qdrant").mkdir(exist_ok=True)
         return _client(parse_address(f"qdrant:{root / 'qdrant'}/x"))
@@ -629,6 +629,20 @@ class PgVector:
                                      "'public'").fetchall():
                 conn.execute(f'DROP TABLE "{t}"')
 
+
+def _without_stamps(inventory):
+    """``inventory`` without the provenance stamps skalign writes beside file outputs
+    (``*.skalign.json``): a product of the translation, not a leftover."""
+    def listing(self, root):
+        return [x for x in inventory(self, root) if not str(x).endswith(".skalign.json")]
+
+    listing.__doc__ = inventory.__doc__
+    return listing
+
+
+for _cls in (Npy, Parquet, ParquetDir, Lance, Faiss, Chroma, Qdrant):
+    if "inventory" in vars(_cls):
+        _cls.inventory = _without_stamps(vars(_cls)["inventory"])
 
 FILE_BACKENDS = [Npy(), Parquet(), ParquetDir(), Lance()]
 

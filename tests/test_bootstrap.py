@@ -252,15 +252,17 @@ def test_device_and_batch_size_reach_the_inner_estimator(monkeypatch):
     discovery blocks honour batch_size (same pairs as one block)."""
     Xs, Ys, pool, _ = _pools(n=120)
     calls = []
-    import skalign._bootstrap as bootstrap_module
-
-    real_csls = bootstrap_module.csls_match
+    import skalign._bootstrap_anchors as anchors_module
+    import skalign._bootstrap_rounds as rounds_module
+    import skalign._bootstrap_seedless as seedless_module
+    from skalign._matching import csls_match as real_csls
 
     def spy(U, V, **kw):
         calls.append(kw["batch_size"])
         return real_csls(U, V, **kw)
 
-    monkeypatch.setattr(bootstrap_module, "csls_match", spy)
+    for module in (seedless_module, rounds_module, anchors_module):  # the bootstrapper's steps
+        monkeypatch.setattr(module, "csls_match", spy)
     kw = dict(n_anchors=40, plan="chunked", random_state=0, max_rounds=2)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)

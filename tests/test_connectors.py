@@ -11,7 +11,7 @@ import pytest
 from store_backends import VECTOR_INDEXES, Chroma, Faiss, PgVector, Qdrant, serve_postgres
 
 from skalign import ProcrustesAligner
-from skalign._connectors import parse_address
+from skalign._stores.address import parse_address
 from skalign.cli import main
 from skalign.exceptions import StoreError
 from skalign.io import restore, save, translate
@@ -122,8 +122,8 @@ def _chroma_adds(tmp_path, data, monkeypatch, rows, commit_seconds, add_rows, cr
     ``Collection.add``: ``added`` lists the ids of each add, and the add to the shadow that
     finds ``state["crash_at"]`` adds listed raises :class:`_Crash` (``None``: never)."""
     chromadb = pytest.importorskip("chromadb")
-    from skalign import _journal
-    from skalign._connectors import _chroma
+    from skalign._stores import chroma as _chroma
+    from skalign._stores import journal as _journal
 
     Collection = chromadb.api.models.Collection.Collection
     X, model = data
@@ -156,7 +156,7 @@ def test_chroma_resumed_batch_adds_only_the_records_not_there(tmp_path, data, mo
     rerun adds only the records the stopped run had not added (an ``upsert`` over the records
     already there cost five times an ``add``), never upserts, and the result is the
     uninterrupted one."""
-    from skalign._connectors import _chroma
+    from skalign._stores import chroma as _chroma
 
     # each batch added as it comes; 3 pieces, then 1 more
     X, model, b, src, added, state = _chroma_adds(tmp_path, data, monkeypatch, 100, 0, 1, 4)
@@ -214,7 +214,7 @@ def test_chroma_between_folders_reads_and_adds_in_phases(tmp_path, data, monkeyp
     from chromadb.api.shared_system_client import SharedSystemClient
     from chromadb.config import System
 
-    from skalign._connectors import _chroma
+    from skalign._stores import chroma as _chroma
 
     X, model, b, src, added, state = _chroma_adds(tmp_path, data, monkeypatch, 600, 3600, 100, 4)
     SharedSystemClient.clear_system_cache()  # only skalign's clients on the folder from here
@@ -254,7 +254,7 @@ def test_chroma_deleted_collections_leave_no_files(tmp_path, data, monkeypatch):
     deletes take their folders with them: a crashed run's shadow that a run of another job
     replaces, the old backup a second ``--replace`` drops, a shadow that failed its
     verification; and no folder of a collection that still exists is touched."""
-    from skalign._connectors import _chroma
+    from skalign._stores import chroma as _chroma
 
     X, model, b, src, added, state = _chroma_adds(tmp_path, data, monkeypatch, 300, 0, 1, 2)
     folder = tmp_path / "chroma"
@@ -358,7 +358,7 @@ def _torn_shadow(tmp_path, data, monkeypatch, older):
 
     from chromadb.api.shared_system_client import SharedSystemClient
 
-    from skalign._connectors import _chroma
+    from skalign._stores import chroma as _chroma
 
     X, model, b, src, added, state = _chroma_adds(tmp_path, data, monkeypatch, 600, 0, 1, 5,
                                                   _PERSIST_OFTEN)
@@ -407,7 +407,7 @@ def test_chroma_shadow_with_torn_hnsw_files_is_started_afresh(tmp_path, data, mo
     """A kill while Chroma writes a shadow's HNSW files leaves them disagreeing, and Chroma
     loads them unchecked. The rerun checks them first, drops the shadow, files and all, and
     translates from row 0 to the uninterrupted result, saying why."""
-    from skalign._connectors import _chroma
+    from skalign._stores import chroma as _chroma
 
     X, model, b, src, seg = _torn_shadow(tmp_path, data, monkeypatch, older)
     assert _chroma.torn_index(seg.parent, seg.parent.name) is None  # not a collection's name
@@ -428,7 +428,7 @@ def test_chroma_reads_by_id_in_chromas_order(tmp_path, data, monkeypatch):
     answers in another order; a record deleted while the source is read is an error, not a
     short batch."""
     chromadb = pytest.importorskip("chromadb")
-    from skalign._connectors import _chroma
+    from skalign._stores import chroma as _chroma
 
     Collection = chromadb.api.models.Collection.Collection
     X, model = data
@@ -606,11 +606,13 @@ def test_address_forms(text, kind, name, column):
 def test_server_urls_keep_host_and_mask_passwords():
     a = parse_address("postgresql://me:pw@db.example:6543/app?host=/sock&sslmode=require&"
                       "table=t&column=c")
-    assert a.url == "postgresql://me:pw@db.example:6543/app?host=/sock&sslmode=require"
+    assert a.conninfo == "postgresql://me:pw@db.example:6543/app?host=/sock&sslmode=require"
     assert a.display.startswith("postgresql://me:***@db.example:6543/app?")
+    assert "pw" not in repr(a) and "pw" not in str(a)
     q = parse_address("qdrant+http://10.0.0.1:6333/docs?vector=v")
     assert (q.url, q.name, q.column, q.path) == ("http://10.0.0.1:6333", "docs", "v", None)
-    assert parse_address("out.parquet") is None and parse_address("db/t.lance") is None
+    assert parse_address("out.parquet").kind == "parquet"
+    assert parse_address("db/t.lance").kind == "lance"
 
 
 @pytest.mark.parametrize("text, match", [
@@ -640,7 +642,10 @@ def test_cli_replace_and_restore(tmp_path, capsys, data):
     np.save(tmp_path / "x.npy", X)
     out = str(tmp_path / "out.npy")
     assert main(["translate", path, str(tmp_path / "x.npy"), out]) == 0
+    capsys.readouterr()
     assert main(["translate", path, str(tmp_path / "x.npy"), out, "--replace"]) == 0
+    assert "already holds this model's translation" in capsys.readouterr().out
+    assert main(["translate", path, str(tmp_path / "x.npy"), out, "--replace", "--force"]) == 0
     text = capsys.readouterr().out
     assert "kept as" in text and "out-skalign-backup.npy" in text and "skalign restore" in text
     assert main(["restore", out]) == 0
@@ -655,7 +660,7 @@ def test_qdrant_cosine_directions_survive_reopening_the_folder(tmp_path):
     writes directions, so it is the same whether the source was written by this client or
     reopened, and the output reads back the same in memory and from disk."""
     pytest.importorskip("qdrant_client")
-    from skalign._connectors import _qdrant
+    from skalign._stores import qdrant as _qdrant
 
     rng = np.random.default_rng(1)
     X = (rng.normal(size=(40, 16)) * rng.uniform(0.5, 8, size=(40, 1))).astype(np.float32)
@@ -693,7 +698,7 @@ def test_qdrant_local_open_rebuilds_per_point_objects_equal_and_usable(tmp_path)
 
     from qdrant_client import QdrantClient, models
 
-    from skalign._connectors import _qdrant
+    from skalign._stores import qdrant as _qdrant
 
     rng = np.random.default_rng(3)
     unit = lambda v: (v / np.linalg.norm(v)).tolist()  # noqa: E731
@@ -775,7 +780,7 @@ def test_qdrant_local_float32_loader_gives_qdrant_clients_collections(tmp_path, 
     pytest.importorskip("qdrant_client")
     from qdrant_client import QdrantClient, models
 
-    from skalign._connectors import _qdrant_load
+    from skalign._stores import qdrant_load as _qdrant_load
 
     rng = np.random.default_rng(5)
     folder = str(tmp_path / "q")
@@ -919,7 +924,7 @@ def test_faiss_flat_layout_is_the_file_faiss_writes(wrapper, metric):
     """The in-place FAISS writer lays the file out itself: its bytes must be exactly those of
     ``faiss.serialize_index`` for the same index."""
     faiss = pytest.importorskip("faiss")
-    from skalign._connectors._faiss import flat_layout
+    from skalign._stores.faiss import flat_layout
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(7, 5)).astype(np.float32)
@@ -962,7 +967,8 @@ def test_faiss_index_types_that_are_built_again(tmp_path, kind, data):
         got.make_direct_map()
     V = np.stack([got.reconstruct(i) for i in range(len(X))])
     np.testing.assert_allclose(V, model.transform(X), atol=1e-5)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.faiss", "src.faiss"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.faiss", "out.faiss.skalign.json",
+                                                          "src.faiss"]
 
 
 def test_pgvector_copy_stream_parsed_whatever_the_chunks():
@@ -972,7 +978,7 @@ def test_pgvector_copy_stream_parsed_whatever_the_chunks():
     a NULL vector is an error either way."""
     import struct
 
-    from skalign._connectors._pgvector import _SIGNATURE, _TRAILER, _parse_copy, _raw_vectors
+    from skalign._stores.pgvector import _SIGNATURE, _TRAILER, _parse_copy, _raw_vectors
 
     rng = np.random.default_rng(3)
     V = rng.normal(size=(23, 4)).astype(np.float32)
@@ -1049,7 +1055,7 @@ def test_faiss_flat_reader_maps_windows_of_the_file(tmp_path, wrapper, data):
     """A Flat index is read a window at a time from its memory-mapped file (a million 768-d
     vectors read whole were 3 GB resident), giving the vectors ``reconstruct_n`` gives."""
     faiss = pytest.importorskip("faiss")
-    from skalign._stores import open_reader
+    from skalign._stores.pipeline import open_reader
 
     X, _ = data
     index = faiss.IndexFlatIP(X.shape[1])
@@ -1073,7 +1079,7 @@ def test_chroma_and_qdrant_translate_in_batches_of_1024_rows(tmp_path, name, mon
     so their default batch is 1,024 rows, not the 2,048 of PostgreSQL: Chroma's pages are read
     and written 1,024 rows at a time (Qdrant's local mode, slow to fill, is checked on the job)."""
     pytest.importorskip({"chroma": "chromadb", "qdrant": "qdrant_client"}[name])
-    from skalign._stores import prepare_translation
+    from skalign._stores.pipeline import prepare_translation
 
     rng = np.random.default_rng(4)
     n = 2500 if name == "chroma" else 60
@@ -1099,7 +1105,11 @@ def test_pgvector_translates_in_batches_of_2048_rows(postgres, data):
     """PostgreSQL's default batch is 2,048 rows whatever the memory budget allows: every run,
     a rerun after a crash too, loads its first batch with nothing to overlap, and smaller
     batches commit it sooner at the same pace overall (``benchmarks/pg_batch_rows.py``)."""
-    from skalign._stores import DATABASE_BATCH_ROWS, default_batch_size, prepare_translation
+    from skalign._stores.pipeline import (
+        DATABASE_BATCH_ROWS,
+        default_batch_size,
+        prepare_translation,
+    )
 
     X, model = data
     b = PgVector(postgres)
@@ -1116,7 +1126,7 @@ def test_pgvector_loads_batches_two_at_once_and_commits_them_in_order(postgres, 
     thread of its own, which ends, its COPY and connection closed, when the reading stops."""
     import psycopg
 
-    from skalign._stores import open_writer, prepare_translation
+    from skalign._stores.pipeline import open_writer, prepare_translation
 
     X, model = data
     b = PgVector(postgres)
@@ -1192,7 +1202,7 @@ def test_pgvector_reads_from_a_row_at_its_key(postgres, data, key):
     import psycopg
     from pgvector.psycopg import register_vector
 
-    from skalign._connectors import _pgvector
+    from skalign._stores import pgvector as _pgvector
 
     X, _ = data
     n = 120
@@ -1238,8 +1248,9 @@ def test_pgvector_table_without_a_key_is_loaded_in_order(postgres, monkeypatch):
     import psycopg
     from pgvector.psycopg import register_vector
 
-    from skalign._connectors import _pgvector
-    from skalign._stores import ENCODE_DEPTH, translate_store
+    from skalign._stores import pgvector as _pgvector
+    from skalign._stores.base import ENCODE_DEPTH
+    from skalign._stores.pipeline import translate_store
 
     rng = np.random.default_rng(3)
     n, d = 6000, 96

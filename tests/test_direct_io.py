@@ -1,5 +1,5 @@
 """The sequential shadow writes: direct I/O where the file system allows it, the page cache
-otherwise, the same bytes either way (``skalign._direct_io``)."""
+otherwise, the same bytes either way (``skalign._stores.direct_io``)."""
 
 import errno
 import os
@@ -8,8 +8,10 @@ import sys
 import numpy as np
 import pytest
 
-from skalign import _direct_io, _shadow
-from skalign._direct_io import BLOCK, CHUNK, SequentialWriter
+from skalign._stores import direct_io as _direct_io
+from skalign._stores import npy as _npy
+from skalign._stores import shadow as _shadow
+from skalign._stores.direct_io import BLOCK, CHUNK, SequentialWriter
 
 
 def _direct_supported(path):
@@ -141,7 +143,7 @@ def test_blas_threads_left_to_the_busy_writers(busy):
     more threads than they had; afterwards the setting is back."""
     from threadpoolctl import threadpool_info
 
-    from skalign._stores import _blas_threads_beside
+    from skalign._stores.streaming import blas_threads_beside as _blas_threads_beside
 
     def blas():
         return [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
@@ -163,7 +165,8 @@ def test_writers_say_which_threads_keep_a_core_busy(tmp_path):
     """The ``.npy`` shadow's direct writes leave the cores (its page cache writes do not);
     the Parquet file's encoders each take one."""
     from skalign import ProcrustesAligner
-    from skalign._stores import _WriteBehind, open_writer, prepare_translation
+    from skalign._stores.pipeline import open_writer, prepare_translation
+    from skalign._stores.streaming import WriteBehind as _WriteBehind
 
     rng = np.random.default_rng(0)
     A = rng.standard_normal((200, 8)).astype(np.float32)
@@ -177,7 +180,7 @@ def test_writers_say_which_threads_keep_a_core_busy(tmp_path):
         with writer.lock():
             writer.begin("fp")
             behind = _WriteBehind(writer.write_unit, writer.pipelined,
-                                  getattr(writer, "encode_unit", None))
+                                  writer.encode_unit if writer.encodes else None)
             got = behind.busy_threads(writer)
             behind.close()
             writer.close()
@@ -216,7 +219,7 @@ def test_aligned_batches_are_written_uncopied_and_the_rest_staged(tmp_path, monk
     monkeypatch.setattr(SequentialWriter, "_put", spy_put)
     monkeypatch.setattr(SequentialWriter, "_put_from", spy_put_from)
     path = tmp_path / "f.npy"
-    offset = _shadow.create_npy(path, X.shape, np.float32)
+    offset = _npy.create_npy(path, X.shape, np.float32)
     assert offset == BLOCK
     with open(path, "r+b") as f:
         w = SequentialWriter(f, offset)
@@ -242,7 +245,7 @@ def test_the_npy_shadow_header_is_one_block_and_numpy_reads_it(tmp_path):
     """``create_npy``: a header numpy reads (dtype, shape, C order) padded to one block, the
     data zeros until written, and the file exactly header plus data long."""
     path = tmp_path / "a.npy"
-    offset = _shadow.create_npy(path, (10, 3), np.float32)
+    offset = _npy.create_npy(path, (10, 3), np.float32)
     assert offset == BLOCK and path.stat().st_size == BLOCK + 10 * 3 * 4
     with open(path, "rb") as f:
         assert np.lib.format.read_magic(f) == (1, 0)
@@ -258,7 +261,7 @@ def test_npy_default_batches_are_whole_blocks(tmp_path, d_out):
     """The ``.npy`` output's default batch is a whole number of blocks (every batch then goes
     to the disk from the translator's buffer) and still near the memory budget's size."""
     from skalign import ProcrustesAligner
-    from skalign._stores import default_batch_size, prepare_translation
+    from skalign._stores.pipeline import default_batch_size, prepare_translation
 
     rng = np.random.default_rng(0)
     A = rng.standard_normal((300, 8)).astype(np.float32)

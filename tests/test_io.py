@@ -14,9 +14,9 @@ from skalign import (
     LinearAligner,
     ProcrustesAligner,
     UnpairedPool,
-    _stores,
 )
-from skalign._stores import open_reader
+from skalign._stores import lance as _lance
+from skalign._stores.pipeline import open_reader
 from skalign.datasets import load_docstring_embeddings
 from skalign.exceptions import StoreError
 from skalign.io import (
@@ -43,7 +43,9 @@ def real():
 
 
 def _listing(folder):
-    return sorted(os.listdir(folder))
+    """The folder's entries but the provenance stamps beside the outputs
+    (``*.skalign.json``, tested in test_file_safety.py)."""
+    return sorted(n for n in os.listdir(folder) if not n.endswith(".skalign.json"))
 
 
 # ------------------------------------------------------------------------------- model files
@@ -215,7 +217,7 @@ def test_resumed_lance_reader_starts_at_its_row(tmp_path, monkeypatch, window):
     count reads from that row on: the same rows, in the same batches, as a read from row 0."""
     pa = pytest.importorskip("pyarrow")
     lancedb = pytest.importorskip("lancedb")
-    monkeypatch.setattr(_stores, "LANCE_WINDOW_ROWS", window)
+    monkeypatch.setattr(_lance, "LANCE_WINDOW_ROWS", window)
     X = np.arange(1000 * 4, dtype=np.float32).reshape(1000, 4)
 
     def part(lo, hi):
@@ -398,7 +400,8 @@ def test_write_behind_encodes_ahead_but_writes_in_order_and_stops_at_a_failure()
     import threading
     import time as _time
 
-    from skalign._stores import ENCODE_DEPTH, _WriteBehind
+    from skalign._stores.base import ENCODE_DEPTH
+    from skalign._stores.streaming import WriteBehind as _WriteBehind
 
     assert ENCODE_DEPTH >= 2
     written, running, most = [], [0], [0]

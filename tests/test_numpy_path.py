@@ -106,7 +106,7 @@ def test_batches_written_in_place_give_the_same_numbers():
     working buffer reused) gives the numbers of one batch at a time, normalised and centred
     inputs included, and the store's batch translator gives exactly those of ``transform`` with
     the same batches."""
-    from skalign._stores import _BatchTranslator
+    from skalign._stores.streaming import BatchTranslator as _BatchTranslator
 
     rng = np.random.default_rng(3)
     X = (rng.normal(size=(500, 12)) * rng.uniform(0.5, 4, size=(500, 1)) + 2).astype(np.float32)
@@ -141,7 +141,8 @@ def test_affine_map_prepares_rows_in_chunks_and_sums_them(params, monkeypatch):
     rounding, and the sum it returns tells finite batches from those with a NaN, an infinity or
     an overflowing sum, which the store's batch translator then checks exactly."""
     import skalign._backend as backend
-    from skalign._stores import StoreError, _BatchTranslator
+    from skalign._stores.streaming import BatchTranslator as _BatchTranslator
+    from skalign.exceptions import StoreError
 
     rng = np.random.default_rng(5)
     X = (rng.normal(size=(300, 12)) * rng.uniform(0.5, 4, size=(300, 1)) + 2).astype(np.float32)

@@ -55,7 +55,8 @@ def test_translate_parquet_on_cluster_equals_local(tmp_path, cluster, real):
     translate(model, tmp_path / "in", tmp_path / "local", batch_size=32)
     assert n == 300
     assert len(list((tmp_path / "dask").glob("*.parquet"))) == 4
-    assert sorted(os.listdir(tmp_path)) == ["dask", "in", "local", "m.skops"]
+    assert sorted(os.listdir(tmp_path)) == ["dask", "dask.skalign.json", "in", "local",
+                                            "local.skalign.json", "m.skops"]
     on_cluster = pq.read_table(tmp_path / "dask").sort_by("row")
     local = pq.read_table(tmp_path / "local").sort_by("row")
     assert on_cluster.schema.remove_metadata() == local.schema.remove_metadata()

@@ -1,5 +1,5 @@
 """The single-file Parquet output: units appended one after the other, joined by one footer
-(skalign._parquet_footer), and its crash safety around the footer."""
+(skalign._stores.parquet_footer), and its crash safety around the footer."""
 
 import os
 import struct
@@ -13,7 +13,7 @@ from skalign.io import translate
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
-from skalign._parquet_footer import decode, encode, footer_of, join_footers  # noqa: E402
+from skalign._stores.parquet_footer import decode, encode, footer_of, join_footers  # noqa: E402
 
 SCHEMA = pa.schema([("id", pa.int64()), ("doc", pa.string()),
                     ("meta", pa.struct([("k", pa.int64()), ("tags", pa.list_(pa.string()))])),
@@ -77,7 +77,8 @@ def test_crash_after_the_footer_resumes_without_translating_again(tmp_path, monk
     torn footer after them as a kill during its write would leave: the rerun cuts the shadow
     back to the committed units, translates nothing again, and gives the same bytes as an
     uninterrupted run; nothing else is left."""
-    from skalign import _journal, _stores
+    from skalign._stores import journal as _journal
+    from skalign._stores import verify as _verify
 
     rng = np.random.default_rng(3)
     X = rng.normal(size=(500, 8)).astype(np.float32)
@@ -106,27 +107,28 @@ def test_crash_after_the_footer_resumes_without_translating_again(tmp_path, monk
     result = translate(model, tmp_path / "x.npy", tmp_path / "out.parquet", batch_size=64)
     assert result.resumed_from == 500
     # nothing translated again but the verification's sample, read back from the input
-    assert calls == [_stores.N_VERIFY]
+    assert calls == [_verify.N_VERIFY]
     assert (tmp_path / "out.parquet").read_bytes() == (tmp_path / "ref.parquet").read_bytes()
     table = pq.read_table(tmp_path / "out.parquet")
     np.testing.assert_allclose(np.stack(table.column("vector").to_numpy(zero_copy_only=False)),
                                transform(model, X), atol=1e-5)
-    assert sorted(os.listdir(tmp_path)) == ["out.parquet", "ref.parquet", "x.npy"]
+    assert sorted(os.listdir(tmp_path)) == ["out.parquet", "out.parquet.skalign.json",
+                                            "ref.parquet", "ref.parquet.skalign.json", "x.npy"]
 
 
 def test_sampled_rows_are_read_back_exactly(tmp_path, monkeypatch):
     """The verification's reader picks rows across row groups and decode batches, in any order,
     repeated or not, and stops early in a group without losing a row."""
-    from skalign import _stores
+    from skalign._stores import parquet as _parquet
 
     files = []
     for k, (lo, n) in enumerate([(0, 10), (10, 7), (17, 12)]):  # three files, two groups each
         files.append(tmp_path / f"{k}.parquet")
         pq.write_table(pa.Table.from_batches([_batch(lo, n)]), files[-1],
                        row_group_size=-(-n // 2))
-    monkeypatch.setattr(_stores, "TAKE_BATCH_ROWS", 3)
+    monkeypatch.setattr(_parquet, "TAKE_BATCH_ROWS", 3)
     positions = [28, 0, 4, 5, 5, 9, 10, 16, 17, 22, 3]
-    vecs, rows = _stores._parquet_take(pa, pq, files, positions, "v")
+    vecs, rows = _parquet._parquet_take(pa, pq, files, positions, "v")
     whole = pa.concat_tables([pq.read_table(p) for p in files]).to_pylist()
     np.testing.assert_array_equal(vecs, np.array([whole[p]["v"] for p in positions],
                                                   dtype=np.float32))
@@ -138,11 +140,12 @@ def test_input_rows_read_back_stop_after_the_last_one_wanted(tmp_path, monkeypat
     """The verification of a resumed run reads the sampled rows the crashed run committed back
     from a Parquet input in batches of ``TAKE_BATCH_ROWS``, whatever the translation's batch
     size: a row group is decoded up to the batch holding its last wanted row, no further."""
-    from skalign import _stores
+    from skalign._stores import parquet as _parquet
+    from skalign._stores import pipeline as _pipeline
 
     path = tmp_path / "in.parquet"
     pq.write_table(pa.Table.from_batches([_batch(0, 400)]), path, row_group_size=200)
-    reader = _stores.open_reader(path, column="v")
+    reader = _pipeline.open_reader(path, column="v")
     decoded = []
     iter_batches = pq.ParquetFile.iter_batches
 
@@ -152,7 +155,7 @@ def test_input_rows_read_back_stop_after_the_last_one_wanted(tmp_path, monkeypat
             yield rb
 
     monkeypatch.setattr(pq.ParquetFile, "iter_batches", counting)
-    monkeypatch.setattr(_stores, "TAKE_BATCH_ROWS", 16)
+    monkeypatch.setattr(_parquet, "TAKE_BATCH_ROWS", 16)
     positions = [205, 3, 204, 17]
     vectors, rows = reader.take(positions, batch_size=150)
     # group 0 up to row 17 (two batches of 16), group 1 up to its row 5 (one batch)

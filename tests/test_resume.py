@@ -20,13 +20,13 @@ import pytest
 from store_backends import FILE_BACKENDS, Chroma, Faiss, Npy, PgVector, Qdrant, serve_postgres
 
 from skalign import ProcrustesAligner
-from skalign._stores import ENCODE_DEPTH
+from skalign._stores.base import ENCODE_DEPTH
 from skalign.cli import main
 from skalign.exceptions import StoreError
 from skalign.io import save, translate
 
 _CTX = multiprocessing.get_context("forkserver")
-_CTX.set_forkserver_preload(["skalign.cli", "skalign._stores", "skalign._procrustes",
+_CTX.set_forkserver_preload(["skalign.cli", "skalign._stores.pipeline", "skalign._procrustes",
                              "store_backends"])
 
 
@@ -34,18 +34,19 @@ def _translate_child(argv, conn):
     """``skalign`` with ``argv``; reports each batch it translates, then the exit status and the
     number of rows it translated. Every batch is committed (not only after
     ``COMMIT_SECONDS``), so the batch a kill lands in says how much a rerun may skip."""
-    from skalign import _journal, _stores
+    from skalign._stores import journal as _journal
+    from skalign._stores import streaming as _streaming
 
     _journal.COMMIT_SECONDS = 0
     calls = []
-    translate = _stores._BatchTranslator.__call__
+    translate = _streaming.BatchTranslator.__call__
 
     def spy(self, X, start):
         calls.append(len(X))
         conn.send(("batch", len(calls)))
         return translate(self, X, start)
 
-    _stores._BatchTranslator.__call__ = spy
+    _streaming.BatchTranslator.__call__ = spy
     status = main(argv)
     conn.send(("done", status, sum(calls)))
 
@@ -56,9 +57,9 @@ def _translate_child_held_in_add(argv, conn):
     anything, with the ``k - 1`` before it committed and in the journal."""
     import time
 
-    from skalign import _stores
+    from skalign._stores import lance as _lance
 
-    write_unit, calls = _stores._LanceWriter.write_unit, []
+    write_unit, calls = _lance.LanceWriter.write_unit, []
 
     def held(self, *args):
         calls.append(1)
@@ -66,7 +67,7 @@ def _translate_child_held_in_add(argv, conn):
         time.sleep(0.5)  # the parent kills meanwhile
         return write_unit(self, *args)
 
-    _stores._LanceWriter.write_unit = held
+    _lance.LanceWriter.write_unit = held
     conn.send(("done", main(argv), 0))
 
 
@@ -217,7 +218,8 @@ def _translate_child_stderr(argv, conn):
 
 
 def _sample(address, batch_size):
-    from skalign._stores import open_reader, verification_positions
+    from skalign._stores.pipeline import open_reader
+    from skalign._stores.verify import verification_positions
 
     return verification_positions(open_reader(address), batch_size)
 
@@ -232,7 +234,7 @@ def test_resumed_run_verifies_rows_the_crashed_run_committed(tmp_path, backend):
     rerun translates only the last batches, yet reads the sampled committed rows back from the
     input, translates them again and refuses to publish: exit status 2, one line naming the
     output and the row, and nothing left (no output, no shadow, journal or lock)."""
-    from skalign._stores import N_VERIFY
+    from skalign._stores.verify import N_VERIFY
 
     rng = np.random.default_rng(21)
     n, batch = (120, 10) if backend.name == "qdrant" else (600, 60)
@@ -311,7 +313,7 @@ def test_second_concurrent_run_fails_at_once_postgres(tmp_path, postgres):
 
     # hold the output's advisory lock the way a running translate does
     with psycopg.connect(postgres, autocommit=True) as other:
-        from skalign._connectors import parse_address
+        from skalign._stores.address import parse_address
 
         key = f"skalign:{parse_address(out).identity}"
         assert other.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))",

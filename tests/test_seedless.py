@@ -221,7 +221,7 @@ def test_zero_pair_fits_repeat_bit_for_bit(split):
 def test_restarts_explore_with_their_own_soft_settings(split):
     """Nothing to find: every restart runs, each with its own temperatures and subspace, and
     each stops after its soft phase, its start pairs failing their held-out certificate."""
-    from skalign._bootstrap import _START_CERTIFICATE_MIN
+    from skalign._bootstrap_seedless import _START_CERTIFICATE_MIN
     from skalign._self_learning import SOFT_SCHEDULE
 
     pool, *_ = split

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import stat
 import tempfile
 from pathlib import Path
 
-from .._journal import FileLock
+from ..exceptions import StoreLockedError
+from .journal import FileLock
 
 __all__ = ["backup_name", "lock_for", "release_freed_memory", "resume_point", "shadow_name",
            "shadow_prefix"]
@@ -45,13 +48,29 @@ def consecutive_runs(positions):
 
 
 def lock_for(address, folder=None):
-    """A lock file in the database's folder (local modes) or, for a server, in the temporary
-    folder of this machine: two runs on one machine exclude each other; runs on two machines
-    against one server do not (said in the guide)."""
-    key = hashlib.sha256(repr(address.identity).encode()).hexdigest()[:16]
+    """A lock file in the database's folder (local modes) or, for a server, in this user's
+    private lock folder (:func:`private_lock_dir`): two runs on one machine exclude each other;
+    runs on two machines against one server do not (said in the guide). The file's name is a
+    hash of the address's identity, which holds no credentials."""
+    key = hashlib.sha256(repr(address.identity).encode()).hexdigest()[:24]
     if folder is not None:
-        return FileLock(Path(folder) / f".{address.name}.skalign-lock", address.display)
-    return FileLock(Path(tempfile.gettempdir()) / f"skalign-{key}.lock", address.display)
+        return FileLock(Path(folder) / f".{key}.skalign-lock", str(address))
+    return FileLock(private_lock_dir() / f"{key}.lock", str(address))
+
+
+def private_lock_dir():
+    """``$TMPDIR/skalign-UID``, created 0700 and checked to be this user's own real folder
+    (not a link another user planted, not open to others)."""
+    folder = Path(tempfile.gettempdir()) / f"skalign-{os.getuid()}"
+    try:
+        os.mkdir(folder, 0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(folder)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise StoreLockedError(f"{folder}: the lock folder is not a private folder of this user "
+                               "(a link, another owner or open permissions); remove it.")
+    return folder
 
 
 def release_freed_memory():

@@ -1,4 +1,4 @@
-"""Shadow outputs on the file system, shared by the file stores and the FAISS connector.
+"""Shadow outputs on the file system, shared by the file stores (``.npy``, Parquet, LanceDB, FAISS).
 
 Every output is written under a hidden name in the destination's folder (so the final rename is
 atomic), committed about every ``COMMIT_SECONDS`` (the data fsynced, then a fsynced journal
@@ -15,14 +15,13 @@ from contextlib import contextmanager
 from glob import escape as glob_escape
 from pathlib import Path
 
-import numpy as np
+from ..exceptions import StoreError
+from .address import Address
+from .base import StoreWriter
+from .journal import CommitClock, FileLock, fsync_dir, read_journal
 
-from ._direct_io import BLOCK, SequentialWriter
-from ._journal import CommitClock, FileLock, fsync_dir, read_journal, write_journal
-from .exceptions import StoreError
-
-__all__ = ["FileShadow", "NpyShadow", "atomic_file", "check_parent", "create_npy",
-           "remove_path", "replace_path", "swap_paths", "tmp_sibling"]
+__all__ = ["FileShadow", "atomic_file", "check_parent", "remove_path", "replace_path",
+           "swap_paths", "tmp_sibling"]
 
 
 def tmp_sibling(path, suffix=""):
@@ -54,6 +53,45 @@ def check_parent(path):
         raise StoreError(f"{path}: folder {path.parent} does not exist; create it first.")
 
 
+def check_output_path(path, kind):
+    """Refuse, before any work, an output that is a symbolic link (dangling or not: the
+    publish would replace the link, not what it points to) or whose folder is missing (a
+    LanceDB output creates its database's folder)."""
+    if path.is_symlink():
+        raise StoreError(f"{path}: OUTPUT is a symbolic link; give the real path (or remove the "
+                         "link).")
+    if kind != "lance":
+        check_parent(path)
+
+
+def source_mode(path, default=0o644):
+    """The permission bits an output derived from ``path`` gets: those of ``path`` (the file,
+    or the folder's files), so that a private source never gives a world-readable output."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return default
+    mode = st.st_mode & 0o777
+    return mode & 0o666 if not os.path.isdir(path) else mode
+
+
+def restore_file(address):
+    """Swap a file store and its backup (``skalign restore``); return the backup's address."""
+    from .provenance import backup_address
+
+    backup = backup_address(address)
+    path, bpath = address.path, backup.path
+    if not (bpath.exists() or bpath.is_symlink()):
+        from ..exceptions import StoreNotFoundError
+
+        raise StoreNotFoundError(f"{path}: no backup {bpath.name} to restore; a backup is kept "
+                                 "only by `skalign translate --replace`.")
+    lock = FileLock(path.with_name(f".{path.name}.skalign-lock"), str(address))
+    with lock:
+        swap_paths(path, bpath)
+    return backup
+
+
 @contextmanager
 def atomic_file(path, suffix=""):
     """Yield a temporary path next to ``path``; rename it to ``path`` if the block succeeds.
@@ -76,7 +114,7 @@ def _fsync(f):
     os.fsync(f.fileno())
 
 
-class FileShadow:
+class FileShadow(StoreWriter):
     """What the file outputs share: the shadow (``.NAME.skalign-partial``), its journal, the
     lock, and the backup (``STEM-skalign-backup SUFFIX``) that ``--replace`` keeps.
 
@@ -88,15 +126,16 @@ class FileShadow:
 
     suffix = ""
 
-    def __init__(self, path, job):
-        self.path, self.job = Path(path), job
+    def __init__(self, address, job):
+        self.address, self.job = address, job
+        self.path = address.path if isinstance(address, Address) else Path(address)
         name, suffix = self.path.name, self.suffix
         stem = name[: -len(suffix)] if suffix and name.endswith(suffix) else name
         self.partial = self.path.with_name(f".{name}.skalign-partial{suffix}")
         self.journal = self.path.with_name(f".{name}.skalign-journal")
         self.lock_path = self.path.with_name(f".{name}.skalign-lock")
         self.backup = self.path.with_name(f"{stem}-skalign-backup{suffix}")
-        self.display = str(self.path)
+        self.display = str(address)
         self.clock = CommitClock()
 
     def lock(self):
@@ -147,95 +186,6 @@ class FileShadow:
         self.journal.unlink(missing_ok=True)
         return backup
 
-
-def create_npy(path, shape, dtype, align=BLOCK):
-    """Create the ``.npy`` file ``path`` for an array of ``shape`` (its data not written yet: a
-    sparse file of zeros) with a header padded to ``align`` bytes; return the data's offset.
-
-    numpy pads a header to 64 bytes; the format allows any padding of the header's dictionary
-    with spaces (``numpy.load`` reads the length it declares), and at a block boundary every
-    batch of whole blocks can be written directly from the translation's buffers
-    (:meth:`SequentialWriter.write`)."""
-    d = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False,
-         "shape": tuple(int(k) for k in shape)}
-    text = repr(d).encode("latin1")
-    prefix = np.lib.format.magic(1, 0)
-    room = align - len(prefix) - 2
-    if len(text) + 1 > room:  # pragma: no cover - a shape with thousands of digits
-        raise ValueError(f"{path}: .npy header of {len(text)} bytes does not fit in {align}")
-    header = prefix + room.to_bytes(2, "little") + text.ljust(room - 1) + b"\n"
-    with open(path, "wb") as f:
-        f.write(header)
-        f.truncate(align + int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize)
-    return align
-
-
-class NpyShadow(FileShadow):
-    """The shadow is a full-size ``.npy`` filled in order (its header one block long, so that
-    its rows start at a block boundary, :func:`create_npy`); the journal holds the committed
-    rows."""
-
-    suffix = ".npy"
-    pipelined = True  # writes and fsyncs release the GIL
-    #: write past the page cache where the system allows (:class:`SequentialWriter`)
-    direct = True
-
-    @property
-    def busy_threads(self):
-        """Direct writes wait on the disk and leave the cores to the product; writes through
-        the page cache keep one busy copying."""
-        seq = getattr(self, "_seq", None)
-        return 0 if seq is not None and seq.direct else 1
-
-    def begin(self, fp):
-        job = self.job
-        self.fp = fp
-        self.row_bytes = 4 * job.d_out
-        state = self._resumable(fp)
-        if state is not None:
-            mm = np.load(self.partial, mmap_mode="r")
-            if mm.shape == (job.reader.n_rows, job.d_out) and mm.dtype == np.float32:
-                self.offset, self.rows = mm.offset, int(state["rows"])
-                del mm
-                self._open()
-                return self.rows
-            del mm
-            self.discard()
-        self.offset = create_npy(self.partial, (job.reader.n_rows, job.d_out), np.float32)
-        self.rows = 0
-        self._open()
-        write_journal(self.journal, fingerprint=fp, rows=0)
-        return 0
-
-    def _open(self):
-        self._file = open(self.partial, "r+b")
-        self._seq = SequentialWriter(self._file, self.offset + self.rows * self.row_bytes,
-                                     direct=self.direct)
-
-    def write_unit(self, out, rb, shard, start):
-        if start != self.rows:  # pragma: no cover - a reader that skipped or repeated rows
-            raise StoreError(f"{self.path}: internal error, row {start} after {self.rows}.")
-        # sequential writes after the header, straight to the disk where the system allows
-        # the translator's buffers are block-aligned: their whole blocks are written uncopied
-        self._seq.write(np.ascontiguousarray(out, dtype=np.float32).data)
-        self.rows += len(out)
-        if self.clock.due():
-            self.commit()
-
-    def commit(self):
-        """Make the rows written so far durable, then record them in the journal: a rerun
-        after a crash resumes there (rows written after it are written again)."""
-        self._seq.sync()
-        write_journal(self.journal, fingerprint=self.fp, rows=self.rows)
-        self.clock.reset()
-
-    def finish(self):
-        self._seq.sync()
-        self.close()
-        return self.rows
-
-    def fetch(self, positions, rows=None):
-        return np.load(self.partial, mmap_mode="r")[positions].copy(), None
 
 
 def swap_paths(a, b):

@@ -14,10 +14,10 @@ import pickle
 import time
 from pathlib import Path
 
-from .exceptions import StoreError
+from ..exceptions import StoreLockedError
 
-__all__ = ["COMMIT_SECONDS", "CommitClock", "FileLock", "fingerprint", "read_journal",
-           "write_journal", "write_durably"]
+__all__ = ["COMMIT_SECONDS", "CommitClock", "FileLock", "fingerprint", "model_fingerprint",
+           "read_journal", "write_journal", "write_durably"]
 
 #: Seconds of work between two durable commits (fsync of the data, then of the journal). A
 #: crash loses at most this much work plus one batch; committing every batch instead would
@@ -40,9 +40,14 @@ class CommitClock:
         self.last = time.monotonic()
 
 
-def fingerprint(model, source, output, batch_size, column):
-    """A short hash of everything that decides the output's bytes."""
+def model_fingerprint(model):
+    """A short hash of the fitted model alone (what a provenance stamp records)."""
     h = hashlib.sha256()
+    _hash_model(h, model)
+    return h.hexdigest()[:32]
+
+
+def _hash_model(h, model):
     try:
         h.update(pickle.dumps(model, protocol=4))
     except (AttributeError, TypeError, pickle.PicklingError):  # e.g. a class defined locally
@@ -50,6 +55,12 @@ def fingerprint(model, source, output, batch_size, column):
         for key, value in sorted(vars(model).items()):
             h.update(key.encode())
             h.update(value.tobytes() if hasattr(value, "tobytes") else repr(value).encode())
+
+
+def fingerprint(model, source, output, batch_size, column):
+    """A short hash of everything that decides the output's bytes."""
+    h = hashlib.sha256()
+    _hash_model(h, model)
     h.update(json.dumps([str(source), str(output), int(batch_size), column]).encode())
     return h.hexdigest()[:32]
 
@@ -66,10 +77,18 @@ def fsync_dir(path):
 
 
 def write_durably(path, data):
-    """Write ``data`` (bytes) to ``path`` atomically and durably (fsync, rename, fsync dir)."""
+    """Write ``data`` (bytes) to ``path`` atomically and durably (fsync, rename, fsync dir).
+    The temporary file is created afresh (``O_EXCL``, no link followed: a name planted there
+    is refused, not written through)."""
     path = Path(path)
     tmp = path.with_name(path.name + ".new")
-    with open(tmp, "wb") as f:
+    try:
+        os.unlink(tmp)  # a crashed run's; a link is removed, not followed
+    except FileNotFoundError:
+        pass
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0),
+                 0o600)
+    with os.fdopen(fd, "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
@@ -102,7 +121,13 @@ class FileLock:
     def __enter__(self):
         import fcntl
 
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+                         | getattr(os, "O_CLOEXEC", 0), 0o600)
+        except OSError as exc:  # ELOOP: a symbolic link planted at the lock's name
+            raise StoreLockedError(
+                f"{self.what}: cannot create the lock file {self.path} ({exc.strerror}); "
+                "remove what is there if no skalign run is using it.") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -110,7 +135,7 @@ class FileLock:
                 pid = os.read(fd, 32).decode().strip() or "?"
             finally:
                 os.close(fd)
-            raise StoreError(
+            raise StoreLockedError(
                 f"{self.what}: another skalign translate (pid {pid}) is writing this output; "
                 "wait for it to finish (or stop it, then run the same command again to resume)."
             ) from None

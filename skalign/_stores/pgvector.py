@@ -26,172 +26,21 @@ from contextlib import contextmanager
 import numpy as np
 
 from ..exceptions import StoreError
-from ._common import backup_name, consecutive_runs, resume_point, shadow_name, shadow_prefix
+from .base import StoreReader, StoreWriter
+from .dbcommon import consecutive_runs, resume_point
 
 __all__ = ["Reader", "Writer", "restore"]
 
-#: the start of a binary COPY stream (signature, flags, no header extension), and its end
-_SIGNATURE = b"PGCOPY\n\xff\r\n\x00" + bytes(8)
-_TRAILER = b"\xff\xff"
-_UNPACK_I = struct.Struct(">i").unpack_from
-
-
-class RawRows:
-    """A batch of rows as a binary COPY stream holds them: ``buf`` and, per row, the offsets of
-    the row, of its vector field (its length word) and of the end of both."""
-
-    def __init__(self, buf, spans):
-        self.buf, self.spans = buf, spans
-
-    def __len__(self):
-        return len(self.spans)
-
-
-def _parse_copy(chunks, vindex, batch_size, where, column):
-    """Batches of :class:`RawRows` from the chunks of a binary ``COPY ... TO STDOUT``.
-
-    libpq hands over one row per chunk: then a batch's rows are found with array arithmetic
-    over all its rows at once (:func:`_rows_of`). Chunks cut otherwise (nothing promises one
-    row each) go through :func:`_parse_stream`, which follows the stream field by field.
-    """
-    from itertools import chain, islice
-
-    chunks = iter(chunks)
-    head = bytearray()
-    for chunk in chunks:
-        head += chunk
-        if len(head) >= 19 and len(head) >= 19 + _UNPACK_I(head, 15)[0]:
-            break
-    else:
-        return
-    if bytes(head[:11]) != _SIGNATURE[:11]:
-        raise StoreError(f"{where}: unexpected COPY data from the server.")
-    rest = bytes(head[19 + _UNPACK_I(head, 15)[0]:])  # the first row, sent with the header
-    first = [rest] if rest else []
-    while True:
-        batch = first + list(islice(chunks, batch_size - len(first)))
-        first = []
-        done = bool(batch) and bytes(batch[-1]) == _TRAILER
-        rows = batch[:-1] if done else batch
-        raw = _rows_of(rows, vindex, where, column) if rows else None
-        if rows and raw is None:  # not one row per chunk
-            yield from _parse_stream(chain(batch, chunks), vindex, batch_size, where, column)
-            return
-        if raw is not None:
-            yield raw
-        if done or len(batch) < batch_size:
-            return
-
-
-def _be_ints(a, pos, width):
-    """The big-endian signed integers of ``width`` bytes at the offsets ``pos`` of ``a``."""
-    return a[pos[:, None] + np.arange(width)].view(f">i{width}")[:, 0].astype(np.int64)
-
-
-def _rows_of(rows, vindex, where, column):
-    """The :class:`RawRows` of chunks that each hold one whole row, or ``None`` where they do
-    not: every row's fields walked at once, a field at a time."""
-    lens = np.fromiter(map(len, rows), np.int64, len(rows))
-    buf = b"".join(rows)
-    a = np.frombuffer(buf, np.uint8)
-    ends = np.cumsum(lens)
-    starts = ends - lens
-    if (lens < 2).any():
-        return None
-    nf = _be_ints(a, starts, 2)
-    if (nf != nf[0]).any() or not vindex < nf[0]:
-        return None
-    p, null = starts + 2, False
-    for i in range(int(nf[0])):
-        if (p + 4 > ends).any():
-            return None
-        ln = _be_ints(a, p, 4)
-        if i == vindex:
-            vs, null = p, bool((ln < 0).any())
-        p = p + 4 + np.maximum(ln, 0)
-        if i == vindex:
-            ve = p
-    if (p != ends).any():
-        return None
-    if null:
-        raise StoreError(f"{where}: column {column!r} has NULL vectors; drop or re-embed those "
-                         "rows first.")
-    return RawRows(buf, list(zip(starts.tolist(), vs.tolist(), ve.tolist(), ends.tolist())))
-
-
-def _parse_stream(chunks, vindex, batch_size, where, column):
-    """:func:`_parse_copy` on chunks cut anywhere (after the header), field by field."""
-    unpack_h, unpack_i = struct.Struct(">h").unpack_from, _UNPACK_I
-    acc = bytearray()  # the rows of the batch being gathered, then what has come of the next
-    pos, spans = 0, []
-    for chunk in chunks:
-        acc += chunk
-        end = len(acc)
-        while pos + 2 <= end:
-            (nf,) = unpack_h(acc, pos)
-            if nf == -1:  # the trailer
-                if spans:
-                    yield RawRows(bytes(acc[:pos]), spans)
-                return
-            p, vs, ve = pos + 2, 0, 0
-            for i in range(nf):
-                if p + 4 > end:
-                    p = end + 1
-                    break
-                (ln,) = unpack_i(acc, p)
-                if i == vindex:
-                    if ln < 0:
-                        raise StoreError(f"{where}: column {column!r} has NULL vectors; drop or "
-                                         "re-embed those rows first.")
-                    vs = p
-                p += 4 + max(ln, 0)
-                if i == vindex:
-                    ve = p
-            if p > end:  # the row continues in the next chunk
-                break
-            spans.append((pos, vs, ve, p))
-            pos = p
-            if len(spans) == batch_size:
-                yield RawRows(bytes(acc[:pos]), spans)
-                del acc[:pos]
-                pos, spans, end = 0, [], len(acc)
-    if spans:
-        yield RawRows(bytes(acc[:pos]), spans)
-
-
-def _copy_rows(pgconn):
-    """The data of a ``COPY ... TO STDOUT`` psycopg has started, straight from libpq (iterating
-    psycopg's ``Copy`` costs a generator and a wait a row, most of the read's time). The rows
-    libpq holds are taken without blocking; when it holds none, the wait for the socket is a
-    ``select`` that releases the GIL (a blocking ``PQgetCopyData`` holds it, keeping the writing
-    threads from running while the server sends). The parser stops at the stream's trailer,
-    which comes before libpq's end of copy, so psycopg still finishes the ``COPY`` when its
-    block exits."""
-    import select
-
-    get, fd = pgconn.get_copy_data, pgconn.socket
-    while True:
-        nbytes, data = get(1)
-        if nbytes > 0:
-            yield data
-        elif nbytes == 0:  # nothing buffered: wait for the server
-            select.select([fd], [], [])
-            pgconn.consume_input()
-        else:  # the end (or an error, which psycopg raises when the block exits)
-            return
-
-
-def _raw_vectors(raw, dim, where):
-    """The vectors of a :class:`RawRows` batch (pgvector's binary form: int16 dimensions,
-    int16 unused, big-endian float32 values)."""
-    buf = raw.buf
-    parts = [buf[vs + 4: ve] for _, vs, ve, _ in raw.spans]
-    sizes = {ve - vs - 4 for _, vs, ve, _ in raw.spans}
-    if sizes != {4 + 4 * dim}:
-        raise StoreError(f"{where}: vectors of another length than {dim} in the table; all "
-                         "vectors must have the same length.")
-    return np.frombuffer(b"".join(parts), dtype=">f4").reshape(len(parts), dim + 1)[:, 1:] \
-        .astype(np.float32)
+# the binary COPY stream's parsing and the index rebuild live in modules of their own
+from .pg_indexes import MAX_NAME_BYTES, derived_name, rebuild_indexes  # noqa: E402
+from .pgcopy import (  # noqa: E402
+    _SIGNATURE,
+    _TRAILER,
+    RawRows,
+    _copy_rows,
+    _parse_copy,
+    _raw_vectors,
+)
 
 
 def _connect(address, autocommit=True):
@@ -222,25 +71,123 @@ def _connect(address, autocommit=True):
     return conn
 
 
-def _split(name):
+def _split(name, where):
+    """``(schema or None, table)`` of ``TABLE`` or ``SCHEMA.TABLE``; more dots, or a name
+    PostgreSQL would cut (over 63 bytes), are refused."""
+    from ..exceptions import AddressError
+
+    if not name or name.count(".") > 1 or name.startswith(".") or name.endswith("."):
+        raise AddressError(f"{where}: table {name!r} is not TABLE or SCHEMA.TABLE; name a "
+                           "table of one schema.")
     schema, _, table = name.rpartition(".")
+    for part in (schema, table):
+        if len(part.encode()) > MAX_NAME_BYTES:
+            raise AddressError(f"{where}: {part!r} is longer than the 63 bytes of a PostgreSQL "
+                               "name (it would be cut); use a shorter name.")
     return schema or None, table
 
 
-def _ident(name):
+def _table_oid(conn, schema, name):
+    """The oid of the relation ``name`` in ``schema`` (``None``: none), looked up by value."""
+    row = conn.execute("SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = "
+                       "c.relnamespace WHERE n.nspname = %s AND c.relname = %s",
+                       (schema, name)).fetchone()
+    return row[0] if row else None
+
+
+def _schema_of(conn, schema, where):
+    """``(schema, may_create)``: ``schema``, or the current schema for an unqualified name."""
+    if schema is None:
+        schema = conn.execute("SELECT current_schema()").fetchone()[0]
+        if schema is None:
+            raise StoreError(f"{where}: the search_path names no schema that exists; write "
+                             "?table=SCHEMA.TABLE.")
+    row = conn.execute("SELECT has_schema_privilege(oid, 'CREATE') FROM pg_namespace WHERE "
+                       "nspname = %s", (schema,)).fetchone()
+    if row is None:
+        raise StoreError(f"{where}: no schema {schema!r} in the database; create it (CREATE "
+                         "SCHEMA) or fix ?table=.")
+    return schema, row[0]
+
+
+def _resolve(conn, address):
+    """``(oid, sql.Identifier(schema, table))`` of the input table: an unqualified name found
+    along the ``search_path`` (``to_regclass`` of its quoted form), a qualified one by value."""
+    import difflib
+
     from psycopg import sql
 
-    schema, table = _split(name)
-    return sql.Identifier(schema, table) if schema else sql.Identifier(table)
+    from ..exceptions import StoreNotFoundError
+
+    schema, table = _split(address.name, address)
+    if schema is None:
+        row = conn.execute("SELECT c.oid, n.nspname, c.relkind FROM pg_class c JOIN pg_namespace "
+                           "n ON n.oid = c.relnamespace WHERE c.oid = to_regclass(%s)",
+                           (sql.Identifier(table).as_string(conn),)).fetchone()
+    else:
+        row = conn.execute("SELECT c.oid, n.nspname, c.relkind FROM pg_namespace n LEFT JOIN "
+                           "pg_class c ON c.relnamespace = n.oid AND c.relname = %s WHERE "
+                           "n.nspname = %s", (table, schema)).fetchone()
+        if row is None:
+            raise StoreNotFoundError(f"{address}: no schema {schema!r} in the database; fix "
+                                     "?table=.")
+    if row is None or row[0] is None:
+        schemas = [schema] if schema else conn.execute(
+            "SELECT current_schemas(false)").fetchone()[0]
+        names = [r[0] for r in conn.execute(
+            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f') AND n.nspname = ANY(%s::name[])",
+            (schemas,)).fetchall()]
+        close = difflib.get_close_matches(table, names, n=3, cutoff=0.6)
+        hint = f" (close: {', '.join(map(repr, close))})" if close else ""
+        raise StoreNotFoundError(f"{address}: no table {address.name!r}{hint}; fix ?table=.")
+    if row[2] not in ("r", "p", "v", "m", "f"):
+        raise StoreError(f"{address}: {address.name!r} is not a table or view; fix ?table=.")
+    return row[0], sql.Identifier(row[1], table)
 
 
-def _regclass(conn, name):
-    return conn.execute("SELECT to_regclass(%s)::oid", (_qualified(name),)).fetchone()[0]
+@contextmanager
+def _mapped(where, doing, denied="grant the privilege to the address's user"):
+    """psycopg's errors raised inside as one line naming ``where`` (masked) and the fix."""
+    import psycopg
+
+    try:
+        yield
+    except psycopg.Error as exc:
+        raise _pg_error(exc, where, doing, denied) from None
 
 
-def _qualified(name):
-    schema, table = _split(name)
-    return f'"{schema}"."{table}"' if schema else f'"{table}"'
+def _pg_error(exc, where, doing, denied="grant the privilege to the address's user"):
+    """A psycopg error as skalign's (other exceptions as they are): a lost connection as a
+    :class:`ConnectionError` (resumable: the shadow is kept), any other as a
+    :class:`~skalign.exceptions.StoreError` (the shadow is removed)."""
+    import psycopg
+    from psycopg import errors
+
+    from ..exceptions import StoreNotFoundError
+
+    if not isinstance(exc, psycopg.Error):
+        return exc
+    diag = getattr(exc, "diag", None)
+    text = " ".join((getattr(diag, "message_primary", None) or str(exc)
+                     or type(exc).__name__).split())[:200]
+    state = getattr(exc, "sqlstate", None) or ""
+    if isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)) \
+            and (not state or state.startswith(("08", "57P"))):
+        return ConnectionError(f"{where}: {doing}: the connection to the server was lost "
+                               f"({text}); run the same command again to resume.")
+    if isinstance(exc, (errors.UndefinedTable, errors.InvalidSchemaName)):
+        return StoreNotFoundError(f"{where}: {doing}: {text}; check ?table= (did another "
+                                  "session drop it?).")
+    if isinstance(exc, errors.InsufficientPrivilege):
+        fix = denied
+    elif isinstance(exc, errors.QueryCanceled):
+        fix = "the server cancelled it (statement_timeout or pg_cancel_backend); run it again"
+    elif state.startswith("22"):
+        fix = "check the table's values"
+    else:
+        fix = "see the server's log"
+    return StoreError(f"{where}: {doing}: {text}; {fix}.")
 
 
 def _columns(conn, oid):
@@ -264,23 +211,28 @@ def _stack(vectors):
                                 for v in vectors]), dtype=np.float32)
 
 
-class Reader:
+class Reader(StoreReader):
+    has_rows = True
     kind = "pgvector"
     schema = None
     dtype = np.dtype(np.float32)
 
     def __init__(self, address, column=None):
+        self.address = address
+        self.conn = _connect(address)
+        try:
+            with _mapped(address, "cannot read the table", "grant SELECT on it to the "
+                         "address's user"):
+                self._open(self.conn, column)
+        except BaseException:
+            self.conn.close()
+            raise
+
+    def _open(self, conn, column):
         from psycopg import sql
 
-        self.address = address
-        self.conn = conn = _connect(address)
-        self.oid = _regclass(conn, address.name)
-        if self.oid is None:
-            names = [r[0] for r in conn.execute(
-                "SELECT tablename FROM pg_tables WHERE schemaname NOT IN ('pg_catalog', "
-                "'information_schema') ORDER BY 1").fetchall()]
-            raise StoreError(f"{address}: no table {address.name!r} (tables: "
-                             f"{', '.join(names) or 'none'}); fix ?table=.")
+        address = self.address
+        self.oid, self.ident = _resolve(conn, address)
         self.columns = _columns(conn, self.oid)
         vector_cols = [c[0] for c in self.columns if c[2].startswith("vector")]
         wanted = address.column or column
@@ -301,13 +253,13 @@ class Reader:
         self.vindex = names.index(wanted)
         self.key = _primary_key(conn, self.oid)
         self.n_rows = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(
-            _ident(address.name))).fetchone()[0]
+            self.ident)).fetchone()[0]
         typmod = self.columns[self.vindex][3]
         if typmod > 0:
             self.dim = int(typmod)
         else:
             row = conn.execute(sql.SQL("SELECT vector_dims({}) FROM {} LIMIT 1").format(
-                sql.Identifier(wanted), _ident(address.name))).fetchone()
+                sql.Identifier(wanted), self.ident)).fetchone()
             self.dim = int(row[0]) if row else 0
 
     def order_by(self):
@@ -337,7 +289,7 @@ class Reader:
             return sql.SQL(""), sql.SQL("")
         keys = self.order_by()
         return sql.SQL(" WHERE ({}) >= (SELECT {} FROM {} ORDER BY {} OFFSET {} LIMIT 1)").format(
-            keys, keys, _ident(self.address.name), keys, at), sql.SQL("")
+            keys, keys, self.ident, keys, at), sql.SQL("")
 
     def batches(self, batch_size, start=0):
         """``(vectors, RawRows, None)`` per batch from row ``start`` on, read one batch ahead in
@@ -366,7 +318,7 @@ class Reader:
                         return
                 put(end)
             except BaseException as exc:  # raised in the consuming thread
-                put(exc)
+                put(_pg_error(exc, self.address, "cannot read the table"))
             finally:
                 gen.close()
 
@@ -391,7 +343,7 @@ class Reader:
             query = sql.SQL("COPY (SELECT {} FROM {}{} ORDER BY {}{}) TO STDOUT "
                             "(FORMAT BINARY)").format(
                 sql.SQL(", ").join(sql.Identifier(n) for n in self.names),
-                _ident(self.address.name), where, self.order_by(), offset)
+                self.ident, where, self.order_by(), offset)
             with conn.cursor() as cur, cur.copy(query):
                 for raw in _parse_copy(_copy_rows(conn.pgconn), self.vindex, batch_size,
                                        self.address, self.column):
@@ -414,9 +366,11 @@ class Reader:
         where, offset = self.from_row(sql.Placeholder())
         query = sql.SQL("SELECT {} FROM {}{} ORDER BY {}{} LIMIT %s").format(
             sql.SQL(", ").join(sql.Identifier(n) for n in self.names),
-            _ident(self.address.name), where, self.order_by(), offset)
+            self.ident, where, self.order_by(), offset)
         cur = self.conn.cursor(binary=True)
-        got = [r for run in consecutive_runs(positions) for r in cur.execute(query, run).fetchall()]
+        with _mapped(self.address, "cannot read the table"):
+            got = [r for run in consecutive_runs(positions)
+                   for r in cur.execute(query, run).fetchall()]
         return list(_stack([r[self.vindex] for r in got])), [self.row(got, k)
                                                                for k in range(len(got))]
 
@@ -444,8 +398,9 @@ class Reader:
         return np.concatenate(parts) if parts else np.empty((0, self.dim), np.float32)
 
 
-class Writer:
+class Writer(StoreWriter):
     normalizes = False
+    encodes = True
     pipelined = True  # its own connections; a COPY waits on the server without the GIL
 
     def __init__(self, address, job):
@@ -453,10 +408,19 @@ class Writer:
         self.src = job.reader
         self.conn = _connect(address)
         self._idle, self._loaders = [], []  # the loading connections: free ones, all
-        schema, table = _split(address.name)
-        if len(shadow_name(table, "0" * 12)) > 63:
-            raise StoreError(f"{address}: table name too long for its shadow "
-                             f"({len(table)} characters, at most 42); choose a shorter name.")
+        self._shadow_id = None
+        try:
+            self._given_schema, self.table = _split(address.name, self.display)
+            with _mapped(self.display, "cannot open the output's schema"):
+                self.pg_schema, may_create = _schema_of(self.conn, self._given_schema,
+                                                        self.display)
+            if not may_create:
+                raise StoreError(f"{self.display}: cannot create the output table: permission "
+                                 f"denied for schema {self.pg_schema!r}; grant CREATE on the "
+                                 "schema or write to another schema.")
+        except BaseException:
+            self.conn.close()
+            raise
 
     @property
     def encode_depth(self):
@@ -465,7 +429,7 @@ class Writer:
         a table without a key are found, and ordered, by ``ctid`` (the verification reads the
         sampled rows back from the shadow that way): loaded in parallel, a translation of such
         a table failed its verification from a few batches on."""
-        from .._stores import ENCODE_DEPTH
+        from .base import ENCODE_DEPTH
 
         return ENCODE_DEPTH if self.src.key else 1
 
@@ -485,36 +449,46 @@ class Writer:
             conn.close()  # ends the session, so releases the lock
 
     def exists(self):
-        return _regclass(self.conn, self.address.name) is not None
+        with _mapped(self.display, "cannot look the output up"):
+            return _table_oid(self.conn, self.pg_schema, self.table) is not None
+
+    def _named(self, name):
+        from psycopg import sql
+
+        return sql.Identifier(self.pg_schema, name)
 
     def _table(self, name):
-        schema, _ = _split(self.address.name)
-        return f"{schema}.{name}" if schema else name
+        """``name`` as the address names its table: qualified where it is."""
+        return f"{self._given_schema}.{name}" if self._given_schema else name
 
     def begin(self, fp):
         from psycopg import sql
 
-        schema, table = _split(self.address.name)
         self.fp = fp
-        self.shadow = self._table(shadow_name(table, fp))
-        leftovers = self.conn.execute(
-            "SELECT tablename FROM pg_tables WHERE schemaname = coalesce(%s, current_schema()) "
-            "AND starts_with(tablename, %s) AND tablename <> %s AND tablename <> %s",
-            (schema, shadow_prefix(table), shadow_name(table, fp), backup_name(table))).fetchall()
-        for (name,) in leftovers:
-            self.conn.execute(sql.SQL("DROP TABLE {}").format(_ident(self._table(name))))
-        if _regclass(self.conn, self.shadow) is not None:
-            n = self.conn.execute(sql.SQL("SELECT count(*) FROM {}").format(
-                _ident(self.shadow))).fetchone()[0]
-            return resume_point(n, self.src.n_rows, self.job.batch_size)
-        with self.conn.transaction():
-            self.conn.execute(sql.SQL(
-                "CREATE TABLE {} (LIKE {} INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING "
-                "COMMENTS INCLUDING STORAGE INCLUDING COMPRESSION)").format(
-                    _ident(self.shadow), _ident(self.src.address.name)))
-            self.conn.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN {} TYPE vector({})").format(
-                _ident(self.shadow), sql.Identifier(self.src.column),
-                sql.Literal(int(self.job.d_out))))
+        name = derived_name(self.table, fp[:12])  # TABLE_skalign_FP, hashed where too long
+        self.shadow, self._shadow_name = self._table(name), name  # shadow: as the address names it
+        self._shadow_id = self._named(name)
+        prefix = derived_name(self.table, "0" * 12)[:-12]
+        with _mapped(self.display, "cannot create the output table", "grant CREATE on the "
+                     "schema or write to another schema"):
+            for (other,) in self.conn.execute(  # leftovers of other jobs: removed
+                    "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = "
+                    "c.relnamespace WHERE n.nspname = %s AND c.relkind IN ('r', 'p') AND "
+                    "starts_with(c.relname, %s)", (self.pg_schema, prefix)).fetchall():
+                if other != name and re.fullmatch(re.escape(prefix) + "[0-9a-f]{12}", other):
+                    self.conn.execute(sql.SQL("DROP TABLE {}").format(self._named(other)))
+            if _table_oid(self.conn, self.pg_schema, name) is not None:
+                n = self.conn.execute(sql.SQL("SELECT count(*) FROM {}").format(
+                    self._shadow_id)).fetchone()[0]
+                return resume_point(n, self.src.n_rows, self.job.batch_size)
+            with self.conn.transaction():
+                self.conn.execute(sql.SQL(
+                    "CREATE TABLE {} (LIKE {} INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING "
+                    "COMMENTS INCLUDING STORAGE INCLUDING COMPRESSION)").format(
+                        self._shadow_id, self.src.ident))
+                self.conn.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN {} TYPE vector({})")
+                                  .format(self._shadow_id, sql.Identifier(self.src.column),
+                                          sql.Literal(int(self.job.d_out))))
         return 0
 
     def encode_unit(self, out, raw, shard, start):
@@ -526,18 +500,20 @@ class Writer:
         or a failed batch leaves the open ones to the server, which rolls them back."""
         conn = self._idle_connection()
         try:
-            conn.execute("BEGIN")
-            self._copy(conn, out, raw)
+            with _mapped(self.display, "cannot load rows into the output"):
+                conn.execute("BEGIN")
+                self._copy(conn, out, raw, start)
         except BaseException:
             self._drop(conn)
             raise
         return conn
 
     def write_unit(self, conn, raw, shard, start):
-        """Commit the batch :meth:`encode_unit` loaded on ``conn`` (``_WriteBehind`` loads every
+        """Commit the batch :meth:`encode_unit` loaded on ``conn`` (``WriteBehind`` loads every
         batch before its write)."""
         try:
-            conn.execute("COMMIT")
+            with _mapped(self.display, "cannot load rows into the output"):
+                conn.execute("COMMIT")
         except BaseException:
             self._drop(conn)
             raise
@@ -557,13 +533,20 @@ class Writer:
             self._loaders.remove(conn)
         conn.close()
 
-    def _copy(self, conn, out, raw):
+    def _copy(self, conn, out, raw, start=0):
         from psycopg import sql
 
         d = self.job.d_out
         # each row's vector field: length word, int16 dimensions, int16 unused, the values
         vec = np.empty((len(out), d + 2), dtype=">f4")
-        vec[:, 2:] = out
+        with np.errstate(over="ignore", invalid="ignore"):
+            vec[:, 2:] = out
+        finite = np.isfinite(vec[:, 2:]).all(axis=1)
+        if not finite.all():  # pgvector refuses them: said here, before anything is sent
+            bad = start + int(np.flatnonzero(~finite)[0])
+            raise StoreError(f"{self.display}: row {bad} translates to numbers a float32 cannot "
+                             "hold (infinite or NaN), which pgvector does not store; rescale "
+                             "that row of the input or check the model.")
         words = vec.view(">i4")
         words[:, 0] = 4 + 4 * d
         vec.view(">i2")[:, 2:4] = (d, 0)
@@ -574,45 +557,34 @@ class Writer:
             parts += (buf[rs:vs], vec[k * width:(k + 1) * width], buf[ve:re_])
         parts.append(_TRAILER)
         query = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
-            _ident(self.shadow), sql.SQL(", ").join(sql.Identifier(n) for n in self.src.names))
+            self._shadow_id, sql.SQL(", ").join(sql.Identifier(n) for n in self.src.names))
         with conn.cursor() as cur, cur.copy(query) as copy:
             copy.write(b"".join(parts))
 
-    def _index_statements(self):
-        """The source's indexes (vector ones with their operator class and options) and
-        primary key, as statements on the shadow table, with names unique to this job."""
-        from psycopg import sql
-
-        out = []
-        if self.src.key:
-            out.append(sql.SQL("ALTER TABLE {} ADD PRIMARY KEY ({})").format(
-                _ident(self.shadow), sql.SQL(", ").join(sql.Identifier(k) for k in self.src.key)))
-        defs = self.conn.execute(
-            "SELECT c.relname, pg_get_indexdef(i.indexrelid) FROM pg_index i JOIN pg_class c ON "
-            "c.oid = i.indexrelid WHERE i.indrelid = %s AND NOT i.indisprimary ORDER BY 1",
-            (self.src.oid,)).fetchall()
-        for k, (_, definition) in enumerate(defs):
-            name = f"{_split(self.shadow)[1]}_i{k}"
-            body = definition.split(" USING ", 1)[1]
-            unique = "UNIQUE " if definition.startswith("CREATE UNIQUE") else ""
-            out.append(sql.SQL("CREATE {}INDEX IF NOT EXISTS {} ON {} USING {}").format(
-                sql.SQL(unique), sql.Identifier(name), _ident(self.shadow), sql.SQL(body)))
-        return out
-
     def finish(self):
+        """Build the source's indexes on the shadow (:func:`rebuild_indexes`: from the
+        catalog's facts, never its SQL text; those it cannot describe are skipped, each with a
+        line on standard error, kept in ``skipped_indexes``); return the shadow's rows."""
+        import sys
+
         from psycopg import sql
 
-        has_pk = self.conn.execute(
-            "SELECT count(*) FROM pg_index WHERE indrelid = to_regclass(%s) AND indisprimary",
-            (_qualified(self.shadow),)).fetchone()[0]
-        for stmt in self._index_statements():
-            if has_pk and stmt.as_string(self.conn).startswith("ALTER TABLE"):
-                continue
-            self.conn.execute(stmt)
-        return self.conn.execute(sql.SQL("SELECT count(*) FROM {}").format(
-            _ident(self.shadow))).fetchone()[0]
+        with _mapped(self.display, "cannot build the output's indexes", "the address's user "
+                     "must own the output's schema objects"):
+            shadow = _table_oid(self.conn, self.pg_schema, self._shadow_name)
+            self.skipped_indexes = rebuild_indexes(self.conn, self.src.oid, shadow,
+                                                   self._shadow_id, (self.pg_schema, self.table),
+                                                   self.display)
+            for line in self.skipped_indexes:
+                print(f"skalign: warning: {line}", file=sys.stderr)
+            return self.conn.execute(sql.SQL("SELECT count(*) FROM {}").format(
+                self._shadow_id)).fetchone()[0]
 
-    def fetch(self, positions, rows):
+    def fetch(self, positions, rows=None):
+        with _mapped(self.display, "cannot read the translation back for its verification"):
+            return self._fetch(positions, rows)
+
+    def _fetch(self, positions, rows):
         from psycopg import sql
 
         cols = sql.SQL(", ").join(sql.Identifier(n) for n in self.src.names)
@@ -623,10 +595,10 @@ class Writer:
                 cond = sql.SQL(" AND ").join(
                     sql.SQL("{} = %s").format(sql.Identifier(k)) for k in self.src.key)
                 r = cur.execute(sql.SQL("SELECT {} FROM {} WHERE {}").format(
-                    cols, _ident(self.shadow), cond), [row[k] for k in self.src.key]).fetchone()
+                    cols, self._shadow_id, cond), [row[k] for k in self.src.key]).fetchone()
             else:
                 r = cur.execute(sql.SQL("SELECT {} FROM {} ORDER BY ctid OFFSET %s LIMIT 1")
-                                .format(cols, _ident(self.shadow)), (int(pos),)).fetchone()
+                                .format(cols, self._shadow_id), (int(pos),)).fetchone()
             if r is None:
                 raise StoreError(f"{self.display}: verification failed: a row is missing from "
                                  "the translation; it was not published.")
@@ -637,27 +609,39 @@ class Writer:
     def publish(self, replace):
         from psycopg import sql
 
-        schema, table = _split(self.address.name)
+        from ..exceptions import StoreExistsError
+
         backup = None
-        with self.conn.transaction():
+        with _mapped(self.display, "cannot rename the translation into place", "the address's "
+                     "user must own the output table"), self.conn.transaction():
             if self.exists():
                 if not replace:
-                    raise StoreError(f"{self.display}: exists; pass --replace.")
-                bname = backup_name(table)
-                self.conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(
-                    _ident(self._table(bname))))
+                    raise StoreExistsError(f"{self.display}: exists; pass --replace.")
+                bname = derived_name(self.table, "backup")
+                self.conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(self._named(bname)))
                 self.conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(
-                    _ident(self.address.name), sql.Identifier(bname)))
+                    self._named(self.table), sql.Identifier(bname)))
                 backup = self.address.with_name(self._table(bname))
             self.conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(
-                _ident(self.shadow), sql.Identifier(table)))
+                self._shadow_id, sql.Identifier(self.table)))
         return backup
 
     def discard(self):
+        """Drop the shadow; where the connection broke, on a new one (best effort: the error
+        that led here is the one raised)."""
         from psycopg import sql
 
-        if getattr(self, "shadow", None):
-            self.conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(_ident(self.shadow)))
+        if self._shadow_id is None:
+            return
+        drop = sql.SQL("DROP TABLE IF EXISTS {}").format(self._shadow_id)
+        try:
+            self.conn.execute(drop)
+        except Exception:
+            try:
+                with _connect(self.address) as conn:
+                    conn.execute(drop)
+            except Exception:
+                pass
 
     def close(self):
         """Close the loading connections; a batch loaded but not committed is rolled back."""
@@ -669,25 +653,28 @@ class Writer:
 def restore(address):
     from psycopg import sql
 
-    schema, table = _split(address.name)
-    bname = backup_name(table)
+    schema, table = _split(address.name, address)
+    bname, swap = derived_name(table, "backup"), derived_name(table, "swap")
     qual = (lambda n: f"{schema}.{n}" if schema else n)
     conn = _connect(address)
     try:
-        if _regclass(conn, qual(bname)) is None:
-            raise StoreError(f"{address}: no backup table {bname} to restore; a backup is kept "
-                             "only by `skalign translate --replace`.")
-        swap = f"{table}_skalign_swap"
-        with conn.transaction():  # one transaction: readers see the old or the new, never none
-            present = _regclass(conn, address.name) is not None
-            if present:
+        with _mapped(address, "cannot restore the backup", "the address's user must own the "
+                     "table and its backup"):
+            where, _ = _schema_of(conn, schema, address)
+            named = (lambda n: sql.Identifier(where, n))
+            if _table_oid(conn, where, bname) is None:
+                raise StoreError(f"{address}: no backup table {bname!r} to restore; a backup is "
+                                 "kept only by `skalign translate --replace`.")
+            with conn.transaction():  # one transaction: readers see the old or the new, never none
+                present = _table_oid(conn, where, table) is not None
+                if present:
+                    conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(
+                        named(table), sql.Identifier(swap)))
                 conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(
-                    _ident(address.name), sql.Identifier(swap)))
-            conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(
-                _ident(qual(bname)), sql.Identifier(table)))
-            if present:
-                conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(
-                    _ident(qual(swap)), sql.Identifier(bname)))
+                    named(bname), sql.Identifier(table)))
+                if present:
+                    conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(
+                        named(swap), sql.Identifier(bname)))
     finally:
         conn.close()
     return address.with_name(qual(bname))

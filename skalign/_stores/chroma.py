@@ -15,22 +15,39 @@ Between two persistent folders the translation runs in phases (:data:`PHASE_ROWS
 records of a phase are read from the source, then translated and added to the shadow, and
 skalign closes its clients of the folders between the two, so that Chroma holds one HNSW index
 in memory at a time, not the source's and the output's together.
+
+The provenance stamp (:mod:`.provenance`) is JSON text under the key ``skalign`` of the
+collection's metadata (the other keys, ``hnsw:*`` included, kept as they are); it travels with
+the collection through the renames of ``--replace`` and ``restore``.
+
+Reading never creates anything: a folder without Chroma's ``chroma.sqlite3`` or a collection its
+catalogue does not list is refused before a client is opened (a client creates the catalogue).
+An output's new folder is created when its translation starts (:meth:`Writer.lock`). Errors of
+chromadb (and of its HTTP client) are raised as :class:`~skalign.exceptions.StoreError`\ s of one
+line naming the address with its password hidden.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import inspect
+import ipaddress
+import json
 import math
+import os
 import re
 import shutil
 import sqlite3
+import sys
 from contextlib import closing
 from pathlib import Path
 
 import numpy as np
 
-from .._journal import CommitClock
-from ..exceptions import StoreError
-from ._common import (
+from ..exceptions import AddressError, StoreError, StoreNotFoundError
+from .base import StoreReader, StoreWriter
+from .dbcommon import (
     backup_name,
     lock_for,
     release_freed_memory,
@@ -38,9 +55,178 @@ from ._common import (
     shadow_name,
     shadow_prefix,
 )
+from .journal import CommitClock
 
-__all__ = ["Reader", "Writer", "drop_collection", "restore", "segment_folders", "torn_index",
-           "vector_segments"]
+__all__ = ["STAMP_KEY", "Reader", "Writer", "drop_collection", "read_stamp", "restore",
+           "segment_folders", "torn_index", "vector_segments", "write_stamp"]
+
+#: The key of the collection's metadata that holds the provenance stamp (JSON text)
+STAMP_KEY = "skalign"
+
+#: Chroma's catalogue: the file that makes a folder a Chroma store
+CATALOGUE = "chroma.sqlite3"
+
+#: Collection names a "no such collection" message lists at most
+LISTED_NAMES = 5
+
+#: Characters skalign adds to an output's name for its shadow (``_skalign_`` and 12 hex digits,
+#: the longest of the names it derives: the backup adds 15, the restore's swap 13)
+SHADOW_SUFFIX = 21
+
+#: Chroma's longest collection name
+MAX_NAME = 512
+
+#: Packages whose exceptions are Chroma's (its HTTP client's included)
+ENGINE_PACKAGES = ("chromadb", "httpx", "httpcore", "requests", "urllib3")
+
+
+# ------------------------------------------------------------------------- engine errors
+def _one_line(exc, address):
+    """An engine's message as one line of at most 200 characters, the password hidden."""
+    msg = " ".join(str(exc).split()) or type(exc).__name__
+    if address is not None and address.password:
+        msg = msg.replace(address.password, "***")
+    return msg[:200]
+
+
+def _from_engine(exc):
+    """Whether ``exc`` is chromadb's: its class is, or it was raised in chromadb's code."""
+    if type(exc).__module__.split(".")[0] in ENGINE_PACKAGES:
+        return True
+    dirs = tuple(os.path.dirname(m.__file__) + os.sep for m in
+                 (sys.modules.get(p) for p in ENGINE_PACKAGES) if getattr(m, "__file__", None))
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.startswith(dirs):
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _store_error(address, exc):
+    """The :class:`StoreError` that says what Chroma's ``exc`` means for ``address``."""
+    msg = _one_line(exc, address)
+    kind = type(exc).__name__
+    if kind in ("NotFoundError", "InvalidCollectionException", "CollectionNotFoundError") or (
+            "does not exist" in msg):
+        return StoreNotFoundError(f"{address}: Chroma says: {msg}; check the collection's name.")
+    if "Validation error: name" in msg or kind == "InvalidCollectionNameError":
+        return AddressError(f"{address}: Chroma refuses the collection name ({msg}).")
+    if kind in ("AuthorizationError", "AuthenticationError") or "401" in msg or "403" in msg:
+        return StoreError(f"{address}: the Chroma server refused the credentials ({msg}); check "
+                          "USER:PASSWORD.")
+    return StoreError(f"{address}: Chroma failed ({msg}).")
+
+
+@contextlib.contextmanager
+def _engine_errors(address):
+    """Raise chromadb's exceptions inside the block as :class:`StoreError` (one line)."""
+    try:
+        yield
+    except StoreError:
+        raise
+    except Exception as exc:
+        if not _from_engine(exc):
+            raise
+        raise _store_error(address, exc) from None
+
+
+def _address_of(args):
+    from .address import Address
+
+    for a in (getattr(args[0], "address", None) if args else None, *args):
+        if isinstance(a, Address):
+            return a
+    return None
+
+
+def _edge(function):
+    """``function`` (a method, generator or module function the pipeline calls) with chromadb's
+    exceptions raised as :class:`StoreError`."""
+    if inspect.isgeneratorfunction(function):
+        @functools.wraps(function)
+        def generator(*args, **kwargs):
+            with _engine_errors(_address_of(args)):
+                yield from function(*args, **kwargs)
+        return generator
+
+    @functools.wraps(function)
+    def call(*args, **kwargs):
+        with _engine_errors(_address_of(args)):
+            return function(*args, **kwargs)
+    return call
+
+
+def _edges(cls):
+    """:func:`_edge` on every public method of ``cls`` (and ``__init__``)."""
+    for name, value in list(vars(cls).items()):
+        if inspect.isfunction(value) and (name == "__init__" or not name.startswith("_")):
+            setattr(cls, name, _edge(value))
+    return cls
+
+
+# ------------------------------------------------------------------------ names and folders
+#: Chroma's rule for a collection name, as its messages give it
+_RULE = ("use 3 to 512 letters, digits, '.', '_' or '-', starting and ending with a letter or "
+         "digit, no '..', not an IP address")
+
+
+def _breaks_rule(name):
+    """Whether Chroma refuses ``name`` as a collection name."""
+    if not _NAME.fullmatch(name) or ".." in name:
+        return True
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def check_name(address):
+    """Refuse an output name Chroma would refuse, for the name and every name derived from it
+    (the shadow's is the longest): an :class:`AddressError` naming Chroma's rule."""
+    name = address.name
+    if _breaks_rule(name):
+        raise AddressError(f"{address}: {name[:80]!r} is not a Chroma collection name; {_RULE}.")
+    if len(name) + SHADOW_SUFFIX > MAX_NAME:
+        raise AddressError(f"{address}: the collection name has {len(name)} characters; an "
+                           f"output's may have at most {MAX_NAME - SHADOW_SUFFIX} (Chroma allows "
+                           f"{MAX_NAME}, skalign adds {SHADOW_SUFFIX} for its shadow).")
+
+
+def _is_store(folder):
+    return (Path(folder) / CATALOGUE).is_file()
+
+
+def _check_store(address):
+    """Refuse, before a client is opened (it would create the catalogue), a folder that is not
+    a Chroma store."""
+    path = address.path
+    if not path.is_dir():
+        raise StoreNotFoundError(f"{address}: no folder {path}; check the path "
+                                 "(chroma:DIR/COLLECTION).")
+    if not _is_store(path):
+        raise StoreNotFoundError(f"{address}: {path} is not a Chroma folder (it has no "
+                                 f"{CATALOGUE}); check the path (chroma:DIR/COLLECTION).")
+
+
+def _listed(names):
+    """A few of ``names`` for a message."""
+    names = sorted(names)
+    shown = ", ".join(repr(n[:60]) for n in names[:LISTED_NAMES]) or "none"
+    return shown + (f", … ({len(names)} in all)" if len(names) > LISTED_NAMES else "")
+
+
+def _not_found(address, names):
+    return StoreNotFoundError(f"{address}: no collection {address.name[:80]!r} (collections: "
+                              f"{_listed(names)}); check the name.")
+
+
+def _catalogued_names(folder):
+    """The collection names of a persistent folder's catalogue (read only), or ``None`` where it
+    cannot be read."""
+    rows = _catalogue(folder, "SELECT name FROM collections")
+    return None if rows is None else [str(r[0]) for r in rows]
 
 _INCLUDE = ["embeddings", "documents", "metadatas"]
 
@@ -104,6 +290,8 @@ class _Handles:
     """A client and one collection, opened when first needed and closed by :meth:`release`."""
 
     phases = None
+    #: whether the client may create the catalogue (the writer's, in a folder it created)
+    _creates = False
 
     def _open(self, address, name):
         self.address, self._name, self._client, self._collection = address, name, None, None
@@ -111,7 +299,7 @@ class _Handles:
     @property
     def client(self):
         if self._client is None:
-            self._client = _client(self.address)
+            self._client = _client(self.address, create=self._creates)
         return self._client
 
     @property
@@ -130,26 +318,64 @@ class _Handles:
             client.close()
 
 
-def _client(address):
+def _client(address, create=False):
+    """A client of the folder or server; a folder must be a Chroma store unless ``create``
+    (then it must exist: :meth:`Writer.lock` creates an output's)."""
     import chromadb
 
-    try:
-        if address.path is not None:
-            if not address.path.is_dir():
-                raise StoreError(f"{address}: no Chroma folder {address.path}; check the path "
-                                 "(chroma:DIR/COLLECTION).")
+    if address.path is not None:
+        if not create:
+            _check_store(address)
+        elif not address.path.is_dir():
+            raise StoreNotFoundError(f"{address}: no folder {address.path}; check the path "
+                                     "(chroma:DIR/COLLECTION).")
+        with _engine_errors(address):
             return chromadb.PersistentClient(path=str(address.path))
-        host, _, port = address.url.split("://", 1)[1].partition(":")
+    try:
+        host, _, port = address.url.split("://", 1)[1].rpartition(":") if address.port \
+            else (address.url.split("://", 1)[1], None, None)
+        headers = None
+        if address.user is not None or address.password is not None:
+            import base64
+
+            token = f"{address.user or ''}:{address.password or ''}".encode()
+            headers = {"Authorization": "Basic " + base64.b64encode(token).decode()}
         client = chromadb.HttpClient(host=host, port=int(port or 8000),
-                                     ssl=address.url.startswith("https"))
+                                     ssl=address.scheme == "https", headers=headers)
         client.heartbeat()
         return client
-    except StoreError:
-        raise
     except Exception as exc:
-        msg = " ".join(str(exc).split())[:200] or type(exc).__name__
-        raise StoreError(f"{address}: cannot reach the Chroma server ({msg}); check HOST:PORT "
-                         "and that the server runs.") from None
+        raise StoreError(f"{address}: cannot reach the Chroma server ({_one_line(exc, address)});"
+                         " check HOST:PORT and that the server runs.") from None
+
+
+def _close(client):
+    if client is not None and hasattr(client, "close"):
+        client.close()
+
+
+def _has(client, name):
+    """Whether the client's database holds collection ``name``."""
+    from chromadb.errors import NotFoundError
+
+    try:
+        client.get_collection(name, embedding_function=None)
+    except NotFoundError:
+        return False
+    except Exception as exc:  # a name Chroma refuses is a name no collection has
+        if "Validation error" in str(exc) or "does not exist" in str(exc):
+            return False
+        raise
+    return True
+
+
+def _some_names(client):
+    """Up to ``LISTED_NAMES + 1`` collection names (not every one: a server may hold many)."""
+    try:
+        cols = client.list_collections(limit=LISTED_NAMES + 1)
+    except TypeError:  # a client without ``limit``
+        cols = client.list_collections()
+    return [c if isinstance(c, str) else c.name for c in cols]
 
 
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
@@ -186,7 +412,7 @@ def torn_index(folder, name):
     (:func:`~skalign._connectors._hnsw_files.hnsw_fault`), or ``None`` where they agree, where
     Chroma has not written them yet, or where the catalogue cannot be read (Chroma says what is
     wrong then)."""
-    from ._hnsw_files import hnsw_fault
+    from .hnsw_files import hnsw_fault
 
     for seg in vector_segments(folder, name):
         path = Path(folder) / seg
@@ -232,19 +458,41 @@ def _names(client):
 
 
 def _get(client, address, name):
-    if name not in _names(client):
-        raise StoreError(f"{address}: no collection {name!r} (collections: "
-                         f"{', '.join(sorted(_names(client))) or 'none'}); check the name.")
+    if not _has(client, name):
+        _refuse_missing(address, _some_names(client))
     return client.get_collection(name, embedding_function=None)
 
 
-class Reader(_Handles):
+def _refuse_missing(address, names):
+    """Raise what a missing collection is: a name Chroma would refuse, or a name of no
+    collection (a few of ``names`` listed)."""
+    if _breaks_rule(address.name):
+        raise AddressError(f"{address}: {address.name[:80]!r} is not a Chroma collection name; "
+                           f"{_RULE}.")
+    raise _not_found(address, names)
+
+
+def _check_listed(address):
+    """A local folder's catalogue, read before a client is opened: a collection it does not
+    list is refused without opening one."""
+    if address.path is None:
+        return
+    _check_store(address)
+    names = _catalogued_names(address.path)
+    if names is not None and address.name not in names:
+        _refuse_missing(address, names)
+
+
+@_edges
+class Reader(_Handles, StoreReader):
+    has_rows = True
     kind = "chroma"
     schema = None
     column = None
     dtype = np.dtype(np.float32)
 
     def __init__(self, address, column=None):
+        _check_listed(address)
         self._open(address, address.name)
         self.collection = _get(self.client, address, address.name)
         self.n_rows = int(self.collection.count())
@@ -325,7 +573,7 @@ def _part(values, lo, step):
 _NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9._-]{1,510}[a-zA-Z0-9]")
 
 
-class Writer(_Handles):
+class Writer(_Handles, StoreWriter):
     normalizes = False  # Chroma keeps the embeddings as given, whatever the space
     restarted = None  # why a crashed run's shadow was dropped instead of resumed
     pipelined = True  # Chroma's Rust core writes without the GIL

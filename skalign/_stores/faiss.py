@@ -21,9 +21,11 @@ import struct
 import numpy as np
 
 from .._backend import iter_batches
-from .._journal import write_journal
-from .._shadow import NpyShadow, swap_paths
 from ..exceptions import StoreError
+from .base import StoreReader
+from .journal import write_journal
+from .npy import NpyShadow
+from .shadow import swap_paths
 
 __all__ = ["Reader", "Writer", "restore"]
 
@@ -56,7 +58,8 @@ def _describe(index):
     return type(index).__name__, None, ids, None
 
 
-class Reader:
+class Reader(StoreReader):
+    has_rows = True
     kind = "faiss"
     schema = None
     column = None
@@ -177,8 +180,7 @@ class _FlatWriter(NpyShadow):
     suffix = ".faiss"
 
     def __init__(self, address, job):
-        super().__init__(address.path, job)
-        self.address = address
+        super().__init__(address, job)
 
     def begin(self, fp):
         job, src = self.job, self.job.reader
@@ -230,8 +232,7 @@ class _BuildWriter(NpyShadow):
     suffix = ".faiss"
 
     def __init__(self, address, job):
-        super().__init__(address.path, job)
-        self.address = address
+        super().__init__(address, job)
         self.vectors = self.path.with_name(f".{self.path.name}.skalign-partial.npy")
         self.partial_index = self.partial
 

@@ -20,8 +20,9 @@ import atexit
 import numpy as np
 
 from ..exceptions import StoreError
-from . import _qdrant_load
-from ._common import (
+from . import qdrant_load as _qdrant_load
+from .base import StoreReader, StoreWriter
+from .dbcommon import (
     backup_name,
     lock_for,
     release_freed_memory,
@@ -203,7 +204,8 @@ def _vector_params(address, info):
 ID_PAGE = 16384
 
 
-class Reader:
+class Reader(StoreReader):
+    has_rows = True
     kind = "qdrant"
     schema = None
     dtype = np.dtype(np.float32)
@@ -298,7 +300,7 @@ class Reader:
         return np.concatenate(parts) if parts else np.empty((0, self.dim), np.float32)
 
 
-class Writer:
+class Writer(StoreWriter):
     # inline: the local mode's upserts are Python holding the GIL; a write thread was tried and
     # gained nothing (50,000 points, alternated runs: within a second either way)
     pipelined = False

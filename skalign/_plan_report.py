@@ -1,0 +1,83 @@
+"""The report of a migration plan: its curves and estimates as a PNG, or an HTML page."""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["write_report"]
+
+
+def write_report(plan, path):
+    """Write the plan's curves and estimates as a PNG, or an HTML page embedding it.
+
+    Needs matplotlib (the ``docs`` extra); the suffix of ``path`` picks the format.
+
+    Parameters
+    ----------
+    plan : MigrationPlan
+        What :func:`plan_migration` returned.
+    path : str or path-like
+        ``.png`` or ``.html``.
+
+    Returns
+    -------
+    path : pathlib.Path
+        The file written.
+    """
+    import base64
+    import html
+    import io
+    from pathlib import Path
+
+    path = Path(path)
+    if path.suffix.lower() not in (".png", ".html", ".htm"):
+        raise ValueError(f"report {path}: the suffix must be .png or .html.")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ImportError("writing a report needs matplotlib: pip install matplotlib (or "
+                          "skalign[docs]).") from None
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    k = plan.k
+    for name, c in plan.learning_curve.items():
+        ax1.errorbar(c["n_pairs"], c["recall"], yerr=c["recall_std"], marker="o", label=name,
+                     capsize=3)
+    ax1.axhline(plan.ceiling["recall"], color="k", ls="--", lw=1,
+                label=f"ceiling ({plan.ceiling['method']}, in sample)")
+    ax1.axhline(plan.min_recall, color="tab:red", ls=":", lw=1, label="min recall")
+    ax1.set_xscale("log")
+    ax1.set_xlabel("pairs used to fit")
+    ax1.set_ylabel(f"recall@{k} retention")
+    ax1.set_title(f"learning curve (held-out store of {plan.curve_store_size})")
+    ax1.legend(fontsize=8)
+    ests = sorted(plan.estimates, key=lambda e: e.recall)
+    labels = [f"{e.method} / {e.side}" for e in ests]
+    vals = [e.recall for e in ests]
+    err = np.array([[e.recall - e.recall_ci[0], e.recall_ci[1] - e.recall] for e in ests]).T
+    ax2.barh(labels, vals, xerr=err, color=["tab:blue" if e.side == "document" else "tab:orange"
+                                            for e in ests], capsize=3)
+    ax2.axvline(plan.ceiling["recall"], color="k", ls="--", lw=1)
+    ax2.set_xlim(0, 1)
+    ax2.set_xlabel(f"recall@{k} retention (store of {plan.store_size}, "
+                   f"{plan.confidence:.0%} CI)")
+    rec = plan.recommendation
+    ax2.set_title(f"recommendation: {rec['action']}"
+                  + (f" with {rec['method']}" if rec["action"] != "re-embed" else ""))
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    tmp = path.with_name(f".{path.name}.tmp")
+    if path.suffix.lower() == ".png":
+        tmp.write_bytes(buf.getvalue())
+    else:
+        img = base64.b64encode(buf.getvalue()).decode()
+        body = html.escape("\n".join(plan.summary()))
+        tmp.write_text(f"<!doctype html><meta charset='utf-8'><title>skalign plan</title>"
+                       f"<img alt='curves' src='data:image/png;base64,{img}'>"
+                       f"<pre>{body}</pre>\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
