@@ -245,13 +245,13 @@ def test_raw_password_in_a_malformed_address_is_masked(pw):
                      "qdrant+https://me:{}@q.example:x1/docs",
                      "chroma+http://me:{}@q.example/docs?password=x",
                      "mysql://me:{}@db.example/app"):
-        msg = message(pw)
-        assert "\n" not in msg
-        # the same words for every password, but an error of its own (a stray "[")
-        assume(pw not in template and pw not in message("another-one") and "[" not in pw)
-        assert pw not in msg
-        assert msg == message("another-one")
-        assert pw not in message(pw + "[")
+        for tail in ("", "["):  # a stray "[": an error of its own
+            msg, other = message(pw + tail), message("another-one" + tail)
+            assert "\n" not in msg
+            assume(pw not in template and pw not in other)
+            assert pw not in msg
+            if "[" not in pw and "]" not in pw:
+                assert msg == other
 
 
 # ----------------------------------------------------------------------- Chroma and Qdrant

@@ -314,10 +314,10 @@ def test_second_concurrent_run_fails_at_once_postgres(tmp_path, postgres):
     # hold the output's advisory lock the way a running translate does
     with psycopg.connect(postgres, autocommit=True) as other:
         from skalign._stores.address import parse_address
+        from skalign._stores.pgvector import lock_key
 
-        key = f"skalign:{parse_address(out).identity}"
-        assert other.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))",
-                             (key,)).fetchone()[0]
+        key = lock_key(parse_address(out), "public", parse_address(out).name)
+        assert other.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]
         with pytest.raises(StoreError, match="another skalign translate is writing this table"):
             translate(model, src, out)
     assert b.inventory(tmp_path) == ["src"]

@@ -66,6 +66,9 @@ STAMP_KEY = "skalign"
 #: Chroma's catalogue: the file that makes a folder a Chroma store
 CATALOGUE = "chroma.sqlite3"
 
+#: The database a client opens (chromadb's defaults), whose collections the catalogue lists
+DEFAULT_TENANT, DEFAULT_DATABASE = "default_tenant", "default_database"
+
 #: Collection names a "no such collection" message lists at most
 LISTED_NAMES = 5
 
@@ -166,6 +169,9 @@ def _edges(cls):
 
 
 # ------------------------------------------------------------------------ names and folders
+#: Chroma's rule for a collection name (checked before anything is written: the shadow's longer
+#: name passes it, so a short output name failed only at the final rename, after all the work)
+_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9._-]{1,510}[a-zA-Z0-9]")
 #: Chroma's rule for a collection name, as its messages give it
 _RULE = ("use 3 to 512 letters, digits, '.', '_' or '-', starting and ending with a letter or "
          "digit, no '..', not an IP address")
@@ -188,7 +194,8 @@ def check_name(address):
     name = address.name
     if _breaks_rule(name):
         raise AddressError(f"{address}: {name[:80]!r} is not a Chroma collection name; {_RULE}.")
-    if len(name) + SHADOW_SUFFIX > MAX_NAME:
+    if len(name) + SHADOW_SUFFIX > MAX_NAME and not name.endswith(backup_name("")):
+        # (a backup's name is only probed: no shadow of it is made)
         raise AddressError(f"{address}: the collection name has {len(name)} characters; an "
                            f"output's may have at most {MAX_NAME - SHADOW_SUFFIX} (Chroma allows "
                            f"{MAX_NAME}, skalign adds {SHADOW_SUFFIX} for its shadow).")
@@ -225,7 +232,9 @@ def _not_found(address, names):
 def _catalogued_names(folder):
     """The collection names of a persistent folder's catalogue (read only), or ``None`` where it
     cannot be read."""
-    rows = _catalogue(folder, "SELECT name FROM collections")
+    rows = _catalogue(folder, "SELECT c.name FROM collections c JOIN databases d ON "
+                      "c.database_id = d.id WHERE d.name = ? AND d.tenant_id = ?",
+                      (DEFAULT_DATABASE, DEFAULT_TENANT))
     return None if rows is None else [str(r[0]) for r in rows]
 
 _INCLUDE = ["embeddings", "documents", "metadatas"]
@@ -286,6 +295,7 @@ def _use(owner):
         owner.phases.use(owner)
 
 
+@_edges
 class _Handles:
     """A client and one collection, opened when first needed and closed by :meth:`release`."""
 
@@ -568,22 +578,50 @@ def _part(values, lo, step):
     return None if values is None else values[lo:lo + step]
 
 
-#: Chroma's rule for a collection name (checked before anything is written: the shadow's longer
-#: name passes it, so a short output name failed only at the final rename, after all the work)
-_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9._-]{1,510}[a-zA-Z0-9]")
+def _is_lock_file(name):
+    return name.startswith(".") and name.endswith(".skalign-lock")
 
 
+def _check_output_folder(address):
+    """Refuse, before any work, an output folder that cannot become a Chroma store: its parent
+    missing, a file, or a folder holding other things than a Chroma store."""
+    path = address.path
+    if path.is_dir():
+        if not _is_store(path) and any(not _is_lock_file(p) for p in os.listdir(path)):
+            raise StoreError(f"{address}: {path} is neither a Chroma folder nor empty; give a "
+                             "Chroma folder, an empty folder or a new one.")
+    elif path.exists() or path.is_symlink():
+        raise StoreError(f"{address}: {path} is not a folder; give a Chroma folder or a new "
+                         "one (chroma:DIR/COLLECTION).")
+    elif not path.parent.is_dir():
+        raise StoreNotFoundError(f"{address}: no folder {path.parent} to create {path.name} "
+                                 "in; check the path (chroma:DIR/COLLECTION).")
+
+
+@contextlib.contextmanager
+def _creating(address):
+    """Create a local output's folder (where missing), then hold its lock."""
+    try:
+        address.path.mkdir(mode=0o700, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(f"{address}: cannot create the folder {address.path} "
+                         f"({exc.strerror}).") from None
+    with lock_for(address, address.path) as held:
+        yield held
+
+
+@_edges
 class Writer(_Handles, StoreWriter):
     normalizes = False  # Chroma keeps the embeddings as given, whatever the space
     restarted = None  # why a crashed run's shadow was dropped instead of resumed
     pipelined = True  # Chroma's Rust core writes without the GIL
+    _creates = True  # in the folder :meth:`lock` made where there was none
 
     def __init__(self, address, job):
         self.address, self.job, self.display = address, job, address.display
-        if not _NAME.fullmatch(address.name):
-            raise StoreError(f"{address}: {address.name!r} is not a Chroma collection name; "
-                             "use 3 to 512 letters, digits, '.', '_' or '-', starting and ending "
-                             "with a letter or digit.")
+        check_name(address)
+        if address.path is not None:
+            _check_output_folder(address)
         self._open(address, None)
         self.src = job.reader
         self.add_rows = ADD_ROWS
@@ -600,10 +638,20 @@ class Writer(_Handles, StoreWriter):
             self.add_rows = PHASE_ADD_ROWS
 
     def lock(self):
-        return lock_for(self.address, self.address.path)
+        """The output's lock; a local output's new folder is created first (the translation's
+        first write: nothing before it creates anything)."""
+        if self.address.path is None:
+            return lock_for(self.address)
+        return _creating(self.address)
 
     def exists(self):
-        return self.address.name in _names(self.client)
+        if self.address.path is not None and not _is_store(self.address.path):
+            return False  # not a Chroma folder (yet): no client, which would make it one
+        if self.address.path is not None and self._client is None:  # no client opened for it
+            names = _catalogued_names(self.address.path)
+            if names is not None:
+                return self.address.name in names
+        return _has(self.client, self.address.name)
 
     def begin(self, fp):
         self._pending, self._clock = [], CommitClock()
@@ -622,8 +670,10 @@ class Writer(_Handles, StoreWriter):
         src = self.src.collection
         config = src.configuration or {}
         kwargs = {"configuration": {"hnsw": config["hnsw"]}} if config.get("hnsw") else {}
+        # the source's metadata but its stamp: the output gets its own when published
+        metadata = {k: v for k, v in (src.metadata or {}).items() if k != STAMP_KEY}
         self.collection = self.client.create_collection(
-            self.shadow, metadata=src.metadata or None, embedding_function=None, **kwargs)
+            self.shadow, metadata=metadata or None, embedding_function=None, **kwargs)
         return 0
 
     def _resume(self):
@@ -737,18 +787,97 @@ class Writer(_Handles, StoreWriter):
             self.phases.release()
 
 
+@_edge
 def restore(address):
+    if _breaks_rule(address.name):
+        raise AddressError(f"{address}: {address.name[:80]!r} is not a Chroma collection name; "
+                           f"{_RULE}.")
     client = _client(address)
     name, bname = address.name, backup_name(address.name)
-    with lock_for(address, address.path):
-        names = _names(client)
-        if bname not in names:
-            raise StoreError(f"{address}: no backup collection {bname} to restore; a backup is "
-                             "kept only by `skalign translate --replace`.")
-        swap = f"{name}_skalign_swap"
-        if name in names:
-            client.get_collection(name, embedding_function=None).modify(name=swap)
-        client.get_collection(bname, embedding_function=None).modify(name=name)
-        if swap in _names(client):
-            client.get_collection(swap, embedding_function=None).modify(name=bname)
+    try:
+        with lock_for(address, address.path):
+            names = _names(client)
+            if bname not in names:
+                raise StoreNotFoundError(
+                    f"{address}: no backup collection {bname[:80]} to restore; a backup is kept "
+                    "only by `skalign translate --replace`.")
+            swap = f"{name}_skalign_swap"
+            if name in names:
+                client.get_collection(name, embedding_function=None).modify(name=swap)
+            client.get_collection(bname, embedding_function=None).modify(name=name)
+            if swap in _names(client):
+                client.get_collection(swap, embedding_function=None).modify(name=bname)
+    finally:
+        _close(client)
     return address.with_name(bname)
+
+
+# ------------------------------------------------------------------------- provenance stamp
+def _stamp_client(address):
+    """A client of the collection's database, or ``None`` where no collection ``address``
+    names can be there (nothing is opened, so nothing is created)."""
+    if address.path is not None:
+        if not _is_store(address.path):
+            return None
+        names = _catalogued_names(address.path)
+        if names is not None and address.name not in names:
+            return None
+    return _client(address)
+
+
+@_edge
+def read_stamp(address):
+    """The provenance stamp in the metadata of the collection at ``address``, or ``None``
+    (no such collection, no stamp, or not one skalign can read)."""
+    from chromadb.errors import NotFoundError
+
+    if _breaks_rule(address.name):
+        return None
+    client = _stamp_client(address)
+    if client is None:
+        return None
+    try:
+        try:
+            metadata = client.get_collection(address.name, embedding_function=None).metadata
+        except NotFoundError:
+            return None
+    finally:
+        _close(client)
+    try:
+        stamp = json.loads((metadata or {}).get(STAMP_KEY) or "null")
+    except (TypeError, ValueError):
+        return None
+    return stamp if isinstance(stamp, dict) else None
+
+
+@_edge
+def write_stamp(address, stamp):
+    """Record ``stamp`` (JSON text under :data:`STAMP_KEY`) in the metadata of the collection at
+    ``address``, its other keys kept.
+
+    Chroma's ``modify`` replaces the whole metadata and its Python client refuses any metadata
+    holding ``hnsw:space``, even unchanged (``CollectionCommon._validate_modify_request``), while
+    the key is part of the collection's metadata from its creation: dropping it would change
+    what ``collection.metadata`` says. Where the metadata holds it, it is kept unchanged and
+    written with the call ``modify`` makes after that check (the client's ``_modify``, the same
+    request to the Rust core or the server); a client without one records no stamp."""
+    client = _client(address)
+    try:
+        collection = client.get_collection(address.name, embedding_function=None)
+        metadata = dict(collection.metadata or {})
+        metadata[STAMP_KEY] = json.dumps(stamp, sort_keys=True)
+        if "hnsw:space" not in metadata:
+            collection.modify(metadata=metadata)
+            return
+        modify = getattr(client, "_modify", None)
+        if modify is None:
+            return
+        try:
+            from chromadb.api.types import validate_metadata
+        except ImportError:
+            pass
+        else:
+            validate_metadata(metadata)
+        modify(id=collection.id, new_metadata=metadata)
+    finally:
+        _close(client)

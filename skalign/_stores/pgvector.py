@@ -43,6 +43,17 @@ from .pgcopy import (  # noqa: E402
 )
 
 
+def lock_key(address, schema, table):
+    """The advisory lock's key of an output table: a 64-bit hash of the server, the database and
+    the resolved ``schema.table`` — no credential, and the same for every address of the table
+    (``table=out`` and ``table=public.out``, a password in the URI or in ``PGPASSWORD``)."""
+    import hashlib
+
+    kind, host, port, database, _ = address.identity
+    text = repr((kind, host, port, database, schema, table))
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big", signed=True)
+
+
 def _connect(address, autocommit=True):
     import psycopg
     from pgvector.psycopg import register_vector
@@ -435,11 +446,10 @@ class Writer(StoreWriter):
 
     @contextmanager
     def lock(self):
-        key = f"skalign:{self.address.identity}"
         conn = _connect(self.address)
         try:
-            got = conn.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))",
-                               (key,)).fetchone()[0]
+            got = conn.execute("SELECT pg_try_advisory_lock(%s)",
+                               (lock_key(self.address, self.pg_schema, self.table),)).fetchone()[0]
             if not got:
                 raise StoreError(f"{self.display}: another skalign translate is writing this "
                                  "table; wait for it to finish (or stop it, then run the same "
@@ -678,3 +688,49 @@ def restore(address):
     finally:
         conn.close()
     return address.with_name(qual(bname))
+
+
+#: the prefix of the provenance stamp skalign writes as the output table's comment
+STAMP_PREFIX = "skalign provenance: "
+
+
+def read_stamp(address):
+    """The provenance stamp of a table (its ``COMMENT``), or ``None``."""
+    import json
+
+    conn = _connect(address)
+    try:
+        with _mapped(address, "cannot read the table's comment"):
+            schema, table = _split(address.name, address)
+            schema, _ = _schema_of(conn, schema, address)
+            oid = _table_oid(conn, schema, table)
+            if oid is None:
+                return None
+            text = conn.execute("SELECT obj_description(%s, 'pg_class')", (oid,)).fetchone()[0]
+    finally:
+        conn.close()
+    if not text or not text.startswith(STAMP_PREFIX):
+        return None
+    try:
+        stamp = json.loads(text[len(STAMP_PREFIX):])
+    except ValueError:
+        return None
+    return stamp if isinstance(stamp, dict) else None
+
+
+def write_stamp(address, stamp):
+    """Record ``stamp`` as the table's ``COMMENT`` (a literal: never SQL)."""
+    import json
+
+    from psycopg import sql
+
+    conn = _connect(address)
+    try:
+        with _mapped(address, "cannot stamp the output table"):
+            schema, table = _split(address.name, address)
+            schema, _ = _schema_of(conn, schema, address)
+            conn.execute(sql.SQL("COMMENT ON TABLE {} IS {}").format(
+                sql.Identifier(schema, table),
+                sql.Literal(STAMP_PREFIX + json.dumps(stamp, sort_keys=True))))
+    finally:
+        conn.close()
