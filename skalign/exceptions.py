@@ -25,6 +25,7 @@ __all__ = [
     "ScaleMismatchWarning",
     "AddressError",
     "MissingDependencyError",
+    "StoreConnectionError",
     "StoreError",
     "StoreExistsError",
     "StoreLockedError",
@@ -128,6 +129,14 @@ class MissingDependencyError(StoreError, ImportError):
     """A store needs a package that is not installed.
 
     The message names the ``pip install`` that adds it. Also an :class:`ImportError`.
+    """
+
+
+class StoreConnectionError(StoreError, ConnectionError):
+    """The connection to a store's server was lost (or never made) during a translation.
+
+    Also a :class:`ConnectionError`. The shadow of a translation is kept: the same command, run
+    again once the server is back, resumes from its last committed batch.
     """
 
 

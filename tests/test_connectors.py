@@ -13,7 +13,7 @@ from store_backends import VECTOR_INDEXES, Chroma, Faiss, PgVector, Qdrant, serv
 from skalign import ProcrustesAligner
 from skalign._stores.address import parse_address
 from skalign.cli import main
-from skalign.exceptions import StoreError
+from skalign.exceptions import StoreError, StoreExistsError
 from skalign.io import restore, save, translate
 
 
@@ -268,9 +268,15 @@ def test_chroma_deleted_collections_leave_no_files(tmp_path, data, monkeypatch):
     # another job (another batch size): the crashed run's shadow is dropped, files and all
     translate(model, src, b.output(tmp_path), batch_size=50)
     assert b.inventory(tmp_path) == ["out", "src"]
-    # twice with --replace: the second drops the first one's backup
-    translate(model, src, b.output(tmp_path), replace=True, batch_size=50)
-    translate(model, src, b.output(tmp_path), replace=True, batch_size=50)
+    # --replace keeps a backup (forced: the output holds this model's translation already); a
+    # second one does not overwrite it; once it is dropped (files and all) the next makes one
+    translate(model, src, b.output(tmp_path), replace=True, force=True, batch_size=50)
+    assert b.inventory(tmp_path) == ["out", "out_skalign_backup", "src"]
+    with pytest.raises(StoreExistsError, match="backup"):
+        translate(model, src, b.output(tmp_path), replace=True, force=True, batch_size=50)
+    b.drop(tmp_path, "out_skalign_backup")
+    assert b.inventory(tmp_path) == ["out", "src"]
+    translate(model, src, b.output(tmp_path), replace=True, force=True, batch_size=50)
     assert b.inventory(tmp_path) == ["out", "out_skalign_backup", "src"]
     # a translation that fails its verification drops its shadow
     monkeypatch.setattr(_chroma.Writer, "fetch", lambda self, positions, rows: (

@@ -135,11 +135,12 @@ def test_batches_written_in_place_give_the_same_numbers():
 @pytest.mark.parametrize("params", [{"normalize": True}, {"normalize": False},
                                     {"normalize": False, "center": False},
                                     {"normalize": "source", "scale": True}])
-def test_affine_map_prepares_rows_in_chunks_and_sums_them(params, monkeypatch):
+def test_affine_map_prepares_rows_in_chunks_and_bounds_them(params, monkeypatch):
     """The numpy affine map prepares its rows a chunk at a time and folds the bias into the
     product: the numbers do not depend on the chunk, they are the float64 map's to float32
-    rounding, and the sum it returns tells finite batches from those with a NaN, an infinity or
-    an overflowing sum, which the store's batch translator then checks exactly."""
+    rounding, and the bound it returns proves input and output finite, or leaves a NaN, an
+    infinity or numbers too large for the bound to the store's batch translator's exact check
+    (which refuses an output that overflowed)."""
     import skalign._backend as backend
     from skalign._stores.streaming import BatchTranslator as _BatchTranslator
     from skalign.exceptions import StoreError
@@ -163,13 +164,36 @@ def test_affine_map_prepares_rows_in_chunks_and_sums_them(params, monkeypatch):
         with pytest.raises(StoreError, match=f"row {1000 + bad} has NaN or infinite"):
             _BatchTranslator(model, "src")(B, 1000)
     if params["normalize"]:
-        return  # normalised rows: their sum cannot overflow
-    # finite numbers whose sum overflows float32: checked exactly, then translated
+        return  # normalised rows: never large
+    # large finite numbers whose outputs the bound proves finite (their sum overflows)
+    args, kw = model._affine()
+    W = np.vstack([args[0] * (kw["scale_out"] or 1.0), args[2][None, :]])
+    gain = np.abs(W).sum(axis=0).max()
+    big = np.finfo(np.float32).max / gain / 4
     B = X.copy()
-    B[:4, :] = np.float32(1e37) * np.sign(B[:4, :] + 10)
+    B[:100, :] = np.float32(big) * np.sign(B[:100, :] + 10)
+    with np.errstate(over="ignore", invalid="ignore"):
+        assert not np.isfinite(np.add.reduce(B, axis=None))
+        assert fn.checked(B)[1]
+        expected = model._transform_numpy_fn(np.float32)(B)
+    np.testing.assert_array_equal(_BatchTranslator(model, "src")(B, 0), expected)
+    # beyond the bound but finite (one large number per row): checked exactly, translated
+    k = int(np.argmin(np.abs(W[:-1]).max(axis=1)))
+    one = np.finfo(np.float32).max / np.abs(W[k]).max() / 4
+    assert one * gain > np.finfo(np.float32).max  # beyond the bound
+    B = X.copy()
+    B[:4, k] = np.float32(one)
     with np.errstate(over="ignore", invalid="ignore"):
         assert not fn.checked(B)[1]
         expected = model._transform_numpy_fn(np.float32)(B)
+    assert np.isfinite(expected).all()
+    np.testing.assert_array_equal(_BatchTranslator(model, "src")(B, 0), expected)
+    # finite numbers that the map sends to infinity: refused, the first such row named
+    j = int(np.argmax(np.abs(W[:-1]).sum(axis=0)))
+    assert np.abs(W[:-1, j]).sum() > 1.2  # a row along column j's signs overflows it
+    B = X.copy()
+    B[[7, 9], :] = np.float32(0.9 * np.finfo(np.float32).max) * np.sign(W[:-1, j])
     with np.errstate(over="ignore", invalid="ignore"):
-        got = _BatchTranslator(model, "src")(B, 0)
-    np.testing.assert_array_equal(got, expected)
+        assert not fn.checked(B)[1]
+    with pytest.raises(StoreError, match="the model maps row 507 to infinite numbers"):
+        _BatchTranslator(model, "src")(B, 500)

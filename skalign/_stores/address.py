@@ -135,7 +135,7 @@ class Address:
             host = dict(self.params).get("host", host) or "localhost"
             port = _DEFAULT_PG_PORT if port is None else port
             port = str(dict(self.params).get("port", port))
-            port = int(port) if port.isdigit() else port  # libpq also takes a list, "5432,5433"
+            port = int(port) if re.fullmatch("[0-9]+", port) else port  # or a list: "5432,5433"
         host = host or ""
         return (self.kind, host if host.startswith("/") else host.lower(), port, self.database,
                 self.name)
@@ -251,10 +251,10 @@ def _urlsplit(url, text):
     as an :class:`AddressError` that hides the password."""
     try:
         return urlsplit(url)
-    except ValueError as exc:
-        raise AddressError(f"{_masked_text(text)}: {exc}; percent-encode the special "
-                           "characters of the user name and password (@ as %40, [ as %5B …).") \
-            from None
+    except ValueError:  # its message may quote the password
+        raise AddressError(f"{_masked_text(text)}: a [ or ] outside a host's IPv6 address; "
+                           "percent-encode the special characters of the user name and password "
+                           "(@ as %40, [ as %5B …).") from None
 
 
 def _server_parts(parts, text, what):

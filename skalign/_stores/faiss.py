@@ -25,7 +25,7 @@ from ..exceptions import StoreError
 from .base import StoreReader
 from .journal import write_journal
 from .npy import NpyShadow
-from .shadow import swap_paths
+from .shadow import remove_path, swap_paths
 
 __all__ = ["Reader", "Writer", "restore"]
 
@@ -195,7 +195,7 @@ class _FlatWriter(NpyShadow):
             self._open()
             return self.rows
         self.discard()
-        with open(self.partial, "wb") as f:
+        with self.create(self.partial) as f:  # the source's mode; no link followed
             f.write(head)
             f.truncate(size)
             f.seek(size - len(tail))
@@ -242,7 +242,7 @@ class _BuildWriter(NpyShadow):
 
     def leftovers(self):
         out = super().leftovers()
-        return out + [p for p in (self.vectors, self.partial_index) if p.exists()
+        return out + [p for p in (self.vectors, self.partial_index) if os.path.lexists(p)
                       and p not in out]
 
     def finish(self):
@@ -271,8 +271,13 @@ class _BuildWriter(NpyShadow):
             else:
                 index.add(chunk)
         del X
-        faiss.write_index(index, str(self.partial_index))
-        with open(self.partial_index, "rb") as f:
+        # written through a file this run created (the source's mode, no link followed)
+        remove_path(self.partial_index)
+        with self.create(self.partial_index) as f:
+            writer = faiss.PyCallbackIOWriter(f.write)
+            faiss.write_index(index, writer)
+            del writer  # flushes its buffer into f
+            f.flush()
             os.fsync(f.fileno())
         self._built = index
         return int(index.ntotal)

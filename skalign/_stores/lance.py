@@ -124,7 +124,7 @@ class LanceWriter(FileShadow):
     @contextmanager
     def lock(self):
         created = not self.path.parent.exists()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=self.dir_mode)
         try:
             with super().lock():
                 yield self
@@ -158,6 +158,9 @@ class LanceWriter(FileShadow):
                             (self.partial / name).unlink()
                 self._record()
                 return self.rows
+        # the table's folder made first, with the source's mode (no link followed: it must not
+        # exist); LanceDB fills it (its files are the umask's, inside it; set at the end)
+        os.mkdir(self.partial, self.dir_mode)
         self.table = self.db.create_table(tmp_name, schema=self.schema)
         self._record()
         self.rows = 0
@@ -179,6 +182,13 @@ class LanceWriter(FileShadow):
         self.rows += len(out)
 
     def finish(self):
+        """The row count; the table's files and folders get the output's modes (LanceDB made
+        them with the umask's, inside the folder made with it)."""
+        for root, dirs, files in os.walk(self.partial):
+            for name in dirs + files:
+                path = os.path.join(root, name)
+                if not os.path.islink(path):
+                    os.chmod(path, self.dir_mode if name in dirs else self.file_mode)
         return self.table.count_rows()
 
     def fetch(self, positions, rows=None):

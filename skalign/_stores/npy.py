@@ -5,6 +5,8 @@ where the file system allows it, :mod:`skalign._stores.direct_io`)."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from .._backend import iter_batches
@@ -12,7 +14,7 @@ from ..exceptions import StoreError
 from .base import StoreReader
 from .direct_io import BLOCK, SequentialWriter
 from .journal import write_journal
-from .shadow import FileShadow, restore_file
+from .shadow import FileShadow, create_file, open_file, restore_file
 
 __all__ = ["NpyReader", "NpyShadow", "create_npy"]
 
@@ -75,9 +77,11 @@ class NpyReader(StoreReader):
 
 
 
-def create_npy(path, shape, dtype, align=BLOCK):
+def create_npy(path, shape, dtype, align=BLOCK, mode=0o666):
     """Create the ``.npy`` file ``path`` for an array of ``shape`` (its data not written yet: a
     sparse file of zeros) with a header padded to ``align`` bytes; return the data's offset.
+    The file is created afresh with the permission bits ``mode`` (less the umask): anything at
+    ``path``, a link included, is refused (:func:`~skalign._stores.shadow.create_file`).
 
     numpy pads a header to 64 bytes; the format allows any padding of the header's dictionary
     with spaces (``numpy.load`` reads the length it declares), and at a block boundary every
@@ -91,7 +95,7 @@ def create_npy(path, shape, dtype, align=BLOCK):
     if len(text) + 1 > room:  # pragma: no cover - a shape with thousands of digits
         raise ValueError(f"{path}: .npy header of {len(text)} bytes does not fit in {align}")
     header = prefix + room.to_bytes(2, "little") + text.ljust(room - 1) + b"\n"
-    with open(path, "wb") as f:
+    with os.fdopen(create_file(path, mode, os.O_WRONLY), "wb") as f:
         f.write(header)
         f.truncate(align + int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize)
     return align
@@ -128,14 +132,15 @@ class NpyShadow(FileShadow):
                 return self.rows
             del mm
             self.discard()
-        self.offset = create_npy(self.partial, (job.reader.n_rows, job.d_out), np.float32)
+        self.offset = create_npy(self.partial, (job.reader.n_rows, job.d_out), np.float32,
+                                 mode=self.file_mode)
         self.rows = 0
         self._open()
         write_journal(self.journal, fingerprint=fp, rows=0)
         return 0
 
     def _open(self):
-        self._file = open(self.partial, "r+b")
+        self._file = open_file(self.partial, "r+b")  # never through a link
         self._seq = SequentialWriter(self._file, self.offset + self.rows * self.row_bytes,
                                      direct=self.direct)
 

@@ -19,7 +19,15 @@ from .base import StoreReader
 from .direct_io import SequentialWriter
 from .journal import read_journal, write_journal
 from .parquet_footer import footer_of
-from .shadow import FileShadow, _fsync, fsync_dir, restore_file
+from .shadow import (
+    FileShadow,
+    _fsync,
+    create_file,
+    fsync_dir,
+    open_file,
+    remove_path,
+    restore_file,
+)
 
 __all__ = ["ParquetFileWriter", "ParquetFolderWriter", "ParquetReader"]
 
@@ -167,7 +175,8 @@ class ParquetFolderWriter(FileShadow):
         self.schema = output_schema(self.pa, job.reader, job.out_column, job.d_out)
         self.work = self.partial
         state = read_journal(self.journal)
-        if state is not None and state.get("fingerprint") == fp and self.work.is_dir():
+        if state is not None and state.get("fingerprint") == fp and self.work.is_dir() \
+                and not self.work.is_symlink() and not self.journal.is_symlink():
             self.parts = [tuple(p) for p in state["parts"]]
             keep = {name for name, _ in self.parts}
             for p in self.work.rglob("*.parquet"):  # a unit written but not yet committed
@@ -175,7 +184,7 @@ class ParquetFolderWriter(FileShadow):
                     p.unlink()
         else:
             self.discard()
-            self.work.mkdir()
+            self.work.mkdir(mode=self.dir_mode)  # the source's mode; refuses any link there
             self.parts = []
             write_journal(self.journal, fingerprint=fp, parts=[])
         self.fp = fp
@@ -227,7 +236,8 @@ class ParquetFolderWriter(FileShadow):
         name = shard if shard else f"part-{n_parts:05d}.parquet"
         if isinstance(out, tuple):  # an unsharded part, already a Parquet file's bytes
             unit, n_rows = out
-            with open(self.work / name, "wb") as f:  # made durable by the commit
+            remove_path(self.work / name)  # an uncommitted part of a crashed run
+            with self.create(self.work / name) as f:  # made durable by the commit
                 seq = SequentialWriter(f, 0, direct=self.direct)
                 seq.write(unit)
                 seq.flush()
@@ -242,7 +252,10 @@ class ParquetFolderWriter(FileShadow):
             self._close_unit()
         if self._writer is None:
             target = self.work / name
-            target.parent.mkdir(parents=True, exist_ok=True)
+            for folder in reversed(target.relative_to(self.work).parents[:-1]):
+                (self.work / folder).mkdir(mode=self.dir_mode, exist_ok=True)
+            remove_path(target)
+            os.close(create_file(target, self.file_mode))  # pyarrow writes it, mode kept
             self._writer = self._parquet_writer(target)
             self._current = name
         self._writer.write_batch(batch)
@@ -294,11 +307,11 @@ class ParquetFileWriter(FileShadow):
         if state is None or "units" not in state or (
                 state["units"] and self.partial.stat().st_size < state["units"][-1][1]):
             self.discard()  # not this job's, another version's layout, or cut short
-            self.partial.touch()
+            os.close(create_file(self.partial, self.file_mode))  # no link followed
             write_journal(self.journal, fingerprint=fp, units=[])
             state = {"units": []}
         self.units = [tuple(u) for u in state["units"]]  # (start, end, rows), committed
-        self._file = open(self.partial, "r+b")
+        self._file = open_file(self.partial, "r+b")
         end = self.units[-1][1] if self.units else 0
         self._file.truncate(end)  # a unit written but not committed
         self._file.seek(end)

@@ -1,5 +1,6 @@
-"""A PostgreSQL table's indexes built again on another table from the catalog's facts alone, and
-the names skalign derives from an output's name (shadow, backup, indexes).
+"""PostgreSQL's catalog for :mod:`skalign._stores.pgvector`: a table's indexes built again on
+another table from the catalog's facts alone, the names skalign derives from an output's name
+(shadow, backup, indexes), tables looked up by value, and psycopg's errors as skalign's.
 
 No SQL text the catalog holds is ever run (``pg_get_indexdef``, an expression, a predicate: a
 table or index named ``i USING btree (id); DROP TABLE victim; --`` must stay a name). An index
@@ -15,12 +16,20 @@ output is not published (:func:`rebuild_indexes`).
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass
 
-from ..exceptions import StoreError, VerificationError
+from ..exceptions import (
+    AddressError,
+    StoreConnectionError,
+    StoreError,
+    StoreNotFoundError,
+    VerificationError,
+)
 
 __all__ = ["IndexSpec", "derived_name", "index_name", "read_specs", "rebuild_indexes"]
 
@@ -112,13 +121,14 @@ def _options(entries):
 
 def read_specs(conn, oid):
     """The :class:`IndexSpec` of every index of the table ``oid``, by name."""
-    nnd = "i.indnullsnotdistinct" if conn.info.server_version >= 150000 else "false"
     rows = conn.execute(
         "SELECT c.relname, am.amname, i.indisunique, i.indisvalid, i.indnkeyatts, "
         "i.indkey::int2[], i.indclass::oid[], i.indoption::int2[], i.indcollation::oid[], "
         "i.indexprs IS NOT NULL, i.indpred IS NOT NULL, c.reloptions, k.contype, "
         "coalesce(k.condeferrable, false), coalesce(k.condeferred, false), i.indexrelid, "
-        f"{nnd} FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+        # NULLS NOT DISTINCT (PostgreSQL 15 on); false where the column does not exist
+        "coalesce((to_jsonb(i) ->> 'indnullsnotdistinct')::boolean, false) "
+        "FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
         "JOIN pg_am am ON am.oid = c.relam LEFT JOIN pg_constraint k ON k.conindid = "
         "i.indexrelid AND k.conrelid = i.indrelid AND k.contype IN ('p', 'u', 'x') "
         "WHERE i.indrelid = %s ORDER BY c.relname", (oid,)).fetchall()
@@ -282,3 +292,114 @@ def _check(conn, specs, shadow, out, where):
             f"{where}: the translation has {len(want) - len(missing)} of the {len(want)} "
             f"indexes of the source to build ({len(got)} in all; missing: "
             f"{', '.join(map(repr, missing[:5])) or 'none'}); it was not published.")
+
+
+def _split(name, where):
+    """``(schema or None, table)`` of ``TABLE`` or ``SCHEMA.TABLE``; more dots, or a name
+    PostgreSQL would cut (over 63 bytes), are refused."""
+    if not name or name.count(".") > 1 or name.startswith(".") or name.endswith("."):
+        raise AddressError(f"{where}: table {name!r} is not TABLE or SCHEMA.TABLE; name a "
+                           "table of one schema.")
+    schema, _, table = name.rpartition(".")
+    for part in (schema, table):
+        if len(part.encode()) > MAX_NAME_BYTES:
+            raise AddressError(f"{where}: {part!r} is longer than the 63 bytes of a PostgreSQL "
+                               "name (it would be cut); use a shorter name.")
+    return schema or None, table
+
+
+def _table_oid(conn, schema, name):
+    """The oid of the relation ``name`` in ``schema`` (``None``: none), looked up by value."""
+    row = conn.execute("SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = "
+                       "c.relnamespace WHERE n.nspname = %s AND c.relname = %s",
+                       (schema, name)).fetchone()
+    return row[0] if row else None
+
+
+def _schema_of(conn, schema, where):
+    """``(schema, may_create)``: ``schema``, or the current schema for an unqualified name."""
+    if schema is None:
+        schema = conn.execute("SELECT current_schema()").fetchone()[0]
+        if schema is None:
+            raise StoreError(f"{where}: the search_path names no schema that exists; write "
+                             "?table=SCHEMA.TABLE.")
+    row = conn.execute("SELECT has_schema_privilege(oid, 'CREATE') FROM pg_namespace WHERE "
+                       "nspname = %s", (schema,)).fetchone()
+    if row is None:
+        raise StoreError(f"{where}: no schema {schema!r} in the database; create it (CREATE "
+                         "SCHEMA) or fix ?table=.")
+    return schema, row[0]
+
+
+def _resolve(conn, address):
+    """``(oid, sql.Identifier(schema, table))`` of the input table: an unqualified name found
+    along the ``search_path`` (``to_regclass`` of its quoted form), a qualified one by value."""
+    from psycopg import sql
+
+    schema, table = _split(address.name, address)
+    if schema is None:
+        row = conn.execute("SELECT c.oid, n.nspname, c.relkind FROM pg_class c JOIN pg_namespace "
+                           "n ON n.oid = c.relnamespace WHERE c.oid = to_regclass(%s)",
+                           (sql.Identifier(table).as_string(conn),)).fetchone()
+    else:
+        row = conn.execute("SELECT c.oid, n.nspname, c.relkind FROM pg_namespace n LEFT JOIN "
+                           "pg_class c ON c.relnamespace = n.oid AND c.relname = %s WHERE "
+                           "n.nspname = %s", (table, schema)).fetchone()
+        if row is None:
+            raise StoreNotFoundError(f"{address}: no schema {schema!r} in the database; fix "
+                                     "?table=.")
+    if row is None or row[0] is None:
+        schemas = [schema] if schema else conn.execute(
+            "SELECT current_schemas(false)").fetchone()[0]
+        names = [r[0] for r in conn.execute(
+            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f') AND n.nspname = ANY(%s::name[])",
+            (schemas,)).fetchall()]
+        close = difflib.get_close_matches(table, names, n=3, cutoff=0.6)
+        hint = f" (close: {', '.join(map(repr, close))})" if close else ""
+        raise StoreNotFoundError(f"{address}: no table {address.name!r}{hint}; fix ?table=.")
+    if row[2] not in ("r", "p", "v", "m", "f"):
+        raise StoreError(f"{address}: {address.name!r} is not a table or view; fix ?table=.")
+    return row[0], sql.Identifier(row[1], table)
+
+
+@contextmanager
+def _mapped(where, doing, denied="grant the privilege to the address's user"):
+    """psycopg's errors raised inside as one line naming ``where`` (masked) and the fix."""
+    import psycopg
+
+    try:
+        yield
+    except psycopg.Error as exc:
+        raise _pg_error(exc, where, doing, denied) from None
+
+
+def _pg_error(exc, where, doing, denied="grant the privilege to the address's user"):
+    """A psycopg error as skalign's (other exceptions as they are): a lost connection as a
+    :class:`~skalign.exceptions.StoreConnectionError` (resumable: the shadow is kept), any
+    other as a :class:`~skalign.exceptions.StoreError` (the shadow is removed)."""
+    import psycopg
+    from psycopg import errors
+
+    if not isinstance(exc, psycopg.Error):
+        return exc
+    diag = getattr(exc, "diag", None)
+    text = " ".join((getattr(diag, "message_primary", None) or str(exc)
+                     or type(exc).__name__).split())[:200]
+    state = getattr(exc, "sqlstate", None) or ""
+    if isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)) \
+            and (not state or state.startswith(("08", "57P"))):
+        return StoreConnectionError(f"{where}: {doing}: the connection to the server was lost "
+                               f"({text}); run the same command again to resume.")
+    if isinstance(exc, (errors.UndefinedTable, errors.InvalidSchemaName)):
+        return StoreNotFoundError(f"{where}: {doing}: {text}; check ?table= (did another "
+                                  "session drop it?).")
+    if isinstance(exc, errors.InsufficientPrivilege):
+        fix = denied
+    elif isinstance(exc, errors.QueryCanceled):
+        fix = "the server cancelled it (statement_timeout or pg_cancel_backend); run it again"
+    elif state.startswith("22"):
+        fix = "check the table's values"
+    else:
+        fix = "see the server's log"
+    return StoreError(f"{where}: {doing}: {text}; {fix}.")

@@ -10,11 +10,15 @@ transaction; two batches load at once on connections of their own (two server pr
 their commits in order (so the shadow's row count is the committed count), while a thread reads
 the next batch. The rows pass through as PostgreSQL sent them — every other column's bytes
 copied, only the vector's replaced — so no value is converted to Python and back (only the
-sampled rows the verification compares). Then the table is given the source's primary key and
-indexes — HNSW/IVFFlat with the same operator class and options — and renamed into place in one
-transaction; with ``--replace`` the existing ``OUTPUT`` is renamed to ``OUTPUT_skalign_backup``
-in that same transaction. A session-level advisory lock keyed on the output keeps a second run
-out (PostgreSQL drops it when the session ends, also after SIGKILL).
+sampled rows the verification compares). Then the table is given the source's primary key,
+unique constraints and indexes — HNSW/IVFFlat with the same operator class and options — built
+again from the catalog's facts, never its SQL text, under short hashed names, and counted
+(:mod:`.pg_indexes`: an index on an expression or a partial one is skipped with a warning), and
+renamed into place in one transaction; with ``--replace`` the existing ``OUTPUT`` is renamed to
+``OUTPUT_skalign_backup`` (a name cut to fit 63 bytes with a hash where it would not) in that
+same transaction. A session-level advisory lock keyed on the output keeps a second run out
+(PostgreSQL drops it when the session ends, also after SIGKILL). Errors are one line naming the
+address (password masked) and the fix; a lost connection leaves the shadow to resume.
 """
 
 from __future__ import annotations
@@ -31,8 +35,18 @@ from .dbcommon import consecutive_runs, resume_point
 
 __all__ = ["Reader", "Writer", "restore"]
 
-# the binary COPY stream's parsing and the index rebuild live in modules of their own
-from .pg_indexes import MAX_NAME_BYTES, derived_name, rebuild_indexes  # noqa: E402
+# the binary COPY stream's parsing, and the catalog's names, lookups, errors and
+# indexes, live in modules of their own
+from .pg_indexes import (  # noqa: E402
+    _mapped,
+    _pg_error,
+    _resolve,
+    _schema_of,
+    _split,
+    _table_oid,
+    derived_name,
+    rebuild_indexes,
+)
 from .pgcopy import (  # noqa: E402
     _SIGNATURE,
     _TRAILER,
@@ -80,125 +94,6 @@ def _connect(address, autocommit=True):
         raise StoreError(f"{address}: the database has no pgvector extension; run CREATE "
                          "EXTENSION vector, or check the database.") from None
     return conn
-
-
-def _split(name, where):
-    """``(schema or None, table)`` of ``TABLE`` or ``SCHEMA.TABLE``; more dots, or a name
-    PostgreSQL would cut (over 63 bytes), are refused."""
-    from ..exceptions import AddressError
-
-    if not name or name.count(".") > 1 or name.startswith(".") or name.endswith("."):
-        raise AddressError(f"{where}: table {name!r} is not TABLE or SCHEMA.TABLE; name a "
-                           "table of one schema.")
-    schema, _, table = name.rpartition(".")
-    for part in (schema, table):
-        if len(part.encode()) > MAX_NAME_BYTES:
-            raise AddressError(f"{where}: {part!r} is longer than the 63 bytes of a PostgreSQL "
-                               "name (it would be cut); use a shorter name.")
-    return schema or None, table
-
-
-def _table_oid(conn, schema, name):
-    """The oid of the relation ``name`` in ``schema`` (``None``: none), looked up by value."""
-    row = conn.execute("SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = "
-                       "c.relnamespace WHERE n.nspname = %s AND c.relname = %s",
-                       (schema, name)).fetchone()
-    return row[0] if row else None
-
-
-def _schema_of(conn, schema, where):
-    """``(schema, may_create)``: ``schema``, or the current schema for an unqualified name."""
-    if schema is None:
-        schema = conn.execute("SELECT current_schema()").fetchone()[0]
-        if schema is None:
-            raise StoreError(f"{where}: the search_path names no schema that exists; write "
-                             "?table=SCHEMA.TABLE.")
-    row = conn.execute("SELECT has_schema_privilege(oid, 'CREATE') FROM pg_namespace WHERE "
-                       "nspname = %s", (schema,)).fetchone()
-    if row is None:
-        raise StoreError(f"{where}: no schema {schema!r} in the database; create it (CREATE "
-                         "SCHEMA) or fix ?table=.")
-    return schema, row[0]
-
-
-def _resolve(conn, address):
-    """``(oid, sql.Identifier(schema, table))`` of the input table: an unqualified name found
-    along the ``search_path`` (``to_regclass`` of its quoted form), a qualified one by value."""
-    import difflib
-
-    from psycopg import sql
-
-    from ..exceptions import StoreNotFoundError
-
-    schema, table = _split(address.name, address)
-    if schema is None:
-        row = conn.execute("SELECT c.oid, n.nspname, c.relkind FROM pg_class c JOIN pg_namespace "
-                           "n ON n.oid = c.relnamespace WHERE c.oid = to_regclass(%s)",
-                           (sql.Identifier(table).as_string(conn),)).fetchone()
-    else:
-        row = conn.execute("SELECT c.oid, n.nspname, c.relkind FROM pg_namespace n LEFT JOIN "
-                           "pg_class c ON c.relnamespace = n.oid AND c.relname = %s WHERE "
-                           "n.nspname = %s", (table, schema)).fetchone()
-        if row is None:
-            raise StoreNotFoundError(f"{address}: no schema {schema!r} in the database; fix "
-                                     "?table=.")
-    if row is None or row[0] is None:
-        schemas = [schema] if schema else conn.execute(
-            "SELECT current_schemas(false)").fetchone()[0]
-        names = [r[0] for r in conn.execute(
-            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f') AND n.nspname = ANY(%s::name[])",
-            (schemas,)).fetchall()]
-        close = difflib.get_close_matches(table, names, n=3, cutoff=0.6)
-        hint = f" (close: {', '.join(map(repr, close))})" if close else ""
-        raise StoreNotFoundError(f"{address}: no table {address.name!r}{hint}; fix ?table=.")
-    if row[2] not in ("r", "p", "v", "m", "f"):
-        raise StoreError(f"{address}: {address.name!r} is not a table or view; fix ?table=.")
-    return row[0], sql.Identifier(row[1], table)
-
-
-@contextmanager
-def _mapped(where, doing, denied="grant the privilege to the address's user"):
-    """psycopg's errors raised inside as one line naming ``where`` (masked) and the fix."""
-    import psycopg
-
-    try:
-        yield
-    except psycopg.Error as exc:
-        raise _pg_error(exc, where, doing, denied) from None
-
-
-def _pg_error(exc, where, doing, denied="grant the privilege to the address's user"):
-    """A psycopg error as skalign's (other exceptions as they are): a lost connection as a
-    :class:`ConnectionError` (resumable: the shadow is kept), any other as a
-    :class:`~skalign.exceptions.StoreError` (the shadow is removed)."""
-    import psycopg
-    from psycopg import errors
-
-    from ..exceptions import StoreNotFoundError
-
-    if not isinstance(exc, psycopg.Error):
-        return exc
-    diag = getattr(exc, "diag", None)
-    text = " ".join((getattr(diag, "message_primary", None) or str(exc)
-                     or type(exc).__name__).split())[:200]
-    state = getattr(exc, "sqlstate", None) or ""
-    if isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)) \
-            and (not state or state.startswith(("08", "57P"))):
-        return ConnectionError(f"{where}: {doing}: the connection to the server was lost "
-                               f"({text}); run the same command again to resume.")
-    if isinstance(exc, (errors.UndefinedTable, errors.InvalidSchemaName)):
-        return StoreNotFoundError(f"{where}: {doing}: {text}; check ?table= (did another "
-                                  "session drop it?).")
-    if isinstance(exc, errors.InsufficientPrivilege):
-        fix = denied
-    elif isinstance(exc, errors.QueryCanceled):
-        fix = "the server cancelled it (statement_timeout or pg_cancel_backend); run it again"
-    elif state.startswith("22"):
-        fix = "check the table's values"
-    else:
-        fix = "see the server's log"
-    return StoreError(f"{where}: {doing}: {text}; {fix}.")
 
 
 def _columns(conn, oid):

@@ -16,6 +16,7 @@ from functools import partial
 
 from .._backend import default_batch_size as _default_batch_size
 from ..exceptions import (
+    StoreConnectionError,
     StoreError,
     StoreExistsError,
     UnsafeOperationError,
@@ -290,11 +291,12 @@ def translate_store(model, src, dst, *, column=None, batch_size=None, progress=F
                 move_stamp(job.dst, backup)
             write_stamp(job.dst, make_stamp(job.model_fp, job.src, reader.n_rows, job.d_in,
                                             job.d_out))
-        except StoreError:
+        except StoreError as exc:
             batches.close()  # a reader may hold a file, a server-side read, a read-ahead thread
             behind.close()
             writer.close()
-            writer.discard()  # bad data or a failed verification: nothing is resumable
+            if not isinstance(exc, StoreConnectionError):  # a lost server: resumable
+                writer.discard()  # bad data or a failed verification: nothing is resumable
             raise
         finally:
             batches.close()

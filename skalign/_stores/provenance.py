@@ -41,6 +41,11 @@ def backup_address(address):
         path = address.path
         return address.with_path(path.with_name(
             f"{_stem(path, address.kind)}-{BACKUP_SUFFIX}{_SUFFIXES[address.kind]}"))
+    if address.kind == "pgvector":  # PostgreSQL cuts names at 63 bytes: a hashed name there
+        from .pg_indexes import derived_name
+
+        schema, dot, table = address.name.rpartition(".")
+        return address.with_name(f"{schema}{dot}{derived_name(table, 'backup')}")
     return address.with_name(f"{address.name}_{BACKUP_SUFFIX.replace('-', '_')}")
 
 

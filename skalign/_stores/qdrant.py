@@ -11,15 +11,34 @@ target kept under the alias ``OUTPUT_skalign_backup``; a real collection ``OUTPU
 source itself) is first copied to ``OUTPUT_skalign_backup_<job>``, then dropped, then ``OUTPUT``
 made an alias of the translation (the name resolves to nothing for the instant between the
 last two steps).
+
+The provenance stamp (:mod:`.provenance`) of a local folder's collection is a sidecar file
+``DIR/.skalign-stamps/<sha256(NAME)[:16]>.json`` (mode 0600), keyed by the name the user sees
+(an alias) and bound to the collection that name resolved to when it was written: a name that
+resolves to another collection since (a collection dropped and made again outside skalign) has
+no stamp. ``--replace`` moves the output's stamp to the backup's name and ``restore`` swaps the
+two, with the aliases. On a server the stamp is JSON text under the key ``skalign`` of the
+collection's metadata (Qdrant 1.16 on; older servers and clients keep none), and travels with
+the collection behind the aliases.
+
+Reading never creates anything: a folder without Qdrant's ``meta.json`` or a collection it does
+not list is refused before a client is opened (a client creates ``meta.json`` and ``.lock``). An
+output's new folder is created when its translation starts (:meth:`Writer.lock`). Errors of
+qdrant-client are raised as one-line :class:`~skalign.exceptions.StoreError` exceptions naming
+the address with its password (used as the API key) hidden.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
+import inspect
+import json
+import os
 
 import numpy as np
 
-from ..exceptions import StoreError
+from ..exceptions import StoreError, StoreLockedError, StoreNotFoundError
 from . import qdrant_load as _qdrant_load
 from .base import StoreReader, StoreWriter
 from .dbcommon import (
@@ -30,10 +49,55 @@ from .dbcommon import (
     shadow_name,
     shadow_prefix,
 )
+from .qdrant_names import (
+    _EDGE,
+    STAMP_FOLDER,
+    STAMP_KEY,
+    _catalogue,
+    _check_store,
+    _drop_sidecar,
+    _edge,
+    _edges,
+    _is_store,
+    _move_sidecar,
+    _not_found,
+    _one_line,
+    _write_sidecar,
+    check_name,
+    sidecar_stamp,
+)
 
-__all__ = ["Reader", "Writer", "restore"]
+__all__ = ["STAMP_FOLDER", "STAMP_KEY", "Reader", "Writer", "read_stamp", "restore",
+           "write_stamp"]
 
 _CLIENTS = {}
+
+#: Local mode: the folder of the stamps' sidecar files, inside the Qdrant folder
+def _client_key(address):
+    """The cache key of a database's client: its folder or server (and credentials)."""
+    return (address.identity[:-1], address.user, address.password)
+
+
+def _sidecar_stamp(address, name, target=None):
+    """The stamp of ``name``'s sidecar where it was written for the collection ``name``
+    resolves to now (``target``: where it is known), else ``None``."""
+    return sidecar_stamp(address, name, _target(address, name) if target is None else target)
+
+
+def _target(address, name):
+    """The collection ``name`` resolves to in a local folder (an alias's target, a
+    collection's own name), or ``None``: from the open client, else ``meta.json``."""
+    client = _CLIENTS.get(_client_key(address))
+    if client is not None:
+        aliases = _aliases(client)
+        if name in aliases:
+            return aliases[name]
+        return name if client.collection_exists(name) else None
+    catalogue = _catalogue(address.path) if _is_store(address.path) else None
+    if catalogue is None:
+        return None
+    collections, aliases = catalogue
+    return aliases.get(name) or (name if name in collections else None)
 
 #: Local mode: give the C heap's free pages back after each batch. The local mode grows the
 #: output's vector array by doubling it (a copy) and pickles every point; without the trim the
@@ -120,36 +184,45 @@ def _float32_vectors(collection):
                                       and a.dtype == np.float64 else a for a in arrays]
 
 
-def _client(address):
-    """One client per database: local mode allows a single client per folder."""
+def _client(address, create=True):
+    """One client per database: local mode allows a single client per folder. A local folder
+    must exist, and be a Qdrant store unless ``create``; a server's address gives its password
+    as the API key."""
     from qdrant_client import QdrantClient
 
-    key = address.identity[1]
+    key = _client_key(address)
     if key in _CLIENTS:
         return _CLIENTS[key]
     try:
         if address.path is not None:
-            if not address.path.is_dir():
-                raise StoreError(f"{address}: no Qdrant folder {address.path}; check the path "
-                                 "(qdrant:DIR/COLLECTION).")
+            if not create:
+                _check_store(address)
+            elif not address.path.is_dir():
+                raise StoreNotFoundError(f"{address}: no folder {address.path}; check the "
+                                         "path (qdrant:DIR/COLLECTION).")
             with _qdrant_load.opening(STREAMED_OPEN):
                 client = QdrantClient(path=str(address.path))
             _compact_local(client)
             release_freed_memory()  # what loading every collection of the folder freed
         else:
-            client = QdrantClient(url=address.url, timeout=10, check_compatibility=False)
+            client = QdrantClient(url=address.url, timeout=10, check_compatibility=False,
+                                  api_key=address.password or None)
             client.get_collections()
     except StoreError:
         raise
     except RuntimeError as exc:  # the local folder is locked by another process
         if "already accessed" in str(exc):
-            raise StoreError(f"{address}: another process (e.g. another skalign translate) uses "
-                             f"{address.path}; wait for it to finish.") from None
-        raise StoreError(f"{address}: cannot open ({str(exc).splitlines()[0]}).") from None
+            raise StoreLockedError(f"{address}: another process (e.g. another skalign "
+                                   f"translate) uses {address.path}; wait for it to "
+                                   "finish.") from None
+        raise StoreError(f"{address}: cannot open ({_one_line(exc, address)}).") from None
     except Exception as exc:  # connection refused, timeouts, HTTP errors
-        msg = " ".join(str(exc).split())[:200] or type(exc).__name__
-        raise StoreError(f"{address}: cannot reach the Qdrant server ({msg}); check HOST:PORT "
-                         "and that the server runs.") from None
+        if address.path is not None:
+            raise StoreError(f"{address}: cannot open ({_one_line(exc, address)}).") from None
+        if getattr(exc, "status_code", None) in (401, 403):
+            raise _EDGE.store_error(address, exc) from None
+        raise StoreError(f"{address}: cannot reach the Qdrant server ({_one_line(exc, address)})"
+                         "; check HOST:PORT and that the server runs.") from None
     if not _CLIENTS:
         atexit.register(_close_all)
     _CLIENTS[key] = client
@@ -204,6 +277,20 @@ def _vector_params(address, info):
 ID_PAGE = 16384
 
 
+def _check_listed(address):
+    """A local folder's ``meta.json``, read before a client is opened (a client loads every
+    collection of the folder, and creates files where there are none): a collection it does
+    not list is refused without opening one."""
+    if address.path is None or _client_key(address) in _CLIENTS:
+        return
+    _check_store(address)
+    catalogue = _catalogue(address.path)
+    if catalogue is not None and address.name not in catalogue[0] \
+            and address.name not in catalogue[1]:
+        raise _not_found(address, catalogue[0] + list(catalogue[1]))
+
+
+@_edges
 class Reader(StoreReader):
     has_rows = True
     kind = "qdrant"
@@ -211,11 +298,11 @@ class Reader(StoreReader):
     dtype = np.dtype(np.float32)
 
     def __init__(self, address, column=None):
-        self.address, self.client = address, _client(address)
+        _check_listed(address)
+        self.address, self.client = address, _client(address, create=False)
         if not _exists(self.client, address.name):
-            names = sorted(c.name for c in self.client.get_collections().collections)
-            raise StoreError(f"{address}: no collection {address.name!r} (collections: "
-                             f"{', '.join(names) or 'none'}); check the name.")
+            names = [c.name for c in self.client.get_collections().collections]
+            raise _not_found(address, names + list(_aliases(self.client)))
         self.info = self.client.get_collection(address.name)
         self.vector, self.vectors_config = _vector_params(address, self.info)
         params = self.vectors_config[self.vector] if self.vector else self.vectors_config
@@ -300,6 +387,39 @@ class Reader(StoreReader):
         return np.concatenate(parts) if parts else np.empty((0, self.dim), np.float32)
 
 
+def _is_lock_file(name):
+    return name.startswith(".") and name.endswith(".skalign-lock")
+
+
+def _check_output_folder(address):
+    """Refuse, before any work, a local output folder that cannot become a Qdrant store: its
+    parent missing, a file, or a folder holding other things than a Qdrant store."""
+    path = address.path
+    if path.is_dir():
+        if not _is_store(path) and any(not _is_lock_file(p) for p in os.listdir(path)):
+            raise StoreError(f"{address}: {path} is neither a Qdrant folder nor empty; give a "
+                             "Qdrant folder, an empty folder or a new one.")
+    elif path.exists() or path.is_symlink():
+        raise StoreError(f"{address}: {path} is not a folder; give a Qdrant folder or a new "
+                         "one (qdrant:DIR/COLLECTION).")
+    elif not path.parent.is_dir():
+        raise StoreNotFoundError(f"{address}: no folder {path.parent} to create {path.name} "
+                                 "in; check the path (qdrant:DIR/COLLECTION).")
+
+
+@contextlib.contextmanager
+def _creating(address):
+    """Create a local output's folder (where missing), then hold its lock."""
+    try:
+        address.path.mkdir(mode=0o700, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(f"{address}: cannot create the folder {address.path} "
+                         f"({exc.strerror}).") from None
+    with lock_for(address, address.path) as held:
+        yield held
+
+
+@_edges
 class Writer(StoreWriter):
     # inline: the local mode's upserts are Python holding the GIL; a write thread was tried and
     # gained nothing (50,000 points, alternated runs: within a second either way)
@@ -308,16 +428,30 @@ class Writer(StoreWriter):
     def __init__(self, address, job):
         from qdrant_client import models
 
+        check_name(address)
+        if address.path is not None:
+            _check_output_folder(address)
         self.models, self.address, self.job = models, address, job
-        self.client = _client(address)
         self.display = address.display
         self.src = job.reader
         self.normalizes = self.src.params.distance == models.Distance.COSINE
 
+    @property
+    def client(self):
+        """The database's client, opened when first needed (a local folder's when the
+        translation starts: :meth:`lock` made the folder)."""
+        return _client(self.address)
+
     def lock(self):
-        return lock_for(self.address, self.address.path)
+        """The output's lock; a local output's new folder is created first (the translation's
+        first write: nothing before it creates anything)."""
+        if self.address.path is None:
+            return lock_for(self.address)
+        return _creating(self.address)
 
     def exists(self):
+        if self.address.path is not None and _client_key(self.address) not in _CLIENTS:
+            return _target(self.address, self.address.name) is not None  # meta.json: no client
         return _exists(self.client, self.address.name)
 
     def _drop_leftovers(self, keep=None):
@@ -383,8 +517,10 @@ class Writer(StoreWriter):
     def _copy(self, name, target):
         """Copy collection ``name`` into a new collection ``target`` (for the backup)."""
         info = self.client.get_collection(name).config
+        metadata = getattr(info, "metadata", None)  # a server's (Qdrant 1.16 on): the stamp too
         self.client.create_collection(target, vectors_config=info.params.vectors,
-                                      sparse_vectors_config=info.params.sparse_vectors)
+                                      sparse_vectors_config=info.params.sparse_vectors,
+                                      **({"metadata": metadata} if metadata else {}))
         offset = None
         while True:
             points, offset = self.client.scroll(name, limit=1024, offset=offset,
@@ -404,6 +540,9 @@ class Writer(StoreWriter):
         bname = backup_name(name)
         aliases = _aliases(self.client)
         ops, backup, drop = [], None, []
+        # the local mode's stamp of the output, which becomes the backup's
+        stamp = _sidecar_stamp(self.address, name) if self.address.path is not None else None
+        old = None
         if name in aliases or self.client.collection_exists(name):
             if not replace:
                 raise StoreError(f"{self.display}: exists; pass --replace.")
@@ -427,6 +566,10 @@ class Writer(StoreWriter):
         ops.append(m.CreateAliasOperation(create_alias=m.CreateAlias(
             collection_name=self.shadow, alias_name=name)))
         self.client.update_collection_aliases(change_aliases_operations=ops)
+        if self.address.path is not None:  # the stamps follow their collections' names
+            _drop_sidecar(self.address, name)  # the pipeline stamps the new output
+            if backup is not None:
+                _move_sidecar(self.address, bname, old, stamp)
         for c in drop:  # the backup of an earlier --replace: one backup is kept
             self.client.delete_collection(c)
         return backup
@@ -439,17 +582,21 @@ class Writer(StoreWriter):
         pass
 
 
+@_edge
 def restore(address):
     from qdrant_client import models as m
 
-    client = _client(address)
+    client = _client(address, create=False)
     name, bname = address.name, backup_name(address.name)
     with lock_for(address, address.path):
         aliases = _aliases(client)
         if bname not in aliases or name not in aliases:
-            raise StoreError(f"{address}: no backup alias {bname} to restore; a backup is kept "
-                             "only by `skalign translate --replace`.")
+            raise StoreNotFoundError(
+                f"{address}: no backup alias {bname[:80]} to restore; a backup is kept only by "
+                "`skalign translate --replace`.")
         a, b = aliases[name], aliases[bname]
+        if address.path is not None:
+            stamps = _sidecar_stamp(address, name), _sidecar_stamp(address, bname)
         client.update_collection_aliases(change_aliases_operations=[
             m.DeleteAliasOperation(delete_alias=m.DeleteAlias(alias_name=name)),
             m.DeleteAliasOperation(delete_alias=m.DeleteAlias(alias_name=bname)),
@@ -457,4 +604,59 @@ def restore(address):
             m.CreateAliasOperation(create_alias=m.CreateAlias(collection_name=a,
                                                               alias_name=bname)),
         ])
+        if address.path is not None:  # the stamps swap with the names
+            _move_sidecar(address, name, b, stamps[1])
+            _move_sidecar(address, bname, a, stamps[0])
     return address.with_name(bname)
+
+
+# ------------------------------------------------------------------------- provenance stamp
+def _supports_metadata(client):
+    try:
+        return "metadata" in inspect.signature(client.update_collection).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+@_edge
+def read_stamp(address):
+    """The provenance stamp of the collection (or alias) at ``address``, or ``None`` (no such
+    collection, no stamp, a server without collection metadata)."""
+    if address.path is not None:
+        if not _is_store(address.path):
+            return None  # no folder, or not Qdrant's: nothing opened, nothing created
+        return _sidecar_stamp(address, address.name)
+    client = _client(address)
+    aliases = _aliases(client)
+    target = aliases.get(address.name, address.name)
+    if not client.collection_exists(target):
+        return None
+    metadata = getattr(client.get_collection(target).config, "metadata", None) or {}
+    try:
+        stamp = json.loads(metadata.get(STAMP_KEY) or "null")
+    except (TypeError, ValueError, AttributeError):
+        return None
+    return stamp if isinstance(stamp, dict) else None
+
+
+@_edge
+def write_stamp(address, stamp):
+    """Record ``stamp`` as the provenance of the collection (or alias) at ``address``: the
+    local mode's sidecar, a server's collection metadata (merged with its other keys; nothing
+    where the client or the server has no collection metadata)."""
+    if address.path is not None:
+        target = _target(address, address.name)
+        if target is None:
+            raise StoreNotFoundError(f"{address}: no collection {address.name[:80]!r} to stamp.")
+        _write_sidecar(address, address.name, target, stamp)
+        return
+    client = _client(address)
+    if not _supports_metadata(client):
+        return
+    target = _aliases(client).get(address.name, address.name)
+    try:
+        client.update_collection(target, metadata={STAMP_KEY: json.dumps(stamp, sort_keys=True)})
+    except Exception as exc:
+        if getattr(exc, "status_code", None) in (400, 422):  # a server without metadata
+            return
+        raise

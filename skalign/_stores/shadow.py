@@ -4,6 +4,13 @@ Every output is written under a hidden name in the destination's folder (so the 
 atomic), committed about every ``COMMIT_SECONDS`` (the data fsynced, then a fsynced journal
 beside it saying how far it reaches), and renamed into place when complete; ``--replace`` keeps
 the previous output as ``STEM-skalign-backup SUFFIX``.
+
+The shadow is created with the permission bits of the source (and, under ``--replace``, no
+looser than those of the output it replaces; :meth:`FileShadow.file_mode`), so that a private
+source never has a world-readable translation, not even while it is written. Every name the
+writer creates is created afresh without following a link planted there (``O_EXCL |
+O_NOFOLLOW``, :func:`create_file`); leftovers at those names, links included, are removed
+first, never written through.
 """
 
 from __future__ import annotations
@@ -20,8 +27,10 @@ from .address import Address
 from .base import StoreWriter
 from .journal import CommitClock, FileLock, fsync_dir, read_journal
 
-__all__ = ["FileShadow", "atomic_file", "check_parent", "remove_path", "replace_path",
-           "swap_paths", "tmp_sibling"]
+__all__ = ["FileShadow", "atomic_file", "check_parent", "create_file", "open_file",
+           "output_modes", "remove_path", "replace_path", "swap_paths", "tmp_sibling"]
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 def tmp_sibling(path, suffix=""):
@@ -31,10 +40,25 @@ def tmp_sibling(path, suffix=""):
 
 
 def remove_path(path):
+    """Remove a file or a folder; a link is removed, not what it points to."""
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path, ignore_errors=True)
-    elif path.exists() or path.is_symlink():
+    elif os.path.lexists(path):
         path.unlink(missing_ok=True)
+
+
+def create_file(path, mode=0o666, flags=os.O_RDWR):
+    """Create ``path`` afresh with the permission bits ``mode`` (less the umask) and return
+    its descriptor: whatever is at that name, a link planted there included, is refused
+    (``FileExistsError``), never followed or truncated."""
+    return os.open(path, flags | os.O_CREAT | os.O_EXCL | _NOFOLLOW, mode)
+
+
+def open_file(path, mode="r+b"):
+    """Open the existing regular file ``path`` (``"r+b"`` or ``"rb"``) without following a
+    link (``OSError`` ``ELOOP`` where one was put there)."""
+    flags = os.O_RDWR if "+" in mode else os.O_RDONLY
+    return os.fdopen(os.open(path, flags | _NOFOLLOW), mode)
 
 
 def replace_path(tmp, path):
@@ -73,6 +97,27 @@ def source_mode(path, default=0o644):
         return default
     mode = st.st_mode & 0o777
     return mode & 0o666 if not os.path.isdir(path) else mode
+
+
+def _file_bits(path):
+    """The read and write bits of ``path``'s files: a file's own, a folder's without the
+    search bits; ``None`` where there is nothing there."""
+    mode = source_mode(path, default=None)
+    return None if mode is None else mode & 0o666
+
+
+def output_modes(source, replaced=None):
+    """``(file mode, folder mode)`` of an output translated from the file store at ``source``
+    (a path; ``None``: a database, the default bits) and replacing ``replaced`` (``None``, or a
+    path that may not exist): the source's bits, no looser than the replaced output's. The
+    umask still applies when the files are created."""
+    mode = 0o666
+    for path in (source, replaced):
+        bits = _file_bits(path) if path is not None else None
+        if bits is not None:
+            mode &= bits
+    mode |= 0o600  # the owner keeps reading and writing their own output
+    return mode, mode | (mode & 0o444) >> 2  # folders: searchable by whoever may read
 
 
 def restore_file(address):
@@ -138,6 +183,26 @@ class FileShadow(StoreWriter):
         self.display = str(address)
         self.clock = CommitClock()
 
+    @property
+    def file_mode(self):
+        """The permission bits of the files of the shadow (:func:`output_modes`)."""
+        return self._modes()[0]
+
+    @property
+    def dir_mode(self):
+        """The permission bits of the folders of the shadow (:func:`output_modes`)."""
+        return self._modes()[1]
+
+    def _modes(self):
+        if getattr(self, "_modes_", None) is None:
+            src = getattr(getattr(self.job, "src", None), "path", None)
+            self._modes_ = output_modes(src, self.path)
+        return self._modes_
+
+    def create(self, path):
+        """Create the file ``path`` of the shadow afresh, with its mode; an open file."""
+        return os.fdopen(create_file(path, self.file_mode), "r+b")
+
     def lock(self):
         return FileLock(self.lock_path, self.display)
 
@@ -159,7 +224,8 @@ class FileShadow(StoreWriter):
         stem = name[: -len(suffix)] if suffix and name.endswith(suffix) else name
         old = list(self.path.parent.glob(f".{glob_escape(stem)}.tmp-*")) if stem else []
         journal_new = self.journal.with_name(self.journal.name + ".new")
-        return [p for p in (self.partial, self.journal, journal_new) if p.exists()] + old
+        return [p for p in (self.partial, self.journal, journal_new)
+                if os.path.lexists(p)] + old
 
     def discard(self):
         for p in self.leftovers():
@@ -167,7 +233,8 @@ class FileShadow(StoreWriter):
 
     def _resumable(self, fp):
         state = read_journal(self.journal)
-        if state is None or state.get("fingerprint") != fp or not self.partial.exists():
+        if state is None or state.get("fingerprint") != fp or not self.partial.exists() \
+                or self.partial.is_symlink() or self.journal.is_symlink():
             self.discard()
             return None
         return state

@@ -1,6 +1,6 @@
 """The translation's inner loop: each batch translated (``model.transform``, or the affine map
-straight into reused buffers) and checked finite, then written behind in a thread while the next
-one is read and translated."""
+straight into reused buffers), its input and its output checked finite, then written behind in a
+thread while the next one is read and translated."""
 
 from __future__ import annotations
 
@@ -116,7 +116,9 @@ def blas_threads_beside(busy):
 
 class BatchTranslator:
     """``model.transform`` of each streamed batch as float32, after checking it holds numbers
-    only.
+    only; the translation is checked too (finite numbers can overflow float32 under a map with
+    large weights), and a batch that is not finite raises :class:`StoreError` before it is
+    written.
 
     A CPU affine map (``ProcrustesAligner``, ``LinearAligner``) applied to float32 batches
     writes into ``n_buffers`` output buffers used in turn (the batches still being written
@@ -150,6 +152,22 @@ class BatchTranslator:
             raise StoreError(f"{self.where}: row {bad} has NaN or infinite numbers; drop or "
                              "re-embed those rows first.")
 
+    def _check_output(self, out, start, exact=False):
+        """Raise the store's error at the first row the model maps to a NaN or infinity (its
+        input is finite: checked before). The sum proves a batch finite as in
+        :meth:`_check_finite`; the affine map proves it without a pass (``exact``: it could
+        not)."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            if not exact and np.isfinite(np.add.reduce(out, axis=None)):
+                return
+            if np.isfinite(out).all():
+                return
+            bad = start + int(np.flatnonzero(~np.isfinite(out).all(axis=1))[0])
+        raise StoreError(
+            f"{self.where}: the model maps row {bad} to infinite numbers (or NaN): its input is "
+            "finite but the translation overflows float32; check the model (weights that large "
+            "are a failed fit) or scale the input down. Nothing was written.")
+
     def _buffer(self, n, d_out):
         if len(self.buffers) < self.n_buffers or self.buffers[0].shape[0] < n:
             self.buffers = [aligned_empty((n, d_out), np.float32) for _ in range(self.n_buffers)]
@@ -158,22 +176,25 @@ class BatchTranslator:
 
     def __call__(self, vectors, start):
         if self.fn is not None and vectors.dtype == np.float32 and vectors.ndim == 2:
-            # the affine map sums the batch chunk by chunk as it centres it: no pass of its own
-            # for the check. A NaN or infinity raises below: numpy's warnings are not wanted.
+            # the affine map bounds its input and output chunk by chunk as it centres the
+            # batch: no pass of its own for the checks. A NaN or infinity raises below: numpy's
+            # warnings are not wanted.
             out = self._buffer(len(vectors), self.model.n_features_out_)
             with np.errstate(over="ignore", invalid="ignore"):
                 out, finite = self.fn.checked(vectors, out=out)
-            if not finite:
+            if not finite:  # a NaN or infinity, or numbers too large for the bound
                 self._check_finite(vectors, start, exact=True)
-                out = self.fn(vectors, out=out)  # finite numbers whose sum overflowed
+                self._check_output(out, start, exact=True)
             return out
         self._check_finite(vectors, start)
         try:
-            res = self.model.transform(vectors)
+            with np.errstate(over="ignore", invalid="ignore"):
+                res = np.asarray(self.model.transform(vectors), dtype=np.float32)
         except ValueError as exc:
             msg = " ".join(str(exc).split())
             raise StoreError(f"{self.where}: rows {start}-{start + len(vectors) - 1}: {msg}") \
                 from None
-        return np.asarray(res, dtype=np.float32)
+        self._check_output(res, start)
+        return res
 
 
