@@ -29,10 +29,8 @@ chromadb (and of its HTTP client) are raised as one-line
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-import os
 
 import numpy as np
 
@@ -40,6 +38,7 @@ from ..exceptions import AddressError, StoreError, StoreNotFoundError
 from .base import StoreReader, StoreWriter
 from .chroma_names import (
     _RULE,
+    FOLDER,
     LISTED_NAMES,
     STAMP_KEY,
     _breaks_rule,
@@ -259,8 +258,6 @@ def _check_listed(address):
 class Reader(_Handles, StoreReader):
     has_rows = True
     kind = "chroma"
-    schema = None
-    column = None
     dtype = np.dtype(np.float32)
 
     def __init__(self, address, column=None):
@@ -340,36 +337,7 @@ def _part(values, lo, step):
     return None if values is None else values[lo:lo + step]
 
 
-def _is_lock_file(name):
-    return name.startswith(".") and name.endswith(".skalign-lock")
-
-
-def _check_output_folder(address):
-    """Refuse, before any work, an output folder that cannot become a Chroma store: its parent
-    missing, a file, or a folder holding other things than a Chroma store."""
-    path = address.path
-    if path.is_dir():
-        if not _is_store(path) and any(not _is_lock_file(p) for p in os.listdir(path)):
-            raise StoreError(f"{address}: {path} is neither a Chroma folder nor empty; give a "
-                             "Chroma folder, an empty folder or a new one.")
-    elif path.exists() or path.is_symlink():
-        raise StoreError(f"{address}: {path} is not a folder; give a Chroma folder or a new "
-                         "one (chroma:DIR/COLLECTION).")
-    elif not path.parent.is_dir():
-        raise StoreNotFoundError(f"{address}: no folder {path.parent} to create {path.name} "
-                                 "in; check the path (chroma:DIR/COLLECTION).")
-
-
-@contextlib.contextmanager
-def _creating(address):
-    """Create a local output's folder (where missing), then hold its lock."""
-    try:
-        address.path.mkdir(mode=0o700, exist_ok=True)
-    except OSError as exc:
-        raise StoreError(f"{address}: cannot create the folder {address.path} "
-                         f"({exc.strerror}).") from None
-    with lock_for(address, address.path) as held:
-        yield held
+_check_output_folder, _creating = FOLDER.check_output, FOLDER.creating
 
 
 @_edges
@@ -400,11 +368,7 @@ class Writer(_Handles, StoreWriter):
             self.add_rows = PHASE_ADD_ROWS
 
     def lock(self):
-        """The output's lock; a local output's new folder is created first (the translation's
-        first write: nothing before it creates anything)."""
-        if self.address.path is None:
-            return lock_for(self.address)
-        return _creating(self.address)
+        return FOLDER.writer_lock(self.address)
 
     def exists(self):
         if self.address.path is not None and not _is_store(self.address.path):

@@ -13,7 +13,7 @@ from contextlib import closing
 from pathlib import Path
 
 from ..exceptions import AddressError, StoreError, StoreNotFoundError
-from .dbcommon import backup_name
+from .dbcommon import LocalFolder, backup_name
 from .engine_edge import EngineEdge, one_line
 
 STAMP_KEY = "skalign"
@@ -91,20 +91,8 @@ def check_name(address):
                            f"{MAX_NAME}, skalign adds {SHADOW_SUFFIX} for its shadow).")
 
 
-def _is_store(folder):
-    return (Path(folder) / CATALOGUE).is_file()
-
-
-def _check_store(address):
-    """Refuse, before a client is opened (it would create the catalogue), a folder that is not
-    a Chroma store."""
-    path = address.path
-    if not path.is_dir():
-        raise StoreNotFoundError(f"{address}: no folder {path}; check the path "
-                                 "(chroma:DIR/COLLECTION).")
-    if not _is_store(path):
-        raise StoreNotFoundError(f"{address}: {path} is not a Chroma folder (it has no "
-                                 f"{CATALOGUE}); check the path (chroma:DIR/COLLECTION).")
+FOLDER = LocalFolder("Chroma", "chroma", CATALOGUE)
+_is_store, _check_store = FOLDER.is_store, FOLDER.check_store
 
 
 def _listed(names, total=None):

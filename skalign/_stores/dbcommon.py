@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import stat
@@ -11,8 +12,8 @@ from pathlib import Path
 from ..exceptions import StoreLockedError
 from .journal import FileLock
 
-__all__ = ["backup_name", "lock_for", "release_freed_memory", "resume_point", "shadow_name",
-           "shadow_prefix"]
+__all__ = ["LocalFolder", "backup_name", "lock_for", "release_freed_memory", "resume_point",
+           "shadow_name", "shadow_prefix"]
 
 
 def shadow_prefix(name):
@@ -91,3 +92,76 @@ def release_freed_memory():
     except (OSError, AttributeError):  # not glibc (e.g. musl)
         return
     trim(0)
+
+
+class LocalFolder:
+    """The folder of an engine's local mode (Chroma's persistent client, Qdrant's local mode):
+    recognised by a ``marker`` file, checked before a client is opened (a client creates the
+    engine's files in any folder it is given), and created only when a translation starts.
+
+    Parameters
+    ----------
+    engine : str
+        The engine's name in messages (``"Chroma"``).
+    scheme : str
+        The address's scheme (``"chroma"``), for the form messages show.
+    marker : str
+        The file every such folder holds (``chroma.sqlite3``, ``meta.json``).
+    """
+
+    def __init__(self, engine, scheme, marker):
+        self.engine, self.scheme, self.marker = engine, scheme, marker
+
+    def is_store(self, folder):
+        return (Path(folder) / self.marker).is_file()
+
+    def check_store(self, address):
+        """Refuse a folder that is not the engine's store, before a client is opened."""
+        from ..exceptions import StoreNotFoundError
+
+        path, form = address.path, f"({self.scheme}:DIR/COLLECTION)"
+        if not path.is_dir():
+            raise StoreNotFoundError(f"{address}: no folder {path}; check the path {form}.")
+        if not self.is_store(path):
+            raise StoreNotFoundError(f"{address}: {path} is not a {self.engine} folder (it has "
+                                     f"no {self.marker}); check the path {form}.")
+
+    def check_output(self, address):
+        """Refuse, before any work, an output folder that cannot become the engine's store:
+        its parent missing, a file, or a folder holding other things than such a store."""
+        from ..exceptions import StoreError, StoreNotFoundError
+
+        path, engine = address.path, self.engine
+        if path.is_dir():
+            if not self.is_store(path) and any(not _is_lock_file(p) for p in os.listdir(path)):
+                raise StoreError(f"{address}: {path} is neither a {engine} folder nor empty; "
+                                 f"give a {engine} folder, an empty folder or a new one.")
+        elif path.exists() or path.is_symlink():
+            raise StoreError(f"{address}: {path} is not a folder; give a {engine} folder or a "
+                             f"new one ({self.scheme}:DIR/COLLECTION).")
+        elif not path.parent.is_dir():
+            raise StoreNotFoundError(f"{address}: no folder {path.parent} to create {path.name} "
+                                     f"in; check the path ({self.scheme}:DIR/COLLECTION).")
+
+    @contextlib.contextmanager
+    def creating(self, address):
+        """Create a local output's folder (0700, where missing), then hold its lock."""
+        from ..exceptions import StoreError
+
+        try:
+            address.path.mkdir(mode=0o700, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"{address}: cannot create the folder {address.path} "
+                             f"({exc.strerror}).") from None
+        with lock_for(address, address.path) as held:
+            yield held
+
+
+    def writer_lock(self, address):
+        """An output's lock; a local output's new folder is created first (the translation's
+        first write: nothing before it creates anything)."""
+        return lock_for(address) if address.path is None else self.creating(address)
+
+
+def _is_lock_file(name):
+    return name.startswith(".") and name.endswith(".skalign-lock")

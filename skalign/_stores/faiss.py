@@ -61,8 +61,6 @@ def _describe(index):
 class Reader(StoreReader):
     has_rows = True
     kind = "faiss"
-    schema = None
-    column = None
     dtype = np.dtype(np.float32)
 
     def __init__(self, address, column=None):

@@ -184,11 +184,12 @@ class LanceWriter(FileShadow):
     def finish(self):
         """The row count; the table's files and folders get the output's modes (LanceDB made
         them with the umask's, inside the folder made with it)."""
+        top = os.stat(self.partial).st_mode & 0o777  # dir_mode, less the umask
         for root, dirs, files in os.walk(self.partial):
             for name in dirs + files:
                 path = os.path.join(root, name)
                 if not os.path.islink(path):
-                    os.chmod(path, self.dir_mode if name in dirs else self.file_mode)
+                    os.chmod(path, top if name in dirs else top & 0o666)
         return self.table.count_rows()
 
     def fetch(self, positions, rows=None):

@@ -31,10 +31,8 @@ the address with its password (used as the API key) hidden.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import inspect
 import json
-import os
 
 import numpy as np
 
@@ -51,6 +49,7 @@ from .dbcommon import (
 )
 from .qdrant_names import (
     _EDGE,
+    FOLDER,
     STAMP_FOLDER,
     STAMP_KEY,
     _catalogue,
@@ -387,36 +386,7 @@ class Reader(StoreReader):
         return np.concatenate(parts) if parts else np.empty((0, self.dim), np.float32)
 
 
-def _is_lock_file(name):
-    return name.startswith(".") and name.endswith(".skalign-lock")
-
-
-def _check_output_folder(address):
-    """Refuse, before any work, a local output folder that cannot become a Qdrant store: its
-    parent missing, a file, or a folder holding other things than a Qdrant store."""
-    path = address.path
-    if path.is_dir():
-        if not _is_store(path) and any(not _is_lock_file(p) for p in os.listdir(path)):
-            raise StoreError(f"{address}: {path} is neither a Qdrant folder nor empty; give a "
-                             "Qdrant folder, an empty folder or a new one.")
-    elif path.exists() or path.is_symlink():
-        raise StoreError(f"{address}: {path} is not a folder; give a Qdrant folder or a new "
-                         "one (qdrant:DIR/COLLECTION).")
-    elif not path.parent.is_dir():
-        raise StoreNotFoundError(f"{address}: no folder {path.parent} to create {path.name} "
-                                 "in; check the path (qdrant:DIR/COLLECTION).")
-
-
-@contextlib.contextmanager
-def _creating(address):
-    """Create a local output's folder (where missing), then hold its lock."""
-    try:
-        address.path.mkdir(mode=0o700, exist_ok=True)
-    except OSError as exc:
-        raise StoreError(f"{address}: cannot create the folder {address.path} "
-                         f"({exc.strerror}).") from None
-    with lock_for(address, address.path) as held:
-        yield held
+_check_output_folder, _creating = FOLDER.check_output, FOLDER.creating
 
 
 @_edges
@@ -443,11 +413,7 @@ class Writer(StoreWriter):
         return _client(self.address)
 
     def lock(self):
-        """The output's lock; a local output's new folder is created first (the translation's
-        first write: nothing before it creates anything)."""
-        if self.address.path is None:
-            return lock_for(self.address)
-        return _creating(self.address)
+        return FOLDER.writer_lock(self.address)
 
     def exists(self):
         if self.address.path is not None and _client_key(self.address) not in _CLIENTS:

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from ..exceptions import AddressError, StoreError, StoreNotFoundError
-from .dbcommon import backup_name
+from .dbcommon import LocalFolder, backup_name
 from .engine_edge import EngineEdge, one_line
 from .journal import write_durably
 
@@ -72,20 +72,8 @@ def check_name(address):
                            f"{MAX_NAME_BYTES}, skalign adds {SHADOW_SUFFIX} for its shadow).")
 
 
-def _is_store(folder):
-    return (Path(folder) / META_FILE).is_file()
-
-
-def _check_store(address):
-    """Refuse, before a client is opened (it would create ``meta.json`` and ``.lock``), a
-    folder that is not a Qdrant store."""
-    path = address.path
-    if not path.is_dir():
-        raise StoreNotFoundError(f"{address}: no folder {path}; check the path "
-                                 "(qdrant:DIR/COLLECTION).")
-    if not _is_store(path):
-        raise StoreNotFoundError(f"{address}: {path} is not a Qdrant folder (it has no "
-                                 f"{META_FILE}); check the path (qdrant:DIR/COLLECTION).")
+FOLDER = LocalFolder("Qdrant", "qdrant", META_FILE)
+_is_store, _check_store = FOLDER.is_store, FOLDER.check_store
 
 
 def _catalogue(folder):
