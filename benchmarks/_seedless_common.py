@@ -1,4 +1,4 @@
-"""Shared by bench_seedless.py and certificate_study.py: splits of the development set, metrics.
+"""Shared by bench_seedless.py and bench_cuda.py: splits of the development set, metrics.
 
 Each draw splits the 4,000 texts of ``docstrings_en.npz`` at random into a pool (its first
 ``n_pool`` rows) and 1,000 held-out evaluation texts; the target pool holds the same texts as

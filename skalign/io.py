@@ -11,10 +11,15 @@ width of its input and output embeddings (:func:`model_info`); :func:`load` warn
 version differs from the running one, and :func:`translate` refuses input vectors of the wrong
 width before writing anything.
 
-:func:`translate` streams a vector store through a fitted aligner in bounded memory: ``.npy``
-arrays (memory-mapped), Parquet files or directories of Parquet shards, and LanceDB tables
-(``DIR/TABLE.lance``), keeping ids and every other column. :func:`read_vectors` reads the
-vectors of any of these into memory (memory-mapped for ``.npy``).
+:func:`translate` streams a vector store through a fitted aligner in bounded memory, keeping
+ids and every other column or field: ``.npy`` arrays (memory-mapped), Parquet files or folders
+of Parquet shards, LanceDB tables (``DIR/TABLE.lance``), FAISS indexes (``PATH.faiss``),
+PostgreSQL/pgvector tables (``postgresql://...?table=T&column=C``), Chroma collections
+(``chroma:DIR/NAME``, ``chroma+http://``) and Qdrant collections (``qdrant:DIR/NAME``,
+``qdrant+http://``). The output is written under a temporary name, verified, then published;
+an existing output is refused unless ``replace=True``, which keeps the previous store as a
+backup (:func:`restore` swaps them back). :func:`read_vectors` reads the vectors of any of
+these stores into memory (memory-mapped for ``.npy``).
 """
 
 from __future__ import annotations

@@ -100,8 +100,9 @@ def translate_parquet(model, src, dst, *, scheduler=None, column=None, batch_siz
         A Parquet file or a folder of Parquet shards, readable by every worker.
     dst : str or path-like
         Output folder of Parquet shards (``part.N.parquet``, one per input partition), written
-        to a temporary folder next to it by the workers and renamed at the end; an existing
-        ``dst`` is replaced.
+        to a temporary folder next to it by the workers and renamed at the end. An existing
+        ``dst`` is refused (:class:`~skalign.exceptions.StoreExistsError`); nothing is
+        replaced.
     scheduler : str, distributed.Client, cluster or None, default=None
         The scheduler's address (``"tcp://host:8786"``), a client, a cluster object such as
         :class:`distributed.LocalCluster`, or ``None`` for the current client.

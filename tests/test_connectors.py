@@ -696,7 +696,7 @@ def test_qdrant_local_open_rebuilds_per_point_objects_equal_and_usable(tmp_path)
     """After a local folder is opened, the per-point objects of every collection (payloads,
     ids, sparse vectors) are rebuilt so that they stop pinning the memory the load freed, and
     the dense vectors the load gathered as float64 are float32 again
-    (``_qdrant._compact_local``; the memory itself: ``benchmarks/qdrant_local_memory.py``). The
+    (``_qdrant._compact_local``; the memory itself: doc/developers/migrate_log.rst). The
     rebuilt collections hold equal values in new objects, answer reads and searches as before,
     and take writes that reach the folder."""
     pytest.importorskip("qdrant_client")
@@ -1110,7 +1110,7 @@ def test_chroma_and_qdrant_translate_in_batches_of_1024_rows(tmp_path, name, mon
 def test_pgvector_translates_in_batches_of_2048_rows(postgres, data):
     """PostgreSQL's default batch is 2,048 rows whatever the memory budget allows: every run,
     a rerun after a crash too, loads its first batch with nothing to overlap, and smaller
-    batches commit it sooner at the same pace overall (``benchmarks/pg_batch_rows.py``)."""
+    batches commit it sooner at the same pace overall (doc/developers/studies.rst)."""
     from skalign._stores.pipeline import (
         DATABASE_BATCH_ROWS,
         default_batch_size,

@@ -102,21 +102,3 @@ def test_bootstrap_table_is_the_tabulated_draws(load_benchmark, tmp_path):
         "--csv", str(tmp_path / "bootstrap_real.csv")])
     for made in sorted(tmp_path.iterdir()):
         assert made.read_text() == (results / made.name).read_text(), made.name
-
-
-def test_kill_summary_is_what_the_studies_files_say(load_benchmark, tmp_path):
-    """The migrate guide's kill-study table is ``summarize_kills.py``'s output of the committed
-    studies, and every committed study is in it."""
-    bench = load_benchmark("summarize_kills")
-    results = ROOT / "benchmarks" / "results"
-    studies = {p.name for p in results.glob("stores_kills_*.csv")
-               if not p.stem.endswith(("_trials", "_machine", "_summary"))}
-    assert studies == set(bench.STUDIES)
-    out = tmp_path / "summary.csv"
-    bench.main(["--out", str(out)])
-    assert out.read_text() == (results / "stores_kills_summary.csv").read_text()
-    rows = bench.summarize()
-    latest = [r for r in rows if r["latest"]]
-    assert len(latest) == len({r["backend"] for r in rows})  # one per backend
-    for r in latest:
-        assert r["rows"] == max(s["rows"] for s in rows if s["backend"] == r["backend"])

@@ -98,7 +98,9 @@ class SequentialWriter:
         f.flush()
         if direct and hasattr(os, "O_DIRECT"):
             try:
-                self.fd = os.open(f.name, os.O_WRONLY | os.O_DIRECT | os.O_CLOEXEC)
+                # the same file again, by its name: never a link put there since
+                self.fd = os.open(f.name, os.O_WRONLY | os.O_DIRECT | os.O_CLOEXEC
+                                  | getattr(os, "O_NOFOLLOW", 0))
             except (OSError, TypeError):  # TypeError: ``f`` has no path
                 self.fd = None
         if self.fd is None:

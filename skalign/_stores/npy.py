@@ -5,8 +5,6 @@ where the file system allows it, :mod:`skalign._stores.direct_io`)."""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from .._backend import iter_batches
@@ -14,7 +12,7 @@ from ..exceptions import StoreError
 from .base import StoreReader
 from .direct_io import BLOCK, SequentialWriter
 from .journal import write_journal
-from .shadow import FileShadow, create_file, open_file, restore_file
+from .shadow import FileShadow, open_file, restore_file
 
 __all__ = ["NpyReader", "NpyShadow", "create_npy"]
 
@@ -81,7 +79,7 @@ def create_npy(path, shape, dtype, align=BLOCK, mode=0o666):
     """Create the ``.npy`` file ``path`` for an array of ``shape`` (its data not written yet: a
     sparse file of zeros) with a header padded to ``align`` bytes; return the data's offset.
     The file is created afresh with the permission bits ``mode`` (less the umask): anything at
-    ``path``, a link included, is refused (:func:`~skalign._stores.shadow.create_file`).
+    ``path``, a link included, is refused (:func:`~skalign._stores.shadow.open_file`).
 
     numpy pads a header to 64 bytes; the format allows any padding of the header's dictionary
     with spaces (``numpy.load`` reads the length it declares), and at a block boundary every
@@ -95,7 +93,7 @@ def create_npy(path, shape, dtype, align=BLOCK, mode=0o666):
     if len(text) + 1 > room:  # pragma: no cover - a shape with thousands of digits
         raise ValueError(f"{path}: .npy header of {len(text)} bytes does not fit in {align}")
     header = prefix + room.to_bytes(2, "little") + text.ljust(room - 1) + b"\n"
-    with os.fdopen(create_file(path, mode, os.O_WRONLY), "wb") as f:
+    with open_file(path, "xb", mode) as f:
         f.write(header)
         f.truncate(align + int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize)
     return align

@@ -54,11 +54,11 @@ def create_file(path, mode=0o666, flags=os.O_RDWR):
     return os.open(path, flags | os.O_CREAT | os.O_EXCL | _NOFOLLOW, mode)
 
 
-def open_file(path, mode="r+b"):
-    """Open the existing regular file ``path`` (``"r+b"`` or ``"rb"``) without following a
-    link (``OSError`` ``ELOOP`` where one was put there)."""
-    flags = os.O_RDWR if "+" in mode else os.O_RDONLY
-    return os.fdopen(os.open(path, flags | _NOFOLLOW), mode)
+def open_file(path, mode="r+b", perms=0o666):
+    """``open(path, mode)`` without following a link at ``path`` (``ELOOP``); ``"x"`` modes
+    create the file afresh (nothing may be there) with the permission bits ``perms`` (less
+    the umask). The file object keeps its name (direct I/O opens it again by it)."""
+    return open(path, mode, opener=lambda p, flags: os.open(p, flags | _NOFOLLOW, perms))
 
 
 def replace_path(tmp, path):
@@ -201,7 +201,7 @@ class FileShadow(StoreWriter):
 
     def create(self, path):
         """Create the file ``path`` of the shadow afresh, with its mode; an open file."""
-        return os.fdopen(create_file(path, self.file_mode), "r+b")
+        return open_file(path, "x+b", self.file_mode)
 
     def lock(self):
         return FileLock(self.lock_path, self.display)

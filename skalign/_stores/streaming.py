@@ -125,7 +125,7 @@ class BatchTranslator:
     behind keep theirs while the next batch is translated into another) instead of fresh
     arrays, which would be new pages for the kernel to zero first, batch after batch. The
     buffers start at a block boundary, so that direct writes take them as they are
-    (:meth:`skalign._direct_io.SequentialWriter.write`). A writer
+    (:meth:`skalign._stores.direct_io.SequentialWriter.write`). A writer
     must therefore be done with a batch when its ``write_unit`` returns (every writer copies or
     encodes it). The product is the same as ``model.transform``'s, so are the results.
     """
