@@ -22,10 +22,11 @@ from ..exceptions import (
     UnsafeOperationError,
 )
 from .address import FILE_KINDS, Address, parse_address
+from .backups import backup_address, is_backup
 from .base import ENCODE_DEPTH
 from .direct_io import BLOCK
 from .journal import fingerprint, model_fingerprint
-from .provenance import backup_address, is_backup, make_stamp, move_stamp, read_stamp, write_stamp
+from .provenance import make_stamp, move_stamp, read_stamp, write_stamp
 from .registry import reader_class, writer_class
 from .streaming import BatchTranslator, WriteBehind, blas_threads_beside
 from .verify import keep_sample, verification_positions, verify

@@ -19,42 +19,7 @@ from .address import FILE_KINDS
 from .journal import write_durably
 from .registry import backend_module
 
-__all__ = ["BACKUP_SUFFIX", "backup_address", "is_backup", "make_stamp", "move_stamp",
-           "read_stamp", "sidecar_path", "write_stamp"]
-
-#: the suffix of a backup's name: ``STEM-skalign-backup.EXT`` for files,
-#: ``NAME_skalign_backup`` for tables and collections
-BACKUP_SUFFIX = "skalign-backup"
-_SUFFIXES = {"npy": ".npy", "parquet": ".parquet", "parquet-dir": "", "lance": ".lance",
-             "faiss": ".faiss"}
-
-
-def _stem(path, kind):
-    suffix = _SUFFIXES[kind]
-    name = path.name
-    return name[: -len(suffix)] if suffix and name.endswith(suffix) else name
-
-
-def backup_address(address):
-    """Where ``--replace`` keeps the output it replaces at ``address``."""
-    if address.kind in FILE_KINDS:
-        path = address.path
-        return address.with_path(path.with_name(
-            f"{_stem(path, address.kind)}-{BACKUP_SUFFIX}{_SUFFIXES[address.kind]}"))
-    if address.kind == "pgvector":  # PostgreSQL cuts names at 63 bytes: a hashed name there
-        from .pg_indexes import derived_name
-
-        schema, dot, table = address.name.rpartition(".")
-        return address.with_name(f"{schema}{dot}{derived_name(table, 'backup')}")
-    return address.with_name(f"{address.name}_{BACKUP_SUFFIX.replace('-', '_')}")
-
-
-def is_backup(address):
-    """Whether ``address`` is named as a backup ``--replace`` keeps."""
-    if address.kind in FILE_KINDS:
-        return _stem(address.path, address.kind).endswith(f"-{BACKUP_SUFFIX}")
-    return (address.name or "").endswith(f"_{BACKUP_SUFFIX.replace('-', '_')}")
-
+__all__ = ["make_stamp", "move_stamp", "read_stamp", "sidecar_path", "write_stamp"]
 
 def make_stamp(model_fp, source, n_rows, d_in, d_out):
     """The stamp of an output translated by the model ``model_fp`` from ``source``."""

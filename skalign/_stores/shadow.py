@@ -24,6 +24,7 @@ from pathlib import Path
 
 from ..exceptions import StoreError
 from .address import Address
+from .backups import backup_address
 from .base import StoreWriter
 from .journal import CommitClock, FileLock, fsync_dir, read_journal
 
@@ -122,8 +123,6 @@ def output_modes(source, replaced=None):
 
 def restore_file(address):
     """Swap a file store and its backup (``skalign restore``); return the backup's address."""
-    from .provenance import backup_address
-
     backup = backup_address(address)
     path, bpath = address.path, backup.path
     if not (bpath.exists() or bpath.is_symlink()):
