@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from skalign._registry import PUBLIC, SUBMODULES
+from skalign._stores.registry import BACKENDS
 
 PACKAGE = Path(__file__).resolve().parents[1] / "skalign"
 
@@ -16,6 +17,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "skalign"
 DYNAMIC = {
     "skalign": sorted(set(PUBLIC.values()) | {f"skalign.{m}" for m in SUBMODULES}),
     "skalign._discovery": sorted(set(PUBLIC.values())),
+    "skalign._stores.registry": sorted({f"skalign._stores.{b['module']}"
+                                        for b in BACKENDS.values()}),
 }
 
 
@@ -201,3 +204,33 @@ def test_pot_is_not_a_runtime_dependency():
     project = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["project"]
     assert not any(d.startswith("pot") for d in project["dependencies"])
     assert any(d.startswith("pot") for d in project["optional-dependencies"]["tests"])
+
+
+#: the translation's own layers above the backends: no backend imports them
+PIPELINE = {"skalign._stores.pipeline", "skalign._stores.streaming", "skalign._stores.verify",
+            "skalign._stores.provenance", "skalign._stores.registry"}
+
+
+def _reachable(graph, start):
+    seen, todo = set(), [start]
+    while todo:
+        for nxt in graph.get(todo.pop(), ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+@pytest.mark.parametrize("kind", sorted(BACKENDS))
+def test_no_backend_reaches_the_pipeline(kind):
+    """A store backend imports only the layers below it (address, base, shadow, journal, its
+    engine's helpers), directly or through anything it imports."""
+    graph = import_graph()
+    module = f"skalign._stores.{BACKENDS[kind]['module']}"
+    assert not (_reachable(graph, module) & PIPELINE), module
+
+
+def test_no_module_over_700_lines():
+    long = {name: n for name, path in _modules().items()
+            if (n := len(path.read_text().splitlines())) > 700}
+    assert long == {}
