@@ -1,7 +1,7 @@
 """Chroma's names, folders and errors: the naming rule checked before a client is opened, the
 catalogue of a persistent folder read without one (so that reading never creates engine files),
-and chromadb's exceptions turned into one-line :class:`~skalign.exceptions.StoreError` exceptions at the
-backend's edge."""
+and chromadb's exceptions turned into one-line :class:`~skalign.exceptions.StoreError`
+exceptions at the backend's edge."""
 
 from __future__ import annotations
 

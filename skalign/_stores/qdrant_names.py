@@ -1,8 +1,8 @@
-"""Qdrant's names, folders, stamps' files and errors: the naming rule checked before a client
-is opened, a local folder's catalogue (``meta.json``) read without one (so that reading never
+"""Qdrant's names, folders, stamps' files and errors: the naming rule checked before a client is
+opened, a local folder's catalogue (``meta.json``) read without one (so that reading never
 creates engine files), the provenance stamps kept in a local folder, and qdrant-client's
-exceptions turned into one-line :class:`~skalign.exceptions.StoreError` exceptions at the backend's
-edge."""
+exceptions turned into one-line :class:`~skalign.exceptions.StoreError` exceptions at the
+backend's edge."""
 
 from __future__ import annotations
 
