@@ -40,14 +40,16 @@ def commit(rev):
 
 
 def bench_run(tree, args, out):
-    """``tree``'s ``bench_stores.py`` (which puts its own tree first on ``PYTHONPATH``)."""
+    """``tree``'s ``bench_stores.py``, with that tree first on ``PYTHONPATH`` (for the script's
+    own process too: it makes the stores with that tree's helpers)."""
     cmd = [sys.executable, str(tree / "benchmarks" / "bench_stores.py"), "--kills", "0",
            "--repeats", str(args.repeats), "--backends", args.backends, "--csv", str(out)]
     if args.rows:
         cmd += ["--rows", str(args.rows)]
     if args.workdir:
         cmd += ["--workdir", args.workdir]
-    subprocess.run(cmd, check=True, cwd=tree, stdout=subprocess.DEVNULL)
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    subprocess.run(cmd, check=True, cwd=tree, stdout=subprocess.DEVNULL, env=env)
     with open(out, newline="") as f:
         return list(csv.DictReader(f))
 

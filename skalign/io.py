@@ -148,6 +148,8 @@ def save(estimator, path):
     from ._version import __version__
 
     sio = _import_skops()
+    if not _is_skalign_estimator(estimator):
+        raise TypeError(f"save writes skalign estimators; got a {type(estimator).__name__}.")
     check_is_fitted(estimator)
     payload = {
         "format": _FORMAT,
@@ -190,7 +192,20 @@ def _read_payload(path):
         raise ModelFileError(
             f"{path}: a skops file but not a skalign model; save models with skalign.io.save."
         )
+    if not _is_skalign_estimator(payload.get("estimator")):
+        raise ModelFileError(
+            f"{path}: holds a {type(payload.get('estimator')).__name__}, not a skalign "
+            "estimator; fit one with `skalign fit` (or save a skalign estimator).")
     return payload
+
+
+def _is_skalign_estimator(estimator):
+    """Whether ``estimator`` is an instance of a public skalign estimator class (scikit-learn's
+    own types load as trusted skops types, but cannot translate a store)."""
+    from ._registry import ESTIMATOR_NAMES, PUBLIC
+
+    cls = type(estimator)
+    return cls.__name__ in ESTIMATOR_NAMES and cls.__module__ == PUBLIC[cls.__name__]
 
 
 def model_info(path):

@@ -438,3 +438,29 @@ def test_write_behind_encodes_ahead_but_writes_in_order_and_stops_at_a_failure()
     inline = _WriteBehind(lambda unit, *rest: plain.append(unit), False, encode)
     inline.submit(2, None, None, 2)
     assert plain == ["unit 2"] and inline.depth == 1
+
+
+def test_a_skops_payload_with_a_scikit_learn_estimator_is_refused(tmp_path, capsys):
+    """scikit-learn's types load as trusted skops types; a payload in skalign's format holding
+    one is still not a model that translates: one line, exit 2, no traceback."""
+    import skops.io as sio
+    from sklearn.linear_model import LogisticRegression
+
+    from skalign.cli import main
+    from skalign.io import _FORMAT, _FORMAT_VERSION
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 8)).astype(np.float32)
+    clf = LogisticRegression().fit(X, np.arange(40) % 2)
+    sio.dump({"format": _FORMAT, "format_version": _FORMAT_VERSION, "skalign_version": "0",
+              "estimator_class": "ProcrustesAligner", "n_features_in": 8, "n_features_out": 8,
+              "estimator": clf}, tmp_path / "lr.skops")
+    with pytest.raises(ModelFileError, match="holds a LogisticRegression, not a skalign"):
+        load(tmp_path / "lr.skops")
+    np.save(tmp_path / "x.npy", X)
+    assert main(["translate", str(tmp_path / "lr.skops"), str(tmp_path / "x.npy"),
+                 str(tmp_path / "out.npy")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "LogisticRegression" in err
+    with pytest.raises(TypeError, match="save writes skalign estimators"):
+        save(clf, tmp_path / "lr2.skops")
