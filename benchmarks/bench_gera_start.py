@@ -16,6 +16,7 @@ Same-language maps read the full development set (``../shared/data/docstrings_en
 cross-lingual maps read ``benchmarks/data/crosslingual_de.npz``. One CPU thread.
 
     python benchmarks/bench_gera_start.py                       # 3 splits, 25 / 200 / 1,000 pairs
+    python benchmarks/bench_gera_start.py --first-split 3       # 3 other splits
     python benchmarks/bench_gera_start.py --splits 1 --pairs 200 --maps "MiniLM en -> e5 de"
 """
 
@@ -70,6 +71,7 @@ def main(argv=None):
     parser.add_argument("--maps", nargs="+", default=list(SAME) + list(XLING_MAPS))
     parser.add_argument("--pairs", nargs="+", type=int, default=[25, 200, 1000])
     parser.add_argument("--splits", type=int, default=3)
+    parser.add_argument("--first-split", type=int, default=0, help="seed of the first split")
     parser.add_argument("--csv", default=None, help="write every cell to this CSV file")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -89,8 +91,9 @@ def main(argv=None):
             src, tgt = XLING_MAPS[name]
             A, B, n_test = xling[src], xling[tgt], 1000
         for n in args.pairs:
-            cells = [run_cell(A, B, n, seed, n_test) for seed in range(args.splits)]
-            for seed, c in enumerate(cells):
+            seeds = range(args.first_split, args.first_split + args.splits)
+            cells = [run_cell(A, B, n, seed, n_test) for seed in seeds]
+            for seed, c in zip(seeds, cells):
                 rows.append({"map": name, "pairs": n, "split": seed, **c})
             mean = {k: np.mean([c[k] for c in cells]) for k in ("Procrustes", "start", "GeRA",
                                                                  "fit_s")}
