@@ -351,23 +351,24 @@ def test_row_mapped_to_infinity_refused_through_model_transform(tmp_path, data, 
 
 
 # ------------------------------------------------------------------------ data-loss guards
+def _assert_no_op(capsys, folder, model, src, out):
+    """``translate --replace`` of ``src`` into ``out`` does nothing, says so, exits 0."""
+    before = snapshot(folder)
+    status, stdout, err = run(capsys, model, src, out, "--replace")
+    assert status == 0 and "already holds this model's translation" in stdout + err, err
+    assert snapshot(folder) == before
+
+
 @pytest.mark.parametrize("backend", BACKENDS, ids=IDS)
 def test_replace_twice_with_the_same_model_is_a_no_op(backend, tmp_path, data, capsys):
     X, (model, _) = data
     src = backend.make(tmp_path, X)
     out = backend.output(tmp_path)
     assert run(capsys, model, src, out, "--replace")[0] == 0
-    before = snapshot(tmp_path)
-    status, stdout, err = run(capsys, model, src, out, "--replace")
-    assert status == 0, err
-    assert "already holds this model's translation" in stdout + err
-    assert snapshot(tmp_path) == before
+    _assert_no_op(capsys, tmp_path, model, src, out)
     # in place: the second run finds its own translation there
     assert run(capsys, model, out, out, "--replace", "--force")[0] == 0
-    before = snapshot(tmp_path)
-    status, stdout, err = run(capsys, model, out, out, "--replace")
-    assert status == 0 and "already holds this model's translation" in stdout + err, err
-    assert snapshot(tmp_path) == before
+    _assert_no_op(capsys, tmp_path, model, out, out)
 
 
 def test_replace_in_place_twice_is_a_no_op(tmp_path, data, capsys):
@@ -375,10 +376,7 @@ def test_replace_in_place_twice_is_a_no_op(tmp_path, data, capsys):
     src = Npy().make(tmp_path, X)
     assert run(capsys, model, src, src, "--replace")[0] == 0
     assert np.array_equal(np.load(tmp_path / "src-skalign-backup.npy"), X)
-    before = snapshot(tmp_path)
-    status, stdout, err = run(capsys, model, src, src, "--replace")
-    assert status == 0 and "already holds this model's translation" in stdout + err, err
-    assert snapshot(tmp_path) == before
+    _assert_no_op(capsys, tmp_path, model, src, src)
 
 
 @pytest.mark.parametrize("backend", BACKENDS, ids=IDS)

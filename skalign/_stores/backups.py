@@ -5,6 +5,7 @@ would cut it)."""
 from __future__ import annotations
 
 from .address import FILE_KINDS
+from .dbcommon import backup_name
 
 __all__ = ["BACKUP_SUFFIX", "backup_address", "is_backup"]
 
@@ -32,11 +33,11 @@ def backup_address(address):
 
         schema, dot, table = address.name.rpartition(".")
         return address.with_name(f"{schema}{dot}{derived_name(table, 'backup')}")
-    return address.with_name(f"{address.name}_{BACKUP_SUFFIX.replace('-', '_')}")
+    return address.with_name(backup_name(address.name))
 
 
 def is_backup(address):
     """Whether ``address`` is named as a backup ``--replace`` keeps."""
     if address.kind in FILE_KINDS:
         return _stem(address.path, address.kind).endswith(f"-{BACKUP_SUFFIX}")
-    return (address.name or "").endswith(f"_{BACKUP_SUFFIX.replace('-', '_')}")
+    return (address.name or "").endswith(backup_name(""))

@@ -25,7 +25,7 @@ from ..exceptions import StoreError
 from .base import StoreReader
 from .journal import write_journal
 from .npy import NpyShadow
-from .shadow import remove_path, swap_paths
+from .shadow import remove_path, restore_file
 
 __all__ = ["Reader", "Writer", "restore"]
 
@@ -290,11 +290,5 @@ class _BuildWriter(NpyShadow):
         return backup
 
 
-def restore(address):
-    path = address.path
-    backup = path.with_name(f"{path.name[: -len('.faiss')]}-skalign-backup.faiss")
-    if not backup.exists():
-        raise StoreError(f"{path}: no backup {backup.name} to restore; a backup is kept only by "
-                         "`skalign translate --replace`.")
-    swap_paths(path, backup)
-    return backup
+#: ``skalign restore``: swap the index and its backup
+restore = restore_file

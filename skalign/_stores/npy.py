@@ -19,8 +19,6 @@ __all__ = ["NpyReader", "NpyShadow", "create_npy"]
 
 class NpyReader(StoreReader):
     kind = "npy"
-    column = None
-    schema = None
 
     def __init__(self, address, column=None):
         path = self.path = address.path

@@ -120,7 +120,6 @@ def _stack(vectors):
 class Reader(StoreReader):
     has_rows = True
     kind = "pgvector"
-    schema = None
     dtype = np.dtype(np.float32)
 
     def __init__(self, address, column=None):

@@ -9,6 +9,7 @@ Backends (:mod:`skalign._stores.registry`) provide readers and writers with the 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from .base import ENCODE_DEPTH
 from .direct_io import BLOCK
 from .journal import fingerprint, model_fingerprint
 from .provenance import make_stamp, move_stamp, read_stamp, write_stamp
-from .registry import reader_class, writer_class
+from .registry import backend_module, reader_class, writer_class
 from .streaming import BatchTranslator, WriteBehind, blas_threads_beside
 from .verify import keep_sample, verification_positions, verify
 
@@ -229,8 +230,7 @@ def prepare_translation(model, src, dst, *, column=None, batch_size=None, replac
             "the translation in (the current one kept as a backup, `skalign restore` undoes it).")
     if exists and noop is None:
         _check_backup_free(job)
-    return Translation(src, dst, reader, dst.kind, d_in, d_out, batch_size, job.out_column,
-                       noop, model_fp)
+    return dataclasses.replace(job, noop=noop, model_fp=model_fp)
 
 
 def _default_batch(kind, d_in, d_out):
@@ -340,13 +340,6 @@ class TranslationResult(int):
 def restore_store(output):
     """Swap ``output`` and the backup ``--replace`` kept of it; return the backup's address."""
     address = parse_address(output, output=True)
-    module_restore = _backend_restore(address)
-    backup = _as_address(address, module_restore(address))
+    backup = _as_address(address, backend_module(address).restore(address))
     move_stamp(address, backup, swap=True)
     return backup
-
-
-def _backend_restore(address):
-    from .registry import backend_module
-
-    return backend_module(address).restore

@@ -293,7 +293,6 @@ def _check_listed(address):
 class Reader(StoreReader):
     has_rows = True
     kind = "qdrant"
-    schema = None
     dtype = np.dtype(np.float32)
 
     def __init__(self, address, column=None):

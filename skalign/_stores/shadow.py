@@ -22,8 +22,7 @@ from contextlib import contextmanager
 from glob import escape as glob_escape
 from pathlib import Path
 
-from ..exceptions import StoreError
-from .address import Address
+from ..exceptions import StoreError, StoreExistsError
 from .backups import backup_address
 from .base import StoreWriter
 from .journal import CommitClock, FileLock, fsync_dir, read_journal
@@ -121,6 +120,11 @@ def output_modes(source, replaced=None):
     return mode, mode | (mode & 0o444) >> 2  # folders: searchable by whoever may read
 
 
+def lock_path(path):
+    """The lock file of the file store at ``path`` (its writers and its restore share it)."""
+    return path.with_name(f".{path.name}.skalign-lock")
+
+
 def restore_file(address):
     """Swap a file store and its backup (``skalign restore``); return the backup's address."""
     backup = backup_address(address)
@@ -130,8 +134,7 @@ def restore_file(address):
 
         raise StoreNotFoundError(f"{path}: no backup {bpath.name} to restore; a backup is kept "
                                  "only by `skalign translate --replace`.")
-    lock = FileLock(path.with_name(f".{path.name}.skalign-lock"), str(address))
-    with lock:
+    with FileLock(lock_path(path), str(address)):
         swap_paths(path, bpath)
     return backup
 
@@ -171,14 +174,12 @@ class FileShadow(StoreWriter):
     suffix = ""
 
     def __init__(self, address, job):
-        self.address, self.job = address, job
-        self.path = address.path if isinstance(address, Address) else Path(address)
+        self.address, self.job, self.path = address, job, address.path
         name, suffix = self.path.name, self.suffix
-        stem = name[: -len(suffix)] if suffix and name.endswith(suffix) else name
         self.partial = self.path.with_name(f".{name}.skalign-partial{suffix}")
         self.journal = self.path.with_name(f".{name}.skalign-journal")
-        self.lock_path = self.path.with_name(f".{name}.skalign-lock")
-        self.backup = self.path.with_name(f"{stem}-skalign-backup{suffix}")
+        self.lock_path = lock_path(self.path)
+        self.backup = backup_address(address).path
         self.display = str(address)
         self.clock = CommitClock()
 
@@ -244,7 +245,10 @@ class FileShadow(StoreWriter):
         if self.path.exists() or self.path.is_symlink():
             if not replace:  # checked before starting; re-checked in case it appeared since
                 raise StoreError(f"{self.path}: exists; pass --replace (keeps it as a backup).")
-            remove_path(self.backup)
+            if self.backup.exists() or self.backup.is_symlink():  # never dropped (checked
+                # before starting too): it may hold the only copy of earlier data
+                raise StoreExistsError(f"{self.path}: its backup {self.backup.name} exists; "
+                                       "remove or restore it first.")
             os.rename(self.path, self.backup)
             backup = self.backup
         os.rename(self.partial, self.path)

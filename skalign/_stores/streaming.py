@@ -114,6 +114,17 @@ def blas_threads_beside(busy):
         yield
 
 
+def _first_bad_row(a, exact=False):
+    """The first row of ``a`` holding a NaN or infinity (``None``: none). The sum is finite
+    when every number is (one pass, no boolean array); an overflowing sum of finite numbers
+    only costs the exact pass, which ``exact`` asks for at once."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        if not exact and np.isfinite(np.add.reduce(a, axis=None)):
+            return None
+        bad = ~np.isfinite(a).all(axis=1)
+    return int(np.flatnonzero(bad)[0]) if bad.any() else None
+
+
 class BatchTranslator:
     """``model.transform`` of each streamed batch as float32, after checking it holds numbers
     only; the translation is checked too (finite numbers can overflow float32 under a map with
@@ -143,30 +154,23 @@ class BatchTranslator:
             self.fn = model._transform_numpy_fn(dtype=np.float32)
 
     def _check_finite(self, vectors, start, exact=False):
-        """Raise the store's error at the first row with a NaN or infinity. The sum is finite
-        when every number is (one pass, no boolean array); an overflowing sum of finite
-        numbers only costs the exact check."""
-        if (exact or not np.isfinite(np.add.reduce(vectors, axis=None))) \
-                and not np.isfinite(vectors).all():
-            bad = start + int(np.flatnonzero(~np.isfinite(vectors).all(axis=1))[0])
-            raise StoreError(f"{self.where}: row {bad} has NaN or infinite numbers; drop or "
-                             "re-embed those rows first.")
+        """Raise the store's error at the first row with a NaN or infinity."""
+        bad = _first_bad_row(vectors, exact)
+        if bad is not None:
+            raise StoreError(f"{self.where}: row {start + bad} has NaN or infinite numbers; "
+                             "drop or re-embed those rows first.")
 
     def _check_output(self, out, start, exact=False):
         """Raise the store's error at the first row the model maps to a NaN or infinity (its
-        input is finite: checked before). The sum proves a batch finite as in
-        :meth:`_check_finite`; the affine map proves it without a pass (``exact``: it could
-        not)."""
-        with np.errstate(over="ignore", invalid="ignore"):
-            if not exact and np.isfinite(np.add.reduce(out, axis=None)):
-                return
-            if np.isfinite(out).all():
-                return
-            bad = start + int(np.flatnonzero(~np.isfinite(out).all(axis=1))[0])
-        raise StoreError(
-            f"{self.where}: the model maps row {bad} to infinite numbers (or NaN): its input is "
-            "finite but the translation overflows float32; check the model (weights that large "
-            "are a failed fit) or scale the input down. Nothing was written.")
+        input is finite: checked before; ``exact``: the affine map's bound could not prove
+        the batch finite)."""
+        bad = _first_bad_row(out, exact)
+        if bad is not None:
+            raise StoreError(
+                f"{self.where}: the model maps row {start + bad} to infinite numbers (or NaN): "
+                "its input is finite but the translation overflows float32; check the model "
+                "(weights that large are a failed fit) or scale the input down. Nothing was "
+                "written.")
 
     def _buffer(self, n, d_out):
         if len(self.buffers) < self.n_buffers or self.buffers[0].shape[0] < n:
