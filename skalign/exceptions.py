@@ -18,6 +18,7 @@ __all__ = [
     "ConvergenceWarning",
     "DeviceWarning",
     "DiscoveryFailedWarning",
+    "EncoderError",
     "IllConditionedDecodeWarning",
     "LabelsAsTargetWarning",
     "ModelFileError",
@@ -158,6 +159,14 @@ class UnsafeOperationError(StoreError):
     Translating a ``--replace`` backup or a store that is already this model's output (its
     provenance stamp says so) is refused unless ``force=True`` (``--force``); translating a
     backup into the output it was kept for is always refused.
+    """
+
+
+class EncoderError(ValueError):
+    """An encoder could not be loaded, or returned something that is not one finite row per text.
+
+    Raised by :mod:`skalign.encoders`; the message names the encoder and what was wrong (the
+    shape it returned, the first non-finite row, the module it could not import).
     """
 
 

@@ -22,7 +22,7 @@ numpydoc_validate = pytest.importorskip("numpydoc.validate")
 PUBLIC_MODULES = [
     "skalign", "skalign.base", "skalign.cli", "skalign.datasets", "skalign.exceptions",
     "skalign.io", "skalign.manifold", "skalign.metrics", "skalign.parallel", "skalign.utils",
-    "skalign.utils.estimator_checks", "skalign.plan",
+    "skalign.utils.estimator_checks", "skalign.plan", "skalign.encoders",
 ]
 
 #: numpydoc checks not enforced anywhere, with the reason.
