@@ -1,16 +1,11 @@
-"""What the benchmark scripts share: a peak-memory probe, a table writer and an older version
-of skalign to run beside the working tree's.
+"""What the benchmark scripts share: a peak-memory probe, table writers and the batch-size rule
+of skalign's streamed translation.
 
 The scripts run as ``python benchmarks/bench_*.py`` (this folder is then on ``sys.path``); the
 test suite's ``load_benchmark`` fixture puts it there too.
 """
 
-import atexit
 import csv
-import shutil
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -54,7 +49,8 @@ class PeakRSS:
 
 def write_rows(path, rows):
     """Write ``rows`` (dicts) to the CSV file ``path``, a header first: every key of any row, in
-    the order they first appear (a row without a key leaves its cell empty)."""
+    the order they first appear (a row without a key leaves its cell empty). Makes the folder."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
         w.writeheader()
@@ -71,24 +67,9 @@ def write_figures(path, figures):
         w.writerows(items)
 
 
-def git_tree(rev, *paths, prefix="skalign_tree_"):
-    """``rev``'s tree (or only ``paths`` of it), extracted with ``git archive`` into a new
-    temporary folder, which is returned (the caller removes it when done)."""
-    root = Path(__file__).resolve().parents[1]
-    tmp = Path(tempfile.mkdtemp(prefix=prefix))
-    archive = subprocess.run(["git", "-C", str(root), "archive", rev, *paths],
-                             check=True, capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive, check=True)
-    return tmp
-
-
-def old_package(rev):
-    """``rev``'s ``skalign/`` as the importable package ``skalign_old``, extracted with ``git
-    archive`` into a temporary folder: a side-by-side run times the same work with the old and
-    the new code alternately in one process, since the machine's load moves absolute times. The
-    folder is removed when the process exits (its modules are imported by then)."""
-    tmp = git_tree(rev, "skalign", prefix="skalign_old_")
-    atexit.register(shutil.rmtree, tmp, ignore_errors=True)
-    (tmp / "skalign").rename(tmp / "skalign_old")
-    sys.path.insert(0, str(tmp))
-    return "skalign_old"
+def batch_rows(*floats_per_row, working_memory=128):
+    """Rows per batch so that one batch's float32 numbers (``floats_per_row`` per row, summed)
+    take about ``working_memory`` MiB: the rule ``skalign.io.translate`` documents for its
+    default batches (input and output near 128 MiB), and, with scikit-learn's
+    ``working_memory`` (1024 MiB by default), the one its estimators' ``transform`` uses."""
+    return max(1, int(working_memory * 2**20 // max(1, 4 * int(sum(floats_per_row)))))

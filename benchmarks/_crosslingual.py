@@ -1,6 +1,6 @@
 """Load the cross-lingual development set ``benchmarks/data/crosslingual_de.npz`` and split it.
 
-Made by ``benchmarks/make_crosslingual.py`` (English msgid / German msgstr pairs from the
+Made by ``maint_tools/make_crosslingual.py`` (English msgid / German msgstr pairs from the
 gettext catalogs of Django, Sphinx, wagtail, django-allauth and Trac wheels). Dev data, not
 package data: the scripts in this folder and the test suite read it from here.
 """
@@ -32,8 +32,3 @@ def load_crosslingual(path=None, texts=False):
                    encoding="utf-8") as fh:
         return arrays, json.load(fh)
 
-
-def split(n_rows, n_test, seed):
-    """Seeded permutation of the rows: (held-out rows, the others in random order)."""
-    perm = np.random.default_rng(seed).permutation(n_rows)
-    return perm[:n_test], perm[n_test:]

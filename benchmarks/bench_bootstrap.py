@@ -19,6 +19,14 @@ pool, in bounded memory).
     python benchmarks/bench_bootstrap.py            # 500-point pools vs the paper loop; 20k pools
     python benchmarks/bench_bootstrap.py --full     # ... and a 10^5-point run
     python benchmarks/bench_bootstrap.py --quick    # smoke test: 300 pools, 40 anchors, 20 steps
+    python benchmarks/bench_bootstrap.py --start    # the start guard on real encoders (below)
+
+``--start``: the defaults against their start, the inner Procrustes fitted on the seeds alone,
+with and without the start guard (``validation_fraction=None``). MiniLM -> MPNet (the vendored
+subset) and MiniLM en -> e5 de (``benchmarks/data/crosslingual_de.npz``), 350 held-out texts of
+1,350, 25 / 200 / 1,000 seeds among the 1,000 others, which form the pools (target shuffled;
+``wrong`` pools: source and target pools of 500 different texts each). Held-out top-1, every
+held-out target a candidate, both sides centred.
 """
 
 import argparse
@@ -28,9 +36,11 @@ import numpy as np
 import ot
 import torch
 from _common import PeakRSS
+from _crosslingual import load_crosslingual
 
-from skalign import AnchorBootstrapper, LinearAligner, UnpairedPool
-from skalign.datasets import make_paired_spaces
+from skalign import AnchorBootstrapper, LinearAligner, ProcrustesAligner, UnpairedPool
+from skalign.datasets import load_docstring_embeddings, make_paired_spaces
+from skalign.metrics import top_k_accuracy
 
 
 def make_problem(n, d=32, noise=0.1, seed=0):
@@ -112,13 +122,63 @@ def run_paper(n, n_anchors, steps, sinkhorn_iter):
                 Xs, Ys, Xp, Yp, f"{steps} steps x {sinkhorn_iter} Sinkhorn it., measured")
 
 
+def start_guard(seeds=(25, 200, 1000), splits=(0,)):
+    """Rows (data, pools, seeds, split, start, guarded, unguarded, stage, fit s) of ``--start``."""
+    import warnings
+
+    E = load_docstring_embeddings().embeddings
+    x = load_crosslingual()
+    data = {"MiniLM -> MPNet": (E["minilm_l6"], E["mpnet_base"]),
+            "MiniLM en -> e5 de": (x["en_minilm_l6"], x["de_me5_small_q4"])}
+    rows = []
+    for name, (A, B) in data.items():
+        for kind in ("same texts", "wrong"):
+            for n in seeds:
+                for split in splits:
+                    order = np.random.default_rng(split).permutation(len(A))[:1350]
+                    test, rest = order[:350], order[350:]
+                    s = rest[:n]
+                    pool = (UnpairedPool(X=A[rest[:500]], y=B[rest[500:]]) if kind == "wrong"
+                            else UnpairedPool(X=A[rest], y=B[np.random.default_rng(1)
+                                                             .permutation(rest)]))
+                    mu = B[test].mean(0)
+
+                    def top1(est):
+                        return top_k_accuracy(B[test] - mu, est.transform(A[test]) - mu)
+
+                    out = [top1(ProcrustesAligner().fit(A[s], B[s]))]
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        t0 = time.perf_counter()
+                        guarded = AnchorBootstrapper(random_state=split).fit(A[s], B[s],
+                                                                            unpaired=pool)
+                        secs = time.perf_counter() - t0
+                        plain = AnchorBootstrapper(validation_fraction=None, random_state=split)
+                        plain.fit(A[s], B[s], unpaired=pool)
+                    rows.append((name, kind, n, split, out[0], top1(guarded), top1(plain),
+                                 guarded.best_stage_, secs))
+    header = (f"{'map':20s} {'pools':10s} {'seeds':>5s} {'split':>5s} {'start':>6s} "
+              f"{'guarded':>7s} {'unguarded':>9s} {'stage':>5s} {'fit s':>6s}")
+    print(header)
+    print("-" * len(header))
+    for name, kind, n, split, st, g, u, stage, secs in rows:
+        print(f"{name:20s} {kind:10s} {n:5d} {split:5d} {st:6.3f} {g:7.3f} {u:9.3f} "
+              f"{stage:5d} {secs:6.1f}")
+    return rows
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--full", action="store_true", help="also run 10^5-point pools")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--start", action="store_true",
+                        help="only the start guard on real encoders")
+    parser.add_argument("--splits", type=int, default=1, help="splits of --start")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.start:
+        return start_guard(splits=range(args.splits))
     if args.quick:
         small, anchors, steps, sink_it, big = 300, 40, 20, 50, []
     else:

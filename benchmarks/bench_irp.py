@@ -23,12 +23,16 @@ import argparse
 import time
 
 import numpy as np
+import sklearn
 import torch
-from _common import PeakRSS
+from _common import PeakRSS, batch_rows
 
 from skalign import InverseRelativeProjector
-from skalign._anchors import encode, rescale
-from skalign._backend import apply_in_batches, to_tensor
+
+
+def _unit(B):
+    """Rows scaled to unit norm (a zero row stays zero)."""
+    return B / torch.linalg.vector_norm(B, dim=1, keepdim=True).clamp_min(1e-30)
 
 
 def make_data(n, d, k, seed=0):
@@ -48,27 +52,40 @@ def loop_fns(irp, AX, AY, device):
     C_y = AY.astype(np.float64) - AY.mean(0, dtype=np.float64)
     Ax = C_x / np.linalg.norm(C_x, axis=1, keepdims=True)
     Ay = C_y / np.linalg.norm(C_y, axis=1, keepdims=True)
+    def to_tensor(a):
+        return torch.as_tensor(np.asarray(a, np.float32), device=device)
+
     enc, dec, maps = [], [], []
     for idx in irp.subspace_indices_:
         S = Ay[idx]  # the ridge pseudo-inverse S (SᵀS + αI)⁻¹ of the fitted alpha_
         P = S @ np.linalg.inv(S.T @ S + irp.alpha_ * np.eye(S.shape[1]))
-        enc.append(to_tensor(Ax[idx].T, device))
-        dec.append(to_tensor(P, device))
-        maps.append(to_tensor(Ax[idx].T @ P, device))
-    mu_x, mu_y = to_tensor(irp.source_mean_, device), to_tensor(irp.target_mean_, device)
+        enc.append(to_tensor(Ax[idx].T))
+        dec.append(to_tensor(P))
+        maps.append(to_tensor(Ax[idx].T @ P))
+    mu_x, mu_y = to_tensor(irp.source_mean_), to_tensor(irp.target_mean_)
     w, s = len(maps), irp.target_scale_
 
+    # Eq. 5: centre and normalise a row, average the subspaces' decodings, normalise the mean,
+    # then scale by the targets' mean norm and add their mean back
     def encode_decode(B):
-        x = encode(B, mu_x)
-        acc = sum((x @ E) @ D for E, D in zip(enc, dec))
-        return rescale(acc / w, "normalize", s, mu_y)
+        x = _unit(B - mu_x)
+        return _unit(sum((x @ E) @ D for E, D in zip(enc, dec)) / w) * s + mu_y
 
     def per_map(B):
-        x = encode(B, mu_x)
-        acc = sum(x @ M for M in maps)
-        return rescale(acc / w, "normalize", s, mu_y)
+        x = _unit(B - mu_x)
+        return _unit(sum(x @ M for M in maps) / w) * s + mu_y
 
     return {"loop: encode+decode": encode_decode, "loop: ω maps": per_map}
+
+
+def _batched(fn, X, batch, device):
+    """``fn`` over the rows of ``X`` in batches on ``device``, into one float32 numpy array."""
+    out = None
+    for lo in range(0, len(X), batch):
+        Y = fn(torch.as_tensor(X[lo:lo + batch], device=device)).cpu().numpy()
+        out = np.empty((len(X), Y.shape[1]), np.float32) if out is None else out
+        out[lo:lo + len(Y)] = Y
+    return out
 
 
 def _timed(fn, device, repeat=1):
@@ -120,15 +137,12 @@ def run(n, d, k, n_subspaces, thresholds, device="cpu", repeat=1, seed=0, fit_on
         ref, secs, mib, gpu = _timed(lambda: irp.transform(Xin), device, repeat)
         _emit(rows, ("IRP (one matrix)", delta, kept, fit_s, secs, 1.0, 0.0, max(fit_mib, mib),
                      max(fit_gpu, gpu)))
-        batch = irp.batch_size
-        if batch is None:
-            from skalign._backend import default_batch_size
-            batch = default_batch_size(2 * (d + d))  # as transform: in + out, counted twice
+        # transform's batches: input and output rows, counted twice
+        batch = irp.batch_size or batch_rows(2 * (d + d), working_memory=sklearn.get_config()[
+            "working_memory"])
         for name, fn in loop_fns(irp, AX, AY, device).items():
-            out, lsecs, lmib, lgpu = _timed(
-                lambda: apply_in_batches(fn, Xin, device=device, batch_size=batch, n_outputs=d),
-                device, repeat,
-            )
+            out, lsecs, lmib, lgpu = _timed(lambda: _batched(fn, Xin, batch, device), device,
+                                            repeat)
             err = float(np.abs(out - ref).max())
             _emit(rows, (name, delta, kept, float("nan"), lsecs, lsecs / secs, err, lmib, lgpu))
     return rows

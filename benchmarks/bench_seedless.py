@@ -2,7 +2,7 @@
 
 On every encoder pair of the development set (``../shared/data/docstrings_en.npz``), per random
 state: a pool of ``--pool`` texts per side (the target side shuffled, same texts) and 1,000
-held-out texts (see ``_seedless_common.py``). Rows:
+held-out texts (``_real.draw``). Rows:
 
 * ``skalign 0 pairs``: ``AnchorBootstrapper().fit(None, None, unpaired=pool)``;
 * ``skalign 5 pairs``: the same with 5 true seed pairs;
@@ -13,20 +13,13 @@ held-out texts (see ``_seedless_common.py``). Rows:
   more centroids, all rows in every k-means run);
 * ``Procrustes 1,000 pairs``: the supervised ceiling.
 
-Printed: median top-1 and MRR over the states, the median neighbourhood retention
-(``recall10``: the held-out texts as a translated store, recall@10 of each text's ten nearest
-others against those among the target encoder's own embeddings; 1.0 keeps every neighbourhood,
-see :func:`skalign.metrics.retrieval_retention`), the success rate (top-1 ≥ 0.9 × the ceiling of
-the same draw), the median fit seconds (wall clock) and the median CPU seconds of the fit
-(``cpu_seconds``: all the process's threads; with one thread and a core of its own it is the
-wall time, and unlike the wall time it barely moves when other jobs share the machine). Each
-run's row also holds the 1-minute load average when its fit started (``load``; the machine may
-be shared), the torch threads (``threads``, from ``OMP_NUM_THREADS``) and, for skalign, what
-each self-learning restart did (``restarts``: soft objective, certificate of its start pairs,
-then its certificate or ``stopped``). Written:
-``results/bench_seedless.csv`` (one row per pair and method, the table of the user guide),
-``results/bench_seedless_runs.csv`` and
-``results/bench_seedless_figures.csv`` (``key,value``: the figures the guide's prose quotes).
+Printed and written per pair and method: median top-1, MRR and neighbourhood retention
+(``recall10``, :func:`skalign.metrics.retrieval_retention` of the held-out texts as a translated
+store) over the states, the successes (top-1 ≥ 0.9 × the ceiling of the same draw), median fit
+seconds and CPU seconds (all threads: unlike the wall time it barely moves on a shared machine).
+Each run's row also holds the load average when its fit started and the torch threads. Files:
+``results/bench_seedless.csv`` (the user guide's table), ``_runs.csv`` (every run) and
+``_figures.csv`` (``key,value``: the figures its prose quotes).
 
 ``--crosslingual``: the English -> German pairs of ``benchmarks/data/crosslingual_de.npz`` (its
 path as DATA; 2,897 texts, so pools of at most 1,897 rows: use ``--pool 1500``), MiniLM English
@@ -42,13 +35,11 @@ Procrustes on 1,000 true pairs of the source-pool texts. Written to
 
     OMP_NUM_THREADS=1 python benchmarks/bench_seedless.py ../shared/data/docstrings_en.npz
     python benchmarks/bench_seedless.py PATH.npz --states 0 1 --no-mv2v
-    python benchmarks/bench_seedless.py PATH.npz --resume --mv2v-states 0 --mv2v-other "{}"
+    python benchmarks/bench_seedless.py PATH.npz --resume --mv2v-other "{}"
     python benchmarks/bench_seedless.py PATH.npz --disjoint --no-mv2v
     python benchmarks/bench_seedless.py benchmarks/data/crosslingual_de.npz --crosslingual \
         --pool 1500
     python benchmarks/bench_seedless.py PATH.npz --resume --no-mv2v --merge A_runs.csv B_runs.csv
-    nice -n 10 env OMP_NUM_THREADS=1 python benchmarks/bench_seedless.py PATH.npz --resume \
-        --replace --seeds 0 --no-mv2v --pairs 2 --states 0 1   # rerun zero pairs, keep the rest
 """
 
 import argparse
@@ -61,7 +52,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from _seedless_common import (
+from _common import write_rows
+from _real import (
     CROSSLINGUAL_PAIRS,
     ENCODER_PAIRS,
     ceiling_map,
@@ -105,8 +97,6 @@ def main(argv=None):
     ap.add_argument("--mv2v-other", type=ast.literal_eval, default=MV2V_OTHER,
                     help="mini-vec2vec fit parameters of its second row, a dict literal; {} "
                          "leaves the second row out")
-    ap.add_argument("--mv2v-states", type=int, nargs="+", default=None,
-                    help="random states mini-vec2vec runs on (default: all of --states)")
     ap.add_argument("--seeds", type=int, nargs="*", default=[0, 5],
                     help="seed-pair counts of the skalign rows (none: no skalign rows)")
     ap.add_argument("--pairs", type=int, nargs="+", default=None,
@@ -116,9 +106,6 @@ def main(argv=None):
     ap.add_argument("--resume", action="store_true",
                     help="keep the runs already in the runs CSV and skip the methods that ran "
                          "on their pair and state")
-    ap.add_argument("--replace", action="store_true",
-                    help="with --resume: run this call's methods again on their pairs and "
-                         "states, replacing their earlier rows (the other rows are kept)")
     ap.add_argument("--merge", nargs="+", default=[], metavar="RUNS_CSV",
                     help="with --resume: runs CSVs of other calls (e.g. run side by side with "
                          "their own --out) whose rows replace those of the same pair, state and "
@@ -154,21 +141,18 @@ def main(argv=None):
         keys = {run_key(r) for r in new}
         runs = [r for r in runs if run_key(r) not in keys] + new
     if args.merge:
-        write_csv(runs_path, sorted(runs, key=run_order))
+        write_rows(runs_path, sorted(runs, key=run_order))
     threads = torch.get_num_threads()
     for source, target in [PAIRS[i] for i in args.pairs]:
         for state in args.states:
             done = {r["method"] for r in runs
                     if (r["source"], r["target"], r["state"]) == (source, target, state)}
-            mv2v = not args.no_mv2v and (args.mv2v_states is None or state in args.mv2v_states)
             other = ", ".join(f"{k}={v}" for k, v in args.mv2v_other.items())
-            settings = [("mini-vec2vec defaults", {})] if mv2v else []
-            if mv2v and args.mv2v_other:
+            settings = [] if args.no_mv2v else [("mini-vec2vec defaults", {})]
+            if settings and args.mv2v_other:
                 settings.append((f"mini-vec2vec {other}", args.mv2v_other))
-            wanted = [_skalign_method(n, args.device) for n in args.seeds] + [
-                n for n, _ in settings]
-            if not args.replace:
-                wanted = [w for w in wanted if w not in done]
+            wanted = [w for w in [_skalign_method(n, args.device) for n in args.seeds]
+                      + [n for n, _ in settings] if w not in done]
             if not wanted:
                 continue
             runs = [r for r in runs if not ((r["source"], r["target"], r["state"])
@@ -177,13 +161,24 @@ def main(argv=None):
             X, Y, partner, Xe, Ye, Xt, Yt = draw(E, source, target, state, args.pool,
                                                  disjoint=args.disjoint)
             ceil_pred = ceiling_map(Xt, Yt).transform(Xe)
-            ceil, ceil_mrr = top1_mrr(Ye, ceil_pred)
-            results = [(CEILING, ceil, ceil_mrr, retention10(Ye, ceil_pred), float("nan"),
-                        float("nan"), "", float("nan"), "", "", "")]
+            ceil = top1_mrr(Ye, ceil_pred)[0]
+            nan = float("nan")
+
+            def row(method, pred, sec=nan, cpu=nan, note="", cert=nan, warned="", load_avg=""):
+                t1, mrr = top1_mrr(Ye, pred)
+                return dict(source=source, target=target, n_pool=len(X), state=state,
+                            disjoint=args.disjoint, method=method, top1=round(t1, 4),
+                            mrr=round(mrr, 4), recall10=round(retention10(Ye, pred), 4),
+                            ceiling=round(ceil, 4), success=t1 >= 0.9 * ceil,
+                            seconds=round(sec, 1), cpu_seconds=round(cpu, 1), note=note,
+                            certificate=round(cert, 4), warned=warned,
+                            load=round(load_avg, 2) if load_avg != "" else "",
+                            threads=threads if load_avg != "" else "")
+
+            results = [row(CEILING, ceil_pred)]
             if args.crosslingual and source.split("_", 1)[1] == target.split("_", 1)[1]:
                 # one model, two languages: the raw embeddings are the reference to beat
-                results.append((NO_MAP, *top1_mrr(Ye, Xe), retention10(Ye, Xe), float("nan"),
-                                float("nan"), "", float("nan"), "", "", ""))
+                results.append(row(NO_MAP, Xe))
             for n_seed in args.seeds:
                 method = _skalign_method(n_seed, args.device)
                 if method not in wanted:
@@ -191,36 +186,20 @@ def main(argv=None):
                 load_avg, c0 = os.getloadavg()[0], time.process_time()
                 boot, sec, warned, _ = fit_skalign(X, Y, partner, n_seed, state, Yt=Yt,
                                                    device=args.device)
-                cpu = time.process_time() - c0
-                pred = boot.transform(Xe)
-                t1, mrr = top1_mrr(Ye, pred)
-                results.append((method, t1, mrr, retention10(Ye, pred), sec, cpu,
-                                f"certificate {boot.certificate_:.3f}"
-                                + (" (warned)" if warned else ""),
-                                boot.certificate_, warned, load_avg, restarts_note(boot)))
+                results.append(row(method, boot.transform(Xe), sec, time.process_time() - c0,
+                                   f"certificate {boot.certificate_:.3f}"
+                                   + (" (warned)" if warned else ""),
+                                   boot.certificate_, warned, load_avg))
             for name, params in settings:
                 if name not in wanted:
                     continue
                 load_avg = os.getloadavg()[0]
                 transform, sec, cpu = fit_mv2v(X, Y, state, **params)
-                pred = transform(Xe)
-                t1, mrr = top1_mrr(Ye, pred)
-                results.append((name, t1, mrr, retention10(Ye, pred), sec, cpu, "",
-                                float("nan"), "", load_avg, ""))
-            for (method, t1, mrr, r10, sec, cpu, note, cert, warned, load_avg,
-                 restarts) in results:
-                row = dict(source=source, target=target, n_pool=len(X), state=state,
-                           disjoint=args.disjoint, method=method,
-                           top1=round(t1, 4), mrr=round(mrr, 4), recall10=round(r10, 4),
-                           ceiling=round(ceil, 4),
-                           success=t1 >= 0.9 * ceil, seconds=round(sec, 1),
-                           cpu_seconds=round(cpu, 1), note=note,
-                           certificate=round(cert, 4), warned=warned,
-                           load=round(load_avg, 2) if load_avg != "" else "",
-                           threads=threads if load_avg != "" else "", restarts=restarts)
-                runs.append(row)
-                print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
-            write_csv(runs_path, sorted(runs, key=run_order))
+                results.append(row(name, transform(Xe), sec, cpu, load_avg=load_avg))
+            for r in results:
+                runs.append(r)
+                print(" ".join(f"{k}={v}" for k, v in r.items()), flush=True)
+            write_rows(runs_path, sorted(runs, key=run_order))
     table = []
     kind = "disjoint texts" if args.disjoint else "same texts"
     rows = min(args.pool, 1500) if args.disjoint else args.pool
@@ -253,8 +232,8 @@ def main(argv=None):
                   f"{summary['mrr']:6.3f} {summary['recall10']!s:>6s} {summary['success']:>8s} "
                   f"{summary['seconds']!s:>6s} "
                   f"{summary['cpu_seconds']!s:>6s} {len(rs):6d}")
-    write_csv(Path(args.out), table)
-    write_csv(Path(args.out.replace(".csv", "_figures.csv")), figures(runs))
+    write_rows(Path(args.out), table)
+    write_rows(Path(args.out.replace(".csv", "_figures.csv")), figures(runs))
     return table
 
 
@@ -270,7 +249,7 @@ def figures(runs):
     (where every run has it), ``ratio_min`` (smallest top-1 / ceiling),
     ``successes``, ``warned``, ``states``, ``seconds`` (median), ``seconds_max``,
     ``cpu_seconds`` (median), ``cpu_seconds_max``, ``cpu_seconds_success_max`` (the successful
-    runs' largest).
+    runs' largest), ``load_min`` and ``load_max``.
     """
     out = []
     for source, target in PAIRS:
@@ -298,7 +277,6 @@ def figures(runs):
                 loads = [float(r["load"]) for r in m if r.get("load") not in (None, "")]
                 if loads:  # 1-minute load average when each fit started (newer runs only)
                     values["load_min"], values["load_max"] = min(loads), max(loads)
-                values.update(restart_figures(m))
             out += [{"key": f"{source}__{target}__{slug}__{k}", "value": round(float(v), 4)}
                     for k, v in values.items()]
     return out
@@ -337,53 +315,6 @@ def method_order(method):
     if method in (CEILING, NO_MAP):
         return 0, int(method == NO_MAP)
     return (1, int(seeds[1])) if seeds else (2, method)
-
-
-def restarts_note(boot):
-    """What each self-learning restart did, e.g. ``1: signatures soft 0.138 (61 it) start cert
-    0.030 stopped 31.0 s; 2: signatures soft 0.410 (27 it) start cert 0.985 cert 0.990 (5 it)
-    40.2 s`` (soft and hard iterations in brackets)."""
-    parts = []
-    for r in getattr(boot, "restarts_", []):
-        soft = "" if r.get("soft_objective") is None else (
-            f" soft {r['soft_objective']:.3f} ({r['n_soft_iter']} it)")
-        start = f" start cert {r['start_certificate']:.3f}"
-        end = " stopped" if r.get("stopped") else (
-            f" cert {r['certificate']:.3f} ({r['n_iter']} it)")
-        parts.append(f"{r['restart']}: {r['start']}{soft}{start}{end} {r['seconds']:.1f} s")
-    return "; ".join(parts)
-
-
-def restart_figures(runs):
-    """From the ``restarts`` notes of runs: ``restarts`` (starts run in all), ``stopped``
-    (stopped before their hard phase), ``stopped_start_cert_max`` and ``passed_start_cert_min``
-    (start certificates of the stopped starts and of those that passed the certificate)."""
-    stopped, passed, total = [], [], 0
-    for r in runs:
-        for start, cert in re.findall(r"start cert ([0-9.]+) (?:stopped|cert ([0-9.]+))",
-                                      r.get("restarts") or ""):
-            total += 1
-            if not cert:
-                stopped.append(float(start))
-            elif float(cert) >= 0.5:
-                passed.append(float(start))
-    if not total:
-        return {}
-    out = {"restarts": total, "stopped": len(stopped)}
-    if stopped:
-        out["stopped_start_cert_max"] = max(stopped)
-    if passed:
-        out["passed_start_cert_min"] = min(passed)
-    return out
-
-
-def write_csv(path, rows):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fields = list(dict.fromkeys(k for r in rows for k in r))
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields)
-        w.writeheader()
-        w.writerows(rows)
 
 
 def read_runs(path):

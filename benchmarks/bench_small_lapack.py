@@ -5,14 +5,15 @@
 For each matrix (the decompositions skalign's fits repeat: the soft self-learning's 128 × 128
 polar map, the hard loop's 384 × 768 one, a 384 × 384 and a 768 × 768 ``eigh``, the SVD of
 2,000 × 384 anchors), the median milliseconds of torch's call with the process's threads (both
-cores; what torch does by default) and inside :func:`skalign._backend.small_lapack` (one thread
-below its size limit, the default above it), with ``--busy`` processes spinning beside it (0:
-an idle machine, as far as the machine is idle). Each busy process starts a session of its own,
-like a job started from another shell: where the kernel groups tasks by session
-(``/proc/sys/kernel/sched_autogroup_enabled`` = 1, the default of many distributions), each
-session gets an equal share of the cores, and a two-thread call waits for its second thread
-far longer than its share of the cores would explain. The table records the setting. Prints a
-table; ``--csv`` writes its figures as ``key,value`` rows (``busy1__svd_128_x_128__speedup``).
+cores; what torch does by default) and with skalign's setting (one thread below its size limit,
+``SMALL_LAPACK`` multiply-adds m·n·min(m, n), the default above it), with ``--busy`` processes
+spinning beside it (0: an idle machine, as far as the machine is idle). Each busy process
+starts a session of its own, like a job started from another shell: where the kernel groups
+tasks by session (``/proc/sys/kernel/sched_autogroup_enabled`` = 1, the default of many
+distributions), each session gets an equal share of the cores, and a two-thread call waits for
+its second thread far longer than its share of the cores would explain. The table records the
+setting. Prints a table; ``--csv`` writes its figures as ``key,value`` rows
+(``busy1__svd_128_x_128__speedup``).
 """
 
 import argparse
@@ -25,7 +26,9 @@ import time
 import torch
 from _common import write_figures
 
-from skalign._backend import SMALL_LAPACK, small_lapack
+#: skalign's size limit for one-thread decompositions (the user guide's "Threads"; the test of
+#: this script checks it against the package's)
+SMALL_LAPACK = 2**24
 
 
 def _spin(stop):
@@ -58,15 +61,11 @@ def _cases():
     ]
 
 
-def _median_ms(fn, A, repeats, wrap):
+def _median_ms(fn, A, repeats):
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        if wrap:
-            with small_lapack(A):
-                fn(A)
-        else:
-            fn(A)
+        fn(A)
         times.append(time.perf_counter() - t0)
     return 1e3 * statistics.median(times)
 
@@ -90,8 +89,10 @@ def main(argv=None):
                 fn(A)  # first-call allocations
                 m, n = A.shape
                 one = m * n * min(m, n) <= SMALL_LAPACK
-                threads_ms = _median_ms(fn, A, args.repeats, wrap=False)
-                small_ms = _median_ms(fn, A, args.repeats, wrap=True)
+                threads_ms = _median_ms(fn, A, args.repeats)
+                torch.set_num_threads(1 if one else args.threads)
+                small_ms = _median_ms(fn, A, args.repeats)
+                torch.set_num_threads(args.threads)
                 rows.append({"busy": busy, "case": name, "threads": args.threads,
                              "small_lapack_threads": 1 if one else args.threads,
                              "threads_ms": round(threads_ms, 2),

@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import PeakRSS, write_figures
+from _common import PeakRSS, batch_rows, write_figures
 
 
 def make_input(path, rows, dim, chunk=1 << 18, seed=0):
@@ -102,12 +102,11 @@ def main(argv=None):
         args.rows, args.parquet_rows = 20_000, 4_000
 
     from skalign import ProcrustesAligner
-    from skalign._stores.pipeline import default_batch_size
     from skalign.cli import main as cli_main
     from skalign.io import save
 
     d_in, d_out = 384, 768
-    batch_size = args.batch_size or default_batch_size(d_in, d_out)
+    batch_size = args.batch_size or batch_rows(d_in, d_out)
     base = Path(args.workdir) if args.workdir else None
     work = Path(tempfile.mkdtemp(prefix="bench_translate-", dir=base))
     results = {"rows": args.rows, "dim_in": d_in, "dim_out": d_out, "batch_size": batch_size,

@@ -6,7 +6,7 @@ Defaults against tuned baselines on real encoders
 The digits encoders used in most examples are small and well behaved; real sentence encoders are
 not: their embeddings are anisotropic (a few directions carry much of the variance), offset from
 the origin and hubby. Defaults that look fine on digits have collapsed on them. This example runs
-the study script ``benchmarks/real_defaults.py`` on the real embeddings that ship with skalign
+the study script ``benchmarks/bench_real_defaults.py`` on the real embeddings that ship with skalign
 (:func:`~skalign.datasets.load_docstring_embeddings`: 1,350 first sentences of Python
 standard-library docstrings embedded by all-MiniLM-L6-v2 and all-mpnet-base-v2) and compares each
 estimator's **defaults** with the **best setting of a small grid** (chosen on the held-out rows,
@@ -32,9 +32,9 @@ import torch
 # the examples folder.
 here = Path(__file__).resolve().parent if "__file__" in globals() else Path(os.getcwd())
 spec = importlib.util.spec_from_file_location(
-    "real_defaults", here.parent / "benchmarks" / "real_defaults.py"
+    "bench_real_defaults", here.parent / "benchmarks" / "bench_real_defaults.py"
 )
-study = sys.modules["real_defaults"] = importlib.util.module_from_spec(spec)
+study = sys.modules["bench_real_defaults"] = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(study)
 
 from skalign.datasets import load_docstring_embeddings  # noqa: E402

@@ -4,8 +4,9 @@ The estimator, its parameters and ``fit``; the steps of the fit are mixins in th
 the inputs (:mod:`skalign._bootstrap_inputs`), the discovery by relative-representation rounds
 (:mod:`skalign._bootstrap_rounds`) or by self-learning (:mod:`skalign._bootstrap_seedless`),
 the anchor refinement (:mod:`skalign._bootstrap_refine`), the inner estimator's fit on the
-discovered pairs and ``map_rounds`` (:mod:`skalign._bootstrap_anchors`), and the success
-certificate (:mod:`skalign._bootstrap_certify`).
+discovered pairs and ``map_rounds`` (:mod:`skalign._bootstrap_anchors`), the success
+certificate (:mod:`skalign._bootstrap_certify`) and the guard that keeps the seeds' own map when
+the discovered pairs do not beat it (:mod:`skalign._bootstrap_validate`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from ._bootstrap_inputs import _check_pool_spread, _InputsMixin
 from ._bootstrap_refine import _RefineMixin
 from ._bootstrap_rounds import _RoundsMixin
 from ._bootstrap_seedless import _SelfLearningMixin
+from ._bootstrap_validate import _StartGuardMixin
 from ._certificate import CERTIFICATE_THRESHOLD
 from ._compat import Interval, StrOptions, _fit_context
 from .base import BaseAligner, check_min_pairs, check_unpaired
@@ -51,94 +53,44 @@ def _estimator_has(attr):
 
 
 class AnchorBootstrapper(_InputsMixin, _RoundsMixin, _SelfLearningMixin, _RefineMixin,
-                         _AnchorsMixin, _CertifyMixin, BaseAligner):
+                         _AnchorsMixin, _CertifyMixin, _StartGuardMixin, BaseAligner):
     r"""Discover parallel anchors from a few seed pairs, or none, then fit an aligner on them.
 
-    In plain words: starting from a handful of known pairs (or none), pair the rows of two
-    unpaired pools that describe the same items, keep the pairs that are each other's best
-    match, and fit an aligner on them. Every fit is checked without ground truth: a map fitted
-    on half of the discovered pairs must find the other half (``certificate_``); below
-    ``min_certificate`` the fit warns (:class:`~skalign.exceptions.DiscoveryFailedWarning`)
-    instead of returning a wrong map in silence.
-
     A meta-estimator in the manner of :class:`~sklearn.semi_supervised.SelfTrainingClassifier`:
-    ``fit(X_seed, y_seed, unpaired=UnpairedPool(X=source_pool, y=target_pool))`` takes the seed
-    pairs and two unpaired pools (of possibly different sizes, the target pool in any order);
-    ``fit(None, None, unpaired=...)`` is the zero-pair mode. It discovers pairs (source-pool
-    row, target-pool row) and fits ``estimator_ = clone(estimator)`` on the seed plus the
-    discovered pairs. ``transform``/``predict``/``score`` delegate to ``estimator_``.
+    ``fit(X_seed, y_seed, unpaired=UnpairedPool(X=source_pool, y=target_pool))`` pairs rows of
+    two unpaired pools (of any sizes, the target pool in any order) that describe the same
+    items, keeps the mutual best matches, and fits ``estimator_ = clone(estimator)`` on the seed
+    plus the discovered pairs; ``fit(None, None, unpaired=...)`` is the zero-pair mode.
+    ``transform``, ``predict`` and ``score`` delegate to ``estimator_``.
 
-    **Two discovery methods** (``discovery``; ``"auto"`` takes self-learning below 25 seed
-    pairs, the rounds from 25 on):
+    **Discovery** (``discovery``). From 25 seed pairs on, *rounds* of relative representations:
+    with the current anchors :math:`A_X, A_Y` (the seeds, then the seeds plus the pairs accepted
+    so far) on centred, L2-normalised rows, source row ``i`` and target row ``j`` score
 
-    * ``"self_learning"`` (zero to a few seeds): each pool row gets an isometry-invariant
-      *similarity signature* (the sorted row of :math:`\sqrt{Z Z^\top}`, vecmap's unsupervised
-      start [2]_), concatenated with its cosines to the seed rows when there are seeds; the
-      CSLS scores of these profiles start a *soft* self-learning on the top 128 principal
-      components of each pool: the orthogonal map is fitted on the candidate pairs (each
-      row's 32 most similar rows of the other pool, and each column's) weighted by the
-      softmax (temperature 0.02 on the start scores, 0.05 after) of their CSLS scores, the
-      scores are recomputed under the map, until the objective stalls (8 iterations without
-      growth, 3 once it has taken off to four times its first value; a weak start, 1–2 % of
-      rows paired right, takes off where hard pairs stay stuck); its steps are over-relaxed
-      (taken three times as far while they keep their direction), which shortens the slow
-      climb before the take-off. Its mutual CSLS pairs are the first pseudo-pairs of the hard
-      self-learning [2]_ in the full dimension: fit the orthogonal map on the pseudo-pairs
-      (seeds weighted 5×), re-pair every source row and every target row with its best CSLS
-      partner, until the pairs repeat or the objective stalls for 3 iterations (the stochastic
-      dictionary induction of [2]_, dropping scores at random, has nothing to escape from these
-      mostly right pairs: it starts at keep probability 1). Up to ``n_restarts`` starts (the
-      first three each with its own temperatures and number of principal components, later
-      ones from a random 80 % of the rows; when the widths match and there are no seeds, the
-      second start is the identity map) are run until one passes the certificate; the best is
-      kept. A start whose own pairs fail a cheap held-out test (an orthogonal map fitted on
-      half of them must find the other half: the share that ``certificate_`` measures, below
-      0.5 or ``min_certificate`` if lower) stops there, before the hard phase and the
-      certificate, which would only polish a wrong pairing. The final pairs are the mutual CSLS
-      nearest neighbours under the learned map. Memory: dense :math:`n \times m` scores over at most
-      ``max_candidates`` rows per side.
-    * ``"rounds"`` (the relative-representation rounds described next).
+    .. math::
 
-    **Rounds.** Each pool is centred on its mean and its rows (and the seed rows of that side,
-    with the same mean) are L2-normalised. With the current anchors
-    :math:`A_X, A_Y` (the ``s`` seeds, then the seeds plus the pairs accepted so far), the
-    relative representations are the normalised cosine profiles
-    :math:`r_X(x) = A_X x / \|A_X x\|`, :math:`r_Y(y) = A_Y y / \|A_Y y\|`, and the similarity
-    of source row ``i`` and target row ``j`` is :math:`S_{ij} = r_X(x_i)^\top r_Y(y_j)`. Each
-    round builds a correspondence from :math:`S` (``correspondence``):
+        S_{ij} = r_X(x_i)^\top r_Y(y_j), \qquad r_X(x) = \frac{A_X x}{\|A_X x\|}, \quad
+        r_Y(y) = \frac{A_Y y}{\|A_Y y\|},
 
-    * ``"csls"``: hubness-corrected scores
-      :math:`\operatorname{CSLS}_{ij} = 2S_{ij} - r^X_i - r^Y_j` (:math:`r^X_i`: mean of row
-      ``i``'s ``csls_n_neighbors`` largest similarities, :math:`r^Y_j` likewise per column),
-      confidence = the CSLS margin between a source row's best and second-best target;
-    * ``"sinkhorn"``: the entropic OT plan for the cost :math:`1 - S` (log-domain Sinkhorn,
-      :math:`\varepsilon` = ``sinkhorn_reg`` × median cost), confidence = the share of the row's
-      mass on its best target;
-    * ``"cosine"``: :math:`S` itself, confidence = its margin.
+    corrected for hubness by CSLS [3]_, :math:`2 S_{ij} - r^X_i - r^Y_j` (or an entropic
+    transport plan [4]_, or :math:`S` itself: ``correspondence``); the ``n_working_anchors``
+    most confident mutual best matches are the next round's anchors, until the pairs to return
+    stop changing. Below 25 seed pairs, *self-learning* [2]_: isometry-invariant similarity
+    signatures (plus the cosines to the seeds) start a soft, then a hard, self-learning of an
+    orthogonal map scored by CSLS, restarted up to ``n_restarts`` times. The returned pairs are
+    the mutual best matches of the last round (under the learned map). ``refine=True`` adds the
+    anchor optimisation of [1]_; ``map_rounds`` pairs the pools again under the fitted map.
 
-    The pairs that are mutual best matches are ranked by confidence and the first
-    ``n_working_anchors − s`` become the anchors of the next round (as the anchors sharpen, more
-    pairs become mutual, so the accepted set grows from round to round). The rounds stop when
-    at most a fraction ``tol`` of the pairs to return were not already mutual pairs in the
-    previous round, or after ``max_rounds``. The
-    discovered anchors are the ``n_anchors − s`` most confident mutual pairs of the last round
-    (or, with ``anchor_indices``, the best targets of the given source rows).
-
-    Working with more anchors (``n_working_anchors=1000``) than are finally returned is what makes
-    the loop reliable on real encoders: with 285 working anchors MiniLM → multilingual-e5 pairs
-    42–80 % of the anchors exactly, with 1,000 98.9–100 % (see the user guide).
-
-    ``refine=True`` adds the anchor optimisation of Cannistraci et al. [1]_ after the rounds:
-    free target anchors :math:`\tilde a_k` on the unit sphere minimise
-    :math:`\| \hat R_X - Y [L_Y; \tilde A_Y]^\top \|_F^2` (:math:`\hat R_X`: the source relative
-    representations carried to the target rows by the last round's mutual pairs) by Adam, and
-    are snapped to their nearest target-pool row. On the development data it changed at most one
-    pair in 285 (MiniLM → multilingual-e5) for 2–3× the fit time, so it is opt-in.
-
-    Cost and memory: a round is two passes over blocks of :math:`S` (``batch_size`` source rows
-    at a time), i.e. :math:`O(n\,m\,\min(a, d_y))` time with ``a`` anchors and
-    :math:`O(\text{batch\_size} \cdot m + (n + m)\,d)` memory; the source candidates are a random
-    subset of ``max_candidates`` pool rows when the pool is larger.
+    **Checks.** Every fit is checked without ground truth: a clone of ``estimator`` fitted on
+    the seeds plus half of the discovered pairs must find the other half's partners
+    (``certificate_``); below ``min_certificate`` the fit warns
+    (:class:`~skalign.exceptions.DiscoveryFailedWarning`). And the fit never ends measurably
+    below its start, ``estimator`` fitted on the seed pairs alone: seed pairs held out from a
+    whole fit (discovery included) score the start and every stage (the discovered pairs, each
+    map round) by the rank of their targets, as :class:`GeRAAligner` scores its epochs; a stage
+    is kept only if it beats the start by more than one standard error, else the start is
+    returned (``kept_start_``). Without seed pairs there is no start (no map can be fitted from
+    no pair, and no pair could score one): the certificate is the only check.
 
     Read more in the :ref:`User Guide <bootstrap>`.
 
@@ -150,8 +102,7 @@ class AnchorBootstrapper(_InputsMixin, _RoundsMixin, _SelfLearningMixin, _Refine
         ``estimator__<name>`` (also when left at ``None``).
     n_anchors : int or "auto", default="auto"
         Anchors returned in all (seed + discovered); ``"auto"`` returns every mutual pair of
-        the final matching (the reliable pairs), so the inner aligner sees as many pairs as
-        the pools offer (on 3,000-row pools, 2,900–3,000 pairs instead of 300).
+        the final matching, so the inner aligner sees as many pairs as the pools offer.
     anchor_indices : array-like of int, default=None
         Source-pool rows whose counterparts to return (their best targets after the rounds,
         mutual or not); ``None`` returns the most confident mutual pairs.
@@ -163,26 +114,26 @@ class AnchorBootstrapper(_InputsMixin, _RoundsMixin, _SelfLearningMixin, _Refine
         After discovery, rounds at most of pairing the pools *under the fitted map*: the source
         candidates are translated by ``estimator_``, paired with the target pool by mutual CSLS
         nearest neighbours, and ``estimator_`` is refitted on the seeds plus those pairs (all
-        of them with ``n_anchors="auto"``). A map fitted on thousands of discovered pairs pairs
-        the pools better than the relative representations did: with a retention-tuned ridge
-        inner estimator and 25 seeds, two rounds raised recall@10 retention by 0.011-0.026
-        towards or from multilingual-e5 on the development data (:mod:`skalign.plan` uses
-        ``map_rounds=2``). Ignored with ``anchor_indices``; stops early when at most ``tol`` of
-        the pairs are new. An inner estimator that searches its penalty (``alpha="auto"``)
-        searches it for the first fit and the last round's; the rounds between keep the
-        penalty chosen before them.
+        of them with ``n_anchors="auto"``). Ignored with ``anchor_indices``; stops early when at
+        most ``tol`` of the pairs are new. An inner estimator that searches its penalty
+        (``alpha="auto"``) searches it for the first fit and the last round's; the rounds
+        between keep the penalty chosen before them.
     tol : float, default=0.01
         Stop when at most this fraction of the pairs to return (the ``n_anchors − s`` most
         confident mutual pairs, or those of ``anchor_indices``) were not already mutual pairs in
         the previous round.
     correspondence : {"csls", "sinkhorn", "cosine"}, default="csls"
-        How each round pairs the pools (see above; ``discovery="rounds"`` only).
+        How each round pairs the pools (``discovery="rounds"`` only): CSLS scores, confidence
+        = the margin between a source row's best and second-best score; the entropic transport
+        plan for the cost :math:`1 - S` (log-domain Sinkhorn), confidence = the share of the
+        row's mass on its best target; or :math:`S` with its margin.
     discovery : {"auto", "self_learning", "rounds"}, default="auto"
         The discovery method (see above); ``"auto"``: self-learning with fewer than 25 seed
         pairs (zero included), the rounds otherwise and without pools.
     n_restarts : int, default=3
-        Starts of the self-learning at most; it stops at the first that passes the
-        certificate.
+        Starts of the self-learning at most (each with its own soft-phase settings; with no
+        seeds and equal widths the second is the identity map); it stops at the first that
+        passes the certificate.
     min_certificate : float, default=0.5
         Warn (:class:`~skalign.exceptions.DiscoveryFailedWarning`) when ``certificate_`` is
         below this; also the bar a self-learning restart must pass.
@@ -193,7 +144,9 @@ class AnchorBootstrapper(_InputsMixin, _RoundsMixin, _SelfLearningMixin, _Refine
         fitted on the original rows). Sentence encoders are offset from the origin, so all
         cosines are high otherwise.
     refine : bool, default=False
-        Run the anchor optimisation of [1]_ on the final anchors (see above; needs seeds).
+        Run the anchor optimisation of [1]_ on the final anchors (needs seeds): free target
+        anchors on the unit sphere minimise :math:`\| \hat R_X - Y [L_Y; \tilde A_Y]^\top
+        \|_F^2` by Adam and snap to their nearest target-pool row.
     refine_max_iter : int, default=250
         Adam steps of the refinement (the paper's 250).
     refine_learning_rate : float, default=0.02
@@ -215,6 +168,17 @@ class AnchorBootstrapper(_InputsMixin, _RoundsMixin, _SelfLearningMixin, _Refine
     max_candidates : int, default=10000
         Source-pool rows considered for discovery (a random subset of a larger pool, always
         including ``anchor_indices``). Every target-pool row is always considered.
+    validation_fraction : float or None, default=0.2
+        Share of the seed pairs in each validation fold of the start guard. The seed pairs are
+        split into folds of this share (leave one out when they are very few); folds are held
+        out in turn until at least 200 seed pairs, or all of them, have been held out once.
+        For each, the start (``estimator`` fitted on the other seeds) and a whole fit from the
+        other seeds (discovery, ``map_rounds``) translate the held-out sources; each scores
+        the rank of its own target among up to 1,024 target rows (the seeds' and the target
+        pool's). The stage with the best mean log rank is kept if it beats the start by more
+        than one standard error of the per-pair gains, else the start. Costs about
+        ``1 + folds`` discoveries (6 from 25 to 800 seeds, 2 from 1,000). ``None``, no seed
+        pairs, or fewer than 3: no guard, the last stage is returned.
     random_state : int, RandomState instance or None, default=None
         Draws the candidate subset and the Sinkhorn cost sample, and seeds the inner estimator
         when its own ``random_state`` is ``None``. Fits are bitwise repeatable on the CPU.
@@ -241,7 +205,8 @@ class AnchorBootstrapper(_InputsMixin, _RoundsMixin, _SelfLearningMixin, _Refine
         Whether each pair was a mutual best match in the last round (always true without
         ``anchor_indices``).
     source_anchors_ : ndarray of shape (n_seed + n_discovered, n_features_in)
-        Source anchors the inner estimator was fitted on (seed first).
+        Source anchors the inner estimator was fitted on (seed first; the seeds alone when
+        ``kept_start_``, the ``anchor_*`` attributes then still describing the discovery).
     target_anchors_ : ndarray of shape (n_seed + n_discovered, n_features_out)
         Their target counterparts.
     discovery_ : str
@@ -256,11 +221,23 @@ class AnchorBootstrapper(_InputsMixin, _RoundsMixin, _SelfLearningMixin, _Refine
         random half of the discovered pairs translates the source rows of the other half; the
         share of them whose mutual CSLS nearest neighbour, among the target-pool rows not used
         in that fit, is the partner the discovery gave them (an inner estimator that searches
-        its penalty keeps the one ``estimator_`` chose). On the development data right
-        discoveries score 0.85–1.0 and failed ones 0.0–0.44 (user guide); NaN without pools or
-        when fewer than two pairs were discovered (``n_anchors`` at most the number of seeds).
+        its penalty keeps the one ``estimator_`` chose); NaN without pools or when fewer than
+        two pairs were discovered (``n_anchors`` at most the number of seeds).
     certificate_margin_ : float
         Mean CSLS margin (best minus second best) of those held-out rows.
+    best_stage_ : int
+        The stage ``estimator_`` comes from: 0 the start (the seed pairs alone), 1 the seeds
+        plus the discovered pairs, ``1 + r`` after map round ``r``.
+    kept_start_ : bool
+        Whether ``estimator_`` is the start (``best_stage_ == 0``): no stage beat it on the
+        held-out seed pairs, or nothing was discovered.
+    validation_scores_ : list of float or None
+        The geometric mean over the held-out seed pairs of the reciprocal rank of their targets
+        (1: each retrieved first) for the start (index 0) and each stage; ``None`` when no
+        guard applies (``validation_fraction=None``, fewer than 3 seed pairs, or nothing
+        discovered).
+    best_validation_score_ : float or None
+        ``validation_scores_[best_stage_]``.
     restarts_ : list of dict
         Self-learning only, one entry per start: ``start`` (``"signatures"``,
         ``"signatures+seeds"`` or ``"identity"``), ``n_soft_iter`` (iterations of the soft
@@ -362,6 +339,8 @@ class AnchorBootstrapper(_InputsMixin, _RoundsMixin, _SelfLearningMixin, _Refine
     0.61
     >>> bool(boot.certificate_ > 0.9)                  # checked without ground truth
     True
+    >>> boot.kept_start_                  # the discovered pairs beat the 15 seeds' own map
+    False
     """
 
     _parameter_constraints = {
@@ -388,6 +367,7 @@ class AnchorBootstrapper(_InputsMixin, _RoundsMixin, _SelfLearningMixin, _Refine
         "plan": [StrOptions({"auto", "dense", "chunked", "sparse"})],
         "n_neighbors": [Interval(Integral, 1, None, closed="left")],
         "max_candidates": [Interval(Integral, 1, None, closed="left")],
+        "validation_fraction": [Interval(Real, 0, 1, closed="neither"), None],
         "random_state": ["random_state"],
         "verbose": ["verbose"],
     }
@@ -398,8 +378,8 @@ class AnchorBootstrapper(_InputsMixin, _RoundsMixin, _SelfLearningMixin, _Refine
                  min_certificate=CERTIFICATE_THRESHOLD, csls_n_neighbors=10, center=True,
                  refine=False, refine_max_iter=250, refine_learning_rate=0.02,
                  sinkhorn_reg=0.05, sinkhorn_max_iter=1000, sinkhorn_tol=1e-3, plan="auto",
-                 n_neighbors=64, max_candidates=10000, random_state=None, device="cpu",
-                 batch_size=None, verbose=0):
+                 n_neighbors=64, max_candidates=10000, validation_fraction=0.2,
+                 random_state=None, device="cpu", batch_size=None, verbose=0):
         self.estimator = estimator
         self.n_anchors = n_anchors
         self.anchor_indices = anchor_indices
@@ -422,6 +402,7 @@ class AnchorBootstrapper(_InputsMixin, _RoundsMixin, _SelfLearningMixin, _Refine
         self.plan = plan
         self.n_neighbors = n_neighbors
         self.max_candidates = max_candidates
+        self.validation_fraction = validation_fraction
         self.random_state = random_state
         self.device = device
         self.batch_size = batch_size
@@ -483,12 +464,25 @@ class AnchorBootstrapper(_InputsMixin, _RoundsMixin, _SelfLearningMixin, _Refine
             raise ValueError(
                 f"estimator must be an aligner with fit and transform, got {type(est).__name__}."
             )
+        _check_pool_spread(X if pool is None or pool.X is None else pool.X, "unpaired.X")
+        _check_pool_spread(y if pool is None or pool.y is None else pool.y, "unpaired.y")
+        gen = make_generator(self.random_state, torch.device(self.device_))
+        stages = self._discover_and_fit(X, y, pool, est, gen)
+        self._certify(pool, gen, est, len(X))
+        self._choose_stage(X, y, pool, stages, est, gen)
+        self._warn_if_discovery_failed()
+        return self
+
+    def _discover_and_fit(self, X, y, pool, est, gen):
+        """Discover pairs in the pools, fit ``estimator_`` on the seeds plus them, then run
+        ``map_rounds``; returns the fitted state after each of these stages (:meth:`_stage`).
+
+        Without a pool side, that side's pool is the seed rows. Sets every fitted attribute
+        but the certificate's and the start guard's.
+        """
         Xp = X if pool is None or pool.X is None else pool.X
         Yp = y if pool is None or pool.y is None else pool.y
-        _check_pool_spread(Xp, "unpaired.X")
-        _check_pool_spread(Yp, "unpaired.y")
         dev = torch.device(self.device_)
-        gen = make_generator(self.random_state, dev)
         given = self._given_rows(len(Xp))
         cand = self._candidates(len(Xp), given, gen)
 
@@ -518,7 +512,7 @@ class AnchorBootstrapper(_InputsMixin, _RoundsMixin, _SelfLearningMixin, _Refine
                 warnings.warn(
                     f"AnchorBootstrapper: only {len(pick)} mutual pairs were found, fewer than "
                     f"the {wanted} anchors requested; the inner estimator gets fewer anchors.",
-                    UserWarning, stacklevel=2,
+                    UserWarning, stacklevel=3,
                 )
         else:  # rows of `given` are the first len(given) candidates
             pick = torch.arange(len(given), device=dev)
@@ -529,11 +523,11 @@ class AnchorBootstrapper(_InputsMixin, _RoundsMixin, _SelfLearningMixin, _Refine
 
         self._fit_on_anchors(X, y, Xp, Yp, cand[pick], tgt_pick, match.confidence[pick],
                              match.mutual()[pick], est, gen)
+        stages = [self._stage()]
         self.map_rounds_ = []
         if self.map_rounds and given is None and len(pick):
-            self._pair_under_map(X, y, Xp, Yp, cand, est, gen)
-        self._certify(Xp, Yp, pool, gen, est)
-        return self
+            stages += self._pair_under_map(X, y, Xp, Yp, cand, est, gen)
+        return stages
 
     # --------------------------------------------------------------------- delegation
     def transform(self, X):

@@ -57,13 +57,14 @@ class _AnchorsMixin:
         The candidate rows are translated by ``estimator_`` and paired with the target pool by
         mutual CSLS nearest neighbours (each side centred, as in discovery); ``estimator_`` is
         refitted on the seeds plus those pairs. Stops early when at most ``tol`` of the pairs
-        are new.
+        are new. Returns the fitted state after each round (:meth:`_stage`).
         """
         dev = torch.device(self.device_)
         Xc = np.asarray(Xp)[to_numpy(cand)]
         V = to_tensor(Yp, dev)
         V = row_normalize(V - V.mean(0) if self.center else V)
         prev = set(map(tuple, self.anchor_pairs_.tolist()))
+        stages = []
         for r in range(self.map_rounds):
             t0 = time.perf_counter()
             U = to_tensor(np.asarray(self.estimator_.transform(Xc)), dev)
@@ -78,6 +79,7 @@ class _AnchorsMixin:
                                                                                self.estimator_)
             self._fit_on_anchors(X, y, Xp, Yp, cand[pick], match.forward[pick],
                                  match.confidence[pick], match.mutual()[pick], inner, gen)
+            stages.append(self._stage())
             pairs = set(map(tuple, self.anchor_pairs_.tolist()))
             changed = len(pairs - prev) / len(pairs)
             info = {"round": r + 1, "n_pairs": len(pick), "changed": changed,
@@ -89,6 +91,7 @@ class _AnchorsMixin:
             if changed <= self.tol:
                 break
             prev = pairs
+        return stages
 
     def _inner_estimator(self, est, gen):
         """Clone of ``est`` with this estimator's ``device``, and its ``random_state`` and

@@ -24,10 +24,12 @@ _CERTIFICATE_ROWS = 5000  # source rows the certificate is computed on
 class _CertifyMixin:
     """``certificate_`` and ``certificate_margin_`` of the discovered pairs, and the warning."""
 
-    def _certify(self, Xp, Yp, pool, gen, est):
-        """The held-out success certificate of the discovered pairs; warn below the threshold.
+    def _certify(self, pool, gen, est, n_seed):
+        """The held-out success certificate of the discovered pairs (the warning comes after
+        the start guard, :meth:`_warn_if_discovery_failed`).
 
-        ``est`` (unfitted) is refitted on the seeds plus a random half of the discovered pairs
+        ``est`` (unfitted) is refitted on the ``n_seed`` seeds (the first rows of
+        ``source_anchors_`` and ``target_anchors_``) plus a random half of the discovered pairs
         and must find the other half's partners among the target rows it was not fitted on.
         """
         if pool is None or pool.X is None or pool.y is None or len(self.anchor_pairs_) < 2:
@@ -35,7 +37,7 @@ class _CertifyMixin:
             self.certificate_ = float("nan")
             self.certificate_margin_ = float("nan")
             return
-        n_seed = len(self.source_anchors_) - len(self.anchor_pairs_)
+        Xp, Yp = pool.X, pool.y
         src, tgt = self.anchor_pairs_[:, 0], self.anchor_pairs_[:, 1]
         fit, test = (to_numpy(t) for t in split_halves(len(src), gen))
         test = test[:_CERTIFICATE_ROWS]
@@ -52,18 +54,24 @@ class _CertifyMixin:
                                      k=self.csls_n_neighbors, batch_size=self.batch_size)
         self.certificate_ = cert["score"]
         self.certificate_margin_ = cert["mean_csls_margin"]
+
+    def _warn_if_discovery_failed(self):
+        """:class:`DiscoveryFailedWarning` below ``min_certificate`` or when every self-learning
+        start failed; says whether the seeds' own map was kept instead (``kept_start_``)."""
         # every self-learning start failed its own held-out test: failed, whatever the
         # certificate of the map fitted on the least bad start's pairs says
         all_stopped = bool(self.restarts_) and all(r["stopped"] for r in self.restarts_)
         if self.certificate_ < self.min_certificate or all_stopped:
+            outcome = ("The map fitted on them did not beat the seed pairs' own map on "
+                       "held-out seed pairs, which is returned instead (kept_start_)"
+                       if self.kept_start_ else "The fitted map is probably wrong")
             warnings.warn(
                 f"AnchorBootstrapper: discovery probably failed: a map fitted on half of the "
                 f"discovered pairs recovers only {self.certificate_:.0%} of the other half "
                 f"(min_certificate={self.min_certificate})"
                 + (", and every self-learning start failed its own held-out test"
                    if all_stopped else "")
-                + ". The fitted map is probably wrong. Give more seed pairs (or check them), "
-                "larger pools of the same texts, or more n_restarts; see certificate_ and "
-                "restarts_.",
+                + f". {outcome}. Give more seed pairs (or check them), larger pools of the "
+                "same texts, or more n_restarts; see certificate_ and restarts_.",
                 DiscoveryFailedWarning, stacklevel=3,
             )

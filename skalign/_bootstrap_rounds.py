@@ -138,14 +138,14 @@ class _RoundsMixin:
                 "seed pairs correctly); they are probably wrong. Check that the seed pairs "
                 "really are parallel, give more of them, or try correspondence='sinkhorn'; "
                 "see rounds_.",
-                AnchorConsistencyWarning, stacklevel=4,
+                AnchorConsistencyWarning, stacklevel=5,
             )
         elif not converged and self.n_iter_ > 1:
             warnings.warn(
                 f"AnchorBootstrapper: {last['changed_returned']:.1%} of the pairs to return were "
                 f"not mutual pairs in the previous round "
                 f"in the last of max_rounds={self.max_rounds} rounds; increase max_rounds or tol.",
-                ConvergenceWarning, stacklevel=4,
+                ConvergenceWarning, stacklevel=5,
             )
 
     @staticmethod

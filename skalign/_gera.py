@@ -20,14 +20,13 @@ from ._compat import Interval, StrOptions, _fit_context
 from ._gera_losses import _sq_dist, contrastive_loss, geometric_term
 from ._knn import knn_graph
 from ._optim import LossHistory
-from ._validation import EpochSelection, log_reciprocal_ranks, validation_folds
+from ._validation import EpochSelection, gallery_rows, log_reciprocal_ranks, validation_folds
 from .base import BaseAligner, SharedSpaceMixin, check_unpaired
 
 __all__ = ["GeRAAligner"]
 
 _KERNELS = ("heat", "linear", "squared", "inverse")
 _DIVERGENCES = ("kl", "js", "frobenius")
-_VALIDATION_GALLERY = 1024  # max. target rows a validation fold is scored against
 
 
 # ------------------------------------------------------------------------------ maps
@@ -125,7 +124,7 @@ class GeRAAligner(SharedSpaceMixin, BaseAligner):
     median squared neighbour distance of each space, measured per batch. ``alpha=0`` is the
     contrastive-only baseline (no graph is built).
 
-    Defaults (chosen on real sentence-encoder embeddings, ``benchmarks/tune_gera_real.py``):
+    Defaults (chosen on real sentence-encoder embeddings, ``benchmarks/bench_gera_real.py``):
     training starts from the orthogonal Procrustes solution of the pairs (``init="procrustes"``)
     and fine-tunes it with Adam at ``learning_rate=1e-2`` and ``temperature=0.5`` for at most
     ``max_iter=20`` epochs; ``early_stopping=True`` chooses how many on pairs held out from the
@@ -534,16 +533,9 @@ class _Pools:
 
     def gallery(self, val, gen):
         """Target pool rows a validation fold is scored against: its own targets first, then up
-        to ``_VALIDATION_GALLERY`` in all of the other pairs' and the unpaired targets (a seeded
-        sample when there are more)."""
-        keep = torch.ones(len(self.Uy), dtype=torch.bool, device=self.Uy.device)
-        keep[val] = False
-        others = keep.nonzero().squeeze(1)
-        room = max(_VALIDATION_GALLERY - len(val), 0)
-        if len(others) > room:
-            pick = torch.randperm(len(others), generator=gen, device=gen.device)[:room]
-            others = others[pick.sort().values]
-        return torch.cat([val, others])
+        to 1,024 in all of the other pairs' and the unpaired targets (a seeded sample when there
+        are more; :func:`~skalign._validation.gallery_rows`)."""
+        return gallery_rows(len(self.Uy), val, gen)
 
 
 class _Run:

@@ -208,7 +208,7 @@ class InverseRelativeProjector(BaseAligner):
     the source and target sides can be fitted at different times, on different machines. Anchor
     subsets that coincide (e.g. ``pruning_threshold=0``) share one factorisation.
 
-    On real sentence encoders (MiniLM, MPNet, multilingual E5; ``benchmarks/tune_irp_real.py``)
+    On real sentence encoders (MiniLM, MPNet, multilingual E5; ``benchmarks/bench_irp_real.py``)
     the GCV ridge removes the collapse of the plain pseudo-inverse, but IRP still trails
     orthogonal Procrustes fitted on the same anchors by 0.01–0.1 in top-1 retrieval; prefer
     :class:`ProcrustesAligner` when a direct fit is possible, and IRP when its properties

@@ -1,9 +1,11 @@
-"""Choosing how long to fine-tune a closed-form start, on pairs held out from the fit.
+"""Scoring a closed-form start against its refinements, on pairs held out from the fit.
 
-An estimator that starts from a closed-form solution (GeRA from Procrustes) and then trains must
-not end below its start. It holds out pairs (:func:`validation_folds`), scores the start and
-every epoch by retrieval of the held-out pairs (:func:`log_reciprocal_ranks`), and keeps the epoch
-count that scored best, or none when no epoch beat the start (:class:`EpochSelection`).
+An estimator that starts from a closed-form solution and then refines it (GeRA trains from
+Procrustes; :class:`~skalign.AnchorBootstrapper` refits on discovered pairs) must not end below
+its start. It holds out pairs (:func:`validation_folds`), scores the start and every refinement
+step by retrieval of the held-out pairs among a gallery of targets (:func:`gallery_rows`,
+:func:`log_reciprocal_ranks`), and keeps the step that scored best, or the start when no step
+beat it (:class:`EpochSelection`).
 """
 
 from __future__ import annotations
@@ -12,10 +14,12 @@ import math
 
 import torch
 
-__all__ = ["EpochSelection", "log_reciprocal_ranks", "validation_folds"]
+__all__ = ["EpochSelection", "gallery_rows", "log_reciprocal_ranks", "validation_folds"]
 
 #: folds are added until at least this many pairs have been held out once (or all of them)
 MIN_VALIDATION_PAIRS = 200
+#: target rows a validation fold is scored against, at most
+VALIDATION_GALLERY = 1024
 
 
 def validation_folds(n, fraction, generator, *, min_validation=None):
@@ -62,6 +66,36 @@ def validation_folds(n, fraction, generator, *, min_validation=None):
         if held >= min_validation:
             break
     return folds
+
+
+def gallery_rows(n_rows, val, generator, size=VALIDATION_GALLERY):
+    """Rows of a target matrix a validation fold is scored against, its own targets first.
+
+    Parameters
+    ----------
+    n_rows : int
+        Rows of the target matrix (the fold's targets, the other pairs' and any unpaired ones).
+    val : Tensor of int64
+        The fold's own target rows; they come first, in this order.
+    generator : torch.Generator
+        Draws the others when there are more than fit.
+    size : int, default=VALIDATION_GALLERY
+        Rows in all, at most (never fewer than ``len(val)``).
+
+    Returns
+    -------
+    rows : Tensor of int64
+        ``val``, then the other rows (a seeded sample, in increasing order, when there are more
+        than ``size - len(val)``).
+    """
+    keep = torch.ones(n_rows, dtype=torch.bool, device=val.device)
+    keep[val] = False
+    others = keep.nonzero().squeeze(1)
+    room = max(size - len(val), 0)
+    if len(others) > room:
+        pick = torch.randperm(len(others), generator=generator, device=generator.device)[:room]
+        others = others[pick.sort().values]
+    return torch.cat([val, others])
 
 
 def log_reciprocal_ranks(queries, gallery):

@@ -7,7 +7,8 @@ bounded memory) — and importing this module does not import dask; only calling
   :func:`dask.dataframe.read_parquet`, translates every partition with ``map_partitions`` (the
   fitted estimator — numpy arrays only — is scattered to every worker once, not shipped with each
   task) and writes the result with ``to_parquet``. Ids and all other columns are kept; the
-  vector column becomes float32 fixed-size lists, exactly as in the local path.
+  vector column becomes float32 fixed-size lists, exactly as in the local path. An existing
+  output is refused, never replaced.
 * :func:`cluster_backend` runs the joblib work of scikit-learn (``GridSearchCV(..., n_jobs=-1)``,
   ``cross_validate``) on the cluster through joblib's ``"dask"`` backend.
 

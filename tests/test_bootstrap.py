@@ -95,8 +95,9 @@ def test_map_rounds_repair_a_weak_discovery(real):
     def weak(m):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
+            # validation_fraction=None: the stages as run, not the one the start guard keeps
             return _rounds(max_rounds=1, n_working_anchors=100, map_rounds=m,
-                           random_state=0).fit(Xs, Ys, unpaired=pool)
+                           validation_fraction=None, random_state=0).fit(Xs, Ys, unpaired=pool)
 
     before, after = weak(0), weak(3)
     assert before.map_rounds_ == [] and _rate(before, perm) < 0.8
@@ -133,8 +134,9 @@ def test_map_rounds_search_the_penalty_only_for_the_first_and_the_last_fit(real,
     inner = LinearAligner(alphas=np.logspace(-3, 1, 5), scoring="recall_retention")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
+        # validation_fraction=None: the start guard's fold fits would search penalties too
         boot = _rounds(inner, max_rounds=1, n_working_anchors=100, map_rounds=2, tol=0.0,
-                       random_state=0).fit(Xs, Ys, unpaired=pool)
+                       validation_fraction=None, random_state=0).fit(Xs, Ys, unpaired=pool)
     assert len(boot.map_rounds_) == 2
     # two searches (four before): discovery's pairs, then the last round's, on all anchors
     assert len(searched) == 2 and searched[-1] == len(boot.source_anchors_)
@@ -226,7 +228,10 @@ def test_refinement_is_opt_in_and_runs(real):
 
 def test_fitted_attributes_delegation_and_repeatability():
     Xs, Ys, pool, perm = _pools(n=300)
-    boot = AnchorBootstrapper(LinearAligner(alpha=1e-3), n_anchors=60, random_state=0)
+    # the 15 seeds' own map is nearly exact here: without validation_fraction=None the start
+    # guard keeps it, and source_anchors_ holds the seeds alone (tests/test_bootstrap_start.py)
+    boot = AnchorBootstrapper(LinearAligner(alpha=1e-3), n_anchors=60,
+                              validation_fraction=None, random_state=0)
     boot.fit(Xs, Ys, unpaired=pool)
     np.testing.assert_array_equal(boot.source_anchors_[:15], Xs)
     np.testing.assert_array_equal(boot.source_anchors_[15:], pool.X[boot.anchor_pairs_[:, 0]])
@@ -234,7 +239,8 @@ def test_fitted_attributes_delegation_and_repeatability():
     assert boot.anchor_confidence_.shape == (45,) and (boot.anchor_confidence_ >= 0).all()
     np.testing.assert_array_equal(boot.transform(pool.X[:5]), boot.estimator_.transform(pool.X[:5]))
     assert boot.score(Xs, Ys) == boot.estimator_.score(Xs, Ys)
-    same = AnchorBootstrapper(LinearAligner(alpha=1e-3), n_anchors=60, random_state=0)
+    same = AnchorBootstrapper(LinearAligner(alpha=1e-3), n_anchors=60,
+                              validation_fraction=None, random_state=0)
     same.fit(Xs, Ys, unpaired=pool)
     np.testing.assert_array_equal(same.anchor_pairs_, boot.anchor_pairs_)
     np.testing.assert_array_equal(same.anchor_confidence_, boot.anchor_confidence_)  # bitwise

@@ -1,12 +1,15 @@
 """The vendored cross-lingual development set is whole and its rows are aligned.
 
-``benchmarks/data/crosslingual_de.npz`` (made by ``benchmarks/make_crosslingual.py``): English
+``benchmarks/data/crosslingual_de.npz`` (made by ``maint_tools/make_crosslingual.py``): English
 msgid / German msgstr pairs from PyPI gettext catalogs, embedded by three encoders. A row
 shift or a shuffled array would break the pairing silently, so the test checks it with the
 encoders themselves: multilingual-e5 puts a German string next to its English source (top-1
 far above chance without any map), and a Procrustes map fitted on one half of a seeded
 sample retrieves the other half's translations; both collapse to chance on misaligned rows.
 """
+
+import importlib.util
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,26 +22,12 @@ DIMS = {"en_minilm_l6": 384, "en_mpnet_base": 768, "en_me5_small_q4": 384,
 
 
 @pytest.fixture(scope="module")
-def xling(load_benchmark_module):
-    return load_benchmark_module("_crosslingual").load_crosslingual(texts=True)
-
-
-@pytest.fixture(scope="module")
-def load_benchmark_module():
-    import importlib.util
-    import sys
-    from pathlib import Path
-
-    folder = Path(__file__).resolve().parents[1] / "benchmarks"
-
-    def load(name):
-        spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules.setdefault(name, module)
-        spec.loader.exec_module(module)
-        return module
-
-    return load
+def xling():
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "_crosslingual.py"
+    spec = importlib.util.spec_from_file_location("_crosslingual", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.load_crosslingual(texts=True)
 
 
 def test_shapes_texts_and_provenance(xling):
@@ -81,17 +70,18 @@ def test_rows_are_aligned_across_languages_and_encoders(xling):
 @pytest.mark.slow
 @pytest.mark.parametrize("name, gera_min", [("e5 en -> e5 de", 0.8), ("MiniLM en -> e5 de", 0.5)])
 def test_gera_defaults_beat_tuned_baselines_at_200_crosslingual_pairs(
-        xling, load_benchmark_module, name, gera_min):
+        xling, load_benchmark, name, gera_min):
     """Issue 15's bar: GeRA's defaults within 0.02 of the tuned baselines; here they lead.
 
-    Split 0 of ``benchmarks/crosslingual_baselines.py``: GeRA led the best of Procrustes, ridge
-    with LOO alpha and ridge with the held-out-best alpha by 0.028 (e5) and 0.037 (MiniLM) top-1
-    among 1,000 held-out candidates; a GeRA that stops at its Procrustes start fails.
+    Split 0 of ``benchmarks/bench_crosslingual_baselines.py``: GeRA led the best of Procrustes,
+    ridge with LOO alpha and ridge with the held-out-best alpha by 0.032 (e5) and 0.062 (MiniLM)
+    top-1 among 1,000 held-out candidates, and its own Procrustes start by 0.020 and 0.038; a
+    GeRA that keeps its start fails.
     """
-    bench = load_benchmark_module("crosslingual_baselines")
+    bench = load_benchmark("bench_crosslingual_baselines")
     src, tgt = bench.MAPS[name]
     arrays, _ = xling
     cell = bench.run_cell(arrays[src], arrays[tgt], 200, 0, 1000, same_model=False)
     best = max(cell[m]["top1"] for m in ("Procrustes", "ridge LOO", "ridge best (oracle)"))
     assert cell["GeRA defaults"]["top1"] > gera_min
-    assert cell["GeRA defaults"]["top1"] >= best + 0.01
+    assert cell["GeRA defaults"]["top1"] >= max(best, cell["GeRA's start"]["top1"]) + 0.01

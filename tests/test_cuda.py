@@ -1,7 +1,7 @@
 """Every public estimator fitted and applied on a CUDA device, against the same fit on the CPU.
 
 Skipped where torch sees no CUDA device (``@pytest.mark.cuda``, see ``conftest.py``); the suite
-ran on a lent NVIDIA H100 with ``benchmarks/run_cuda_checks.sh`` (the user guide's "GPU" section
+ran on a lent NVIDIA H100 with ``ci/run_cuda_checks.sh`` (the user guide's "GPU" section
 gives the run). What a GPU fit must keep:
 
 * ``device_`` names the GPU, the output is a numpy array of the input's float type, torch tensors

@@ -74,7 +74,7 @@ def test_a_hand_edited_figure_is_caught(tmp_path):
 
 def test_gera_tables_are_the_tabulated_cells(load_benchmark, tmp_path):
     """The committed guide tables and figures are exactly what --table-from makes of the cells."""
-    bench = load_benchmark("tune_gera_real")
+    bench = load_benchmark("bench_gera_real")
     results = ROOT / "benchmarks" / "results"
     bench.main(["--table-from", str(results / "gera_real_cells.csv"),
                 "--doc-csv", str(tmp_path / "gera_real")])
@@ -84,21 +84,10 @@ def test_gera_tables_are_the_tabulated_cells(load_benchmark, tmp_path):
 
 def test_irp_script_writes_the_table_and_figures(load_benchmark, tmp_path):
     out = tmp_path / "irp.csv"
-    load_benchmark("tune_irp_real").main([
+    load_benchmark("bench_irp_real").main([
         "--anchors", "40", "--splits", "1", "--heldout", "100", "--deltas", "0.3", "0.8",
         "--pairs", "minilm_l6:mpnet_base", "--csv", str(out)])
     header = out.read_text().splitlines()[0]
     assert header == "pair,anchors,Procrustes,defaults,δ=0.3,δ=0.8,\"α=0, δ=0.3\",\"α=0, δ=0.8\""
     values = figures.load("irp_figures", results=tmp_path)
     assert values["rows"] == 1 and 0 <= values["MiniLM_MPNet_40_gcv_d03"] <= 1
-
-
-
-def test_bootstrap_table_is_the_tabulated_draws(load_benchmark, tmp_path):
-    """The committed guide table and figures are exactly what --table-from makes of the draws."""
-    results = ROOT / "benchmarks" / "results"
-    load_benchmark("bootstrap_real").main([
-        "--table-from", str(results / "bootstrap_real_draws.csv"),
-        "--csv", str(tmp_path / "bootstrap_real.csv")])
-    for made in sorted(tmp_path.iterdir()):
-        assert made.read_text() == (results / made.name).read_text(), made.name

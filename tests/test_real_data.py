@@ -7,7 +7,7 @@ among 750 texts (chance 1/750) must be at least 0.9 with 300 known pairs (15 see
 unpaired pools for the bootstrapper). Measured: Procrustes 0.984, ridge (LOO-CV) 0.953, IRP 0.965,
 ASIF 0.969, GeRA 0.988, bootstrap from 15 seeds 0.983. Method-specific real-data margins live in
 each estimator's own test file. ``OrthogonalEnsembleAligner`` needs encoders of equal width, which
-the vendored pair (384-d and 768-d) is not; ``benchmarks/real_defaults.py`` covers it on the
+the vendored pair (384-d and 768-d) is not; ``benchmarks/bench_real_defaults.py`` covers it on the
 development set.
 """
 

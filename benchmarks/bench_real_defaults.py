@@ -1,6 +1,6 @@
 """Every estimator's defaults against its best setting and tuned baselines, on real embeddings.
 
-    python benchmarks/real_defaults.py [PATH.npz] [--n-pairs 25,50,100,300,1000] [--seeds 3]
+    python benchmarks/bench_real_defaults.py [PATH.npz] [--n-pairs 25,50,100,300,1000] [--seeds 3]
 
 ``PATH.npz`` is the development set ``docstrings_en.npz`` (real sentence embeddings of 4,000 texts
 by three public encoders; see its README); without it, the subset vendored with skalign is used
@@ -176,20 +176,24 @@ def with_baselines(rows):
     return rows
 
 
-def format_table(rows):
+def doc_table(rows):
+    """The table as the user guide shows it: a header, then one formatted cell per column."""
     def cell(r, key):
-        return f"{r[key]:.3f} ({r[key + '_min']:.2f}–{r[key + '_max']:.2f})"
+        return f"{r[key]:.3f} ({r[key + '_min']:.3f}–{r[key + '_max']:.3f})"
 
-    head = (f"{'encoders':26s} {'pairs':>5s}  {'estimator':26s} {'defaults':>19s} "
-            f"{'best of grid':>19s}  {'best setting':28s} {'Procr.':>6s} {'ridge':>6s}")
-    lines = [head, "-" * len(head)]
-    for r in rows:
-        lines.append(
-            f"{r['pair']:26s} {r['n_pairs']:5d}  {r['method']:26s} {cell(r, 'default'):>19s} "
-            f"{cell(r, 'best'):>19s}  {r['best_setting'][:28]:28s} {r['procrustes']:6.3f} "
-            f"{r['ridge_cv']:6.3f}"
-        )
-    return "\n".join(lines)
+    return [["encoders", "pairs", "estimator", "defaults", "best of grid", "best setting",
+             "Procrustes", "ridge (LOO-CV)"]] + [
+        [r["pair"].replace("->", " → "), r["n_pairs"], r["method"], cell(r, "default"),
+         cell(r, "best"), r["best_setting"], f"{r['procrustes']:.3f}", f"{r['ridge_cv']:.3f}"]
+        for r in rows]
+
+
+def format_table(rows):
+    """:func:`doc_table` as aligned text."""
+    table = doc_table(rows)
+    widths = [max(len(str(c)) for c in column) for column in zip(*table)]
+    return "\n".join("  ".join(f"{c!s:<{w}}" for c, w in zip(line, widths)).rstrip()
+                     for line in table)
 
 
 def load_rows(paths):
@@ -212,18 +216,8 @@ def order(rows):
 
 
 def write_doc_csv(rows, path):
-    """The table as the user guide shows it: one formatted cell per column."""
-    def cell(r, key):
-        return f"{r[key]:.3f} ({r[key + '_min']:.3f}–{r[key + '_max']:.3f})"
-
     with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["encoders", "pairs", "estimator", "defaults", "best of grid", "best setting",
-                    "Procrustes", "ridge (LOO-CV)"])
-        for r in rows:
-            w.writerow([r["pair"].replace("->", " → "), r["n_pairs"], r["method"],
-                        cell(r, "default"), cell(r, "best"), r["best_setting"],
-                        f"{r['procrustes']:.3f}", f"{r['ridge_cv']:.3f}"])
+        csv.writer(f).writerows(doc_table(rows))
 
 
 def main(argv=None):

@@ -1,14 +1,19 @@
-"""Shared by bench_seedless.py and bench_cuda.py: splits of the development set, metrics.
+"""What the scripts on real embeddings share: their seeded splits, scores and result files.
 
-Each draw splits the 4,000 texts of ``docstrings_en.npz`` at random into a pool (its first
-``n_pool`` rows) and 1,000 held-out evaluation texts; the target pool holds the same texts as
-the source pool, shuffled. With ``disjoint=True`` the 3,000 texts left after the held-out ones
-are cut in two halves: the source pool is the first half's source embeddings, the target pool
-the second half's target embeddings (no text on both sides; at most 1,500 rows per side).
-Top-1 and MRR count, for each held-out source text, the rank of its
-own target among all 1,000 held-out targets by cosine, both sides centred on their own mean.
+The English development set is ``docstrings_en.npz`` (``../shared/data``, read with
+:func:`skalign.datasets.load_docstring_embeddings`, which falls back on the subset vendored with
+skalign); the English → German set is ``data/crosslingual_de.npz`` (``_crosslingual.py``).
+
+Known pairs (:func:`pairs_and_pools`): held-out rows, then the known pairs, the rest of the rows
+as unpaired pools. Seedless draws (:func:`draw`, ``bench_seedless.py`` and ``bench_cuda.py``): a
+pool of the first ``n_pool`` rows of a permutation and its last 1,000 rows held out, the target
+pool the same texts shuffled; with ``disjoint=True`` the rows not held out are cut in two halves,
+the source pool from one and the target pool from the other (no text on both sides). Their top-1
+and MRR rank each held-out source text's own target among all 1,000 held-out targets by cosine,
+both sides centred on their own mean.
 """
 
+import csv
 import time
 import warnings
 
@@ -16,12 +21,60 @@ import numpy as np
 
 from skalign import AnchorBootstrapper, ProcrustesAligner, UnpairedPool
 from skalign.exceptions import DiscoveryFailedWarning
-from skalign.metrics import retrieval_retention
+from skalign.metrics import retrieval_retention, top_k_accuracy
+
+
+def split(n_rows, n_test, seed):
+    """One seeded permutation of the rows: (the first ``n_test``, held out; the others)."""
+    perm = np.random.default_rng(seed).permutation(n_rows)
+    return perm[:n_test], perm[n_test:]
+
+
+def pairs_and_pools(A, B, n_pairs, seed, n_test):
+    """A split for the semi-supervised estimators: ``(Xp, Yp, Xte, Yte, pool, target_mean)``.
+
+    Rows are permuted by ``seed``; the first ``n_test`` are held out, the next ``n_pairs`` are the
+    known pairs and the rest form the unpaired pools, the target side in an order of the same
+    generator's (no correspondence given). ``target_mean`` is the mean target row of everything
+    not held out: the centre :func:`centred_top1` compares translations at.
+    """
+    rng = np.random.default_rng(seed)
+    perm = rng.permutation(len(A))
+    test, train = perm[:n_test], perm[n_test:]
+    pairs, rest = train[:n_pairs], train[n_pairs:]
+    pool = UnpairedPool(X=A[rest], y=B[rng.permutation(rest)])
+    return A[pairs], B[pairs], A[test], B[test], pool, B[train].mean(0)
+
+
+def centred_top1(Y_true, Y_pred, target_mean):
+    """Held-out top-1 of rows translated into the target space, both sides centred on
+    ``target_mean`` (the information the shared-space estimators get from their pools)."""
+    return top_k_accuracy(Y_true - target_mean, Y_pred - target_mean)
+
+
+def read_rows(path, text=()):
+    """The rows of a CSV file written by a script, numbers parsed back: a column named in
+    ``text`` stays text, a whole number becomes an ``int``, any other number a ``float``, an
+    empty cell ``None``."""
+    def value(key, cell):
+        if key in text or cell == "":
+            return cell if key in text else None
+        try:
+            return int(cell)
+        except ValueError:
+            try:
+                return float(cell)
+            except ValueError:
+                return cell
+
+    with open(path, newline="") as f:
+        return [{k: value(k, v) for k, v in row.items()} for row in csv.DictReader(f)]
+
 
 ENCODER_PAIRS = [("minilm_l6", "mpnet_base"), ("minilm_l6", "me5_small_q4"),
                  ("mpnet_base", "me5_small_q4")]
 #: English -> German pairs of the cross-lingual development set (``data/crosslingual_de.npz``,
-#: ``make_crosslingual.py``): another model and language, and one model in two languages
+#: ``maint_tools/make_crosslingual.py``): another model and language, and one model in two languages
 CROSSLINGUAL_PAIRS = [("en_minilm_l6", "de_me5_small_q4"), ("en_me5_small_q4", "de_me5_small_q4")]
 N_EVAL = 1000
 
@@ -69,11 +122,6 @@ def ranks(Y_true, Y_pred):
 def top1_mrr(Y_true, Y_pred):
     r = ranks(Y_true, Y_pred)
     return float(np.mean(r == 1)), float(np.mean(1.0 / r))
-
-
-def ceiling(X_pairs, Y_pairs, Xe, Ye):
-    """Procrustes on 1,000 true pairs, evaluated on the held-out texts."""
-    return top1_mrr(Ye, ceiling_map(X_pairs, Y_pairs).transform(Xe))
 
 
 def ceiling_map(X_pairs, Y_pairs):

@@ -3,7 +3,7 @@
 # names cuda: tests/test_cuda.py, the CUDA-marked tests and the CPU/CUDA-parametrised ones), then
 # benchmarks/bench_cuda.py. Usage, from the repository root:
 #
-#     bash benchmarks/run_cuda_checks.sh DOCSTRINGS_EN_NPZ OUT_DIR [bench_cuda.py options]
+#     bash ci/run_cuda_checks.sh DOCSTRINGS_EN_NPZ OUT_DIR [bench_cuda.py options]
 #
 # Wheels in .whl/ (packages that machine lacks, e.g. skops) are installed into a scratch folder
 # first. The pytest log and the benchmark's CSV files land in OUT_DIR.

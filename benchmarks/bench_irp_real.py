@@ -10,8 +10,8 @@ rows unit-normalised, ``W = UVᵀ`` from the SVD of ``XᵀY`` (semi-orthogonal a
 Top-1: the translated held-out row's nearest held-out target by cosine, both sides centred with
 the anchors' target mean, is its own pair (chance 1/2,000). Cells are mean (min–max) over splits.
 
-    python benchmarks/tune_irp_real.py ../shared/data/docstrings_en.npz
-    python benchmarks/tune_irp_real.py PATH.npz --anchors 1000 --pairs minilm_l6:mpnet_base
+    python benchmarks/bench_irp_real.py ../shared/data/docstrings_en.npz
+    python benchmarks/bench_irp_real.py PATH.npz --anchors 1000 --pairs minilm_l6:mpnet_base
 
 ``--csv PATH`` also writes the table of means that ``doc/user_guide/irp.rst`` shows (one row per
 pair and anchor count, 3 decimals) and, next to it, ``PATH`` with ``_figures`` before the suffix:
@@ -26,6 +26,8 @@ import warnings
 
 import numpy as np
 import torch
+from _common import write_figures
+from _real import centred_top1, split
 
 from skalign import InverseRelativeProjector
 from skalign.datasets import load_docstring_embeddings
@@ -46,19 +48,13 @@ def procrustes(AX, AY, X):
     return unit(X - mx) @ U @ Vt
 
 
-def top1(pred_centred, Y_centred):
-    return top_k_accuracy(Y_centred, pred_centred, k=1)
-
-
 def evaluate(E, pair, n_anchors, seed, deltas, n_heldout=2000):
     src, tgt = pair.split(":")
     X, Y = E[src].astype(np.float64), E[tgt].astype(np.float64)
-    rng = np.random.default_rng(seed)
-    perm = rng.permutation(len(X))
-    test, train = perm[:n_heldout], perm[n_heldout:n_heldout + n_anchors]
-    AX, AY = X[train], Y[train]
+    test, train = split(len(X), n_heldout, seed)
+    AX, AY = X[train[:n_anchors]], Y[train[:n_anchors]]
     my = AY.mean(0)
-    out = {"procrustes": top1(procrustes(AX, AY, X[test]), Y[test] - my)}
+    out = {"procrustes": top_k_accuracy(Y[test] - my, procrustes(AX, AY, X[test]))}
     fits = [("default", {})]
     fits += [((alpha, delta), {"pruning_threshold": delta, "alpha": alpha})
              for alpha in ("gcv", 0.0) for delta in deltas]
@@ -67,7 +63,7 @@ def evaluate(E, pair, n_anchors, seed, deltas, n_heldout=2000):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             irp.fit(AX, AY)
-        out[key] = top1(irp.transform(X[test]) - my, Y[test] - my)
+        out[key] = centred_top1(Y[test], irp.transform(X[test]), my)
     return out
 
 
@@ -140,10 +136,8 @@ def write_csv(path, rows, deltas, splits):
     with open(path, "w", newline="") as f:
         csv.writer(f).writerows(table_rows(rows, deltas))
     root, ext = os.path.splitext(path)
-    with open(f"{root}_figures{ext}", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["key", "value"])
-        w.writerows((k, repr(float(v))) for k, v in summary(rows, deltas, splits).items())
+    write_figures(f"{root}_figures{ext}",
+                  ((k, repr(float(v))) for k, v in summary(rows, deltas, splits).items()))
 
 
 def main(argv=None):

@@ -1,23 +1,21 @@
 """GeRA and the pair-only baselines on real sentence-encoder embeddings: defaults vs tuned.
 
-For each target encoder, number of pairs and random split: the rows are permuted, the first
-``--test`` rows are held out, the first ``n`` of the others are the known pairs and the rest of
-them form the unpaired pools (both sides, no correspondence used). Metric: held-out top-1
-retrieval — the translated (or shared-space) source row's nearest held-out target by cosine is its
-own pair. Methods that translate into the target space (ridge, Procrustes) are compared after
-centring both sides on the target pool's mean (the same information GeRA gets); chance is
-``1 / test``.
+For each target encoder, number of pairs and random split (``_real.pairs_and_pools``: ``--test``
+rows held out, ``n`` known pairs, the rest of the others as unpaired pools, the target side
+shuffled): held-out top-1 retrieval, the translated (or shared-space) source row's nearest
+held-out target by cosine being its own pair (chance ``1 / test``). Methods that translate into
+the target space (ridge, Procrustes) are compared after centring both sides on the target pool's
+mean, the information GeRA gets.
 
-    python benchmarks/tune_gera_real.py ../shared/data/docstrings_en.npz
-    python benchmarks/tune_gera_real.py PATH.npz --pairs 50 --splits 3 --no-grid   # quick
+    python benchmarks/bench_gera_real.py ../shared/data/docstrings_en.npz
+    python benchmarks/bench_gera_real.py PATH.npz --pairs 50 --splits 3 --no-grid   # quick
 
-Rows: GeRA at its defaults (``alpha=0``: contrastive only); GeRA with the geometric term
-(``alpha=1``, everything else default);
-"GeRA best" = the best of a small grid (alpha x temperature x max_iter) *picked on the held-out
-set* (an oracle, an upper bound for what tuning could give); GeRA's Procrustes initialisation
-(``max_iter=1`` at a negligible learning rate: the starting point of training); ridge with the
-leave-one-out penalty (``LinearAligner()``) and with the held-out-best penalty (oracle);
-Procrustes; ASIF with and without centring. Prints mean ± standard deviation over the splits.
+Rows: GeRA at its defaults (contrastive fine-tuning of a Procrustes start, its epochs chosen on
+held-out pairs, ``alpha=0``); GeRA with the geometric term (``alpha=1``); "GeRA best", the best
+of a small grid (alpha x temperature x max_iter) *picked on the held-out set* (an oracle, an
+upper bound for tuning); GeRA's start (``early_stopping=False, max_iter=1`` at a negligible
+learning rate: no training); ridge with the leave-one-out penalty (``LinearAligner()``) and with
+the held-out-best penalty (oracle); Procrustes; ASIF with and without centring.
 
 ``--csv CELLS.csv`` writes every cell of every split. ``--table-from CELLS.csv --doc-csv PREFIX``
 tabulates such a file without rerunning: ``PREFIX_<target>.csv`` per target encoder (the tables of
@@ -35,27 +33,18 @@ import warnings
 
 import numpy as np
 import torch
+from _common import write_figures, write_rows
+from _real import centred_top1, pairs_and_pools, read_rows
 
-from skalign import ASIFAligner, GeRAAligner, LinearAligner, ProcrustesAligner, UnpairedPool
+from skalign import ASIFAligner, GeRAAligner, LinearAligner, ProcrustesAligner
 from skalign.datasets import load_docstring_embeddings
-from skalign.metrics import top_k_accuracy
 
 GRID = {"alpha": [0.0, 1.0], "temperature": [0.2, 0.5], "max_iter": [10, 20, 40]}
 RIDGE_ALPHAS = [1e-2, 1e-1, 1.0, 10.0, 100.0]
 
 
-def translated_top1(est, Xte, Yte, target_mean):
-    return top_k_accuracy(Yte - target_mean, est.transform(Xte) - target_mean)
-
-
 def run_cell(A, B, n_pairs, seed, n_test, grid):
-    rng = np.random.default_rng(seed)
-    perm = rng.permutation(len(A))
-    test, train = perm[:n_test], perm[n_test:]
-    pairs, rest = train[:n_pairs], train[n_pairs:]
-    pool = UnpairedPool(X=A[rest], y=B[rng.permutation(rest)])  # target side in unknown order
-    Xp, Yp, Xte, Yte = A[pairs], B[pairs], A[test], B[test]
-    my = B[train].mean(0)
+    Xp, Yp, Xte, Yte, pool, my = pairs_and_pools(A, B, n_pairs, seed, n_test)
     out = {}
 
     def gera(**kw):
@@ -68,29 +57,27 @@ def run_cell(A, B, n_pairs, seed, n_test, grid):
     out["GeRA defaults"] = gera()
     out["GeRA fit s"] = time.perf_counter() - t0
     out["GeRA alpha=1"] = gera(alpha=1.0)
-    out["GeRA init (Procrustes)"] = gera(alpha=0.0, max_iter=1, learning_rate=1e-12)
+    out["GeRA init (Procrustes)"] = gera(early_stopping=False, max_iter=1, learning_rate=1e-12)
     if grid:
         keys = list(grid)
         scores = {vals: gera(**dict(zip(keys, vals))) for vals in itertools.product(*grid.values())}
         best = max(scores, key=scores.get)
         out["GeRA best (oracle)"] = scores[best]
         out["GeRA best setting"] = ", ".join(f"{k}={v}" for k, v in zip(keys, best))
-        best0 = max((v for k, v in scores.items() if k[0] == 0.0))
-        out["GeRA best alpha=0 (oracle)"] = best0
     ridge = LinearAligner().fit(Xp, Yp)
-    out["ridge LOO"] = translated_top1(ridge, Xte, Yte, my)
+    out["ridge LOO"] = centred_top1(Yte, ridge.transform(Xte), my)
     out["ridge LOO alpha"] = ridge.alpha_
-    out["ridge best (oracle)"] = max(
-        translated_top1(LinearAligner(alpha=a).fit(Xp, Yp), Xte, Yte, my) for a in RIDGE_ALPHAS)
-    out["Procrustes"] = translated_top1(ProcrustesAligner().fit(Xp, Yp), Xte, Yte, my)
+    out["ridge best (oracle)"] = max(centred_top1(
+        Yte, LinearAligner(alpha=a).fit(Xp, Yp).transform(Xte), my) for a in RIDGE_ALPHAS)
+    out["Procrustes"] = centred_top1(Yte, ProcrustesAligner().fit(Xp, Yp).transform(Xte), my)
     for center in (True, False):
         out[f"ASIF center={center}"] = ASIFAligner(center=center).fit(Xp, Yp).score(Xte, Yte)
     return out
 
 
-METHODS = ["GeRA defaults", "GeRA alpha=1", "GeRA best (oracle)", "GeRA best alpha=0 (oracle)",
-           "GeRA init (Procrustes)", "ridge LOO", "ridge best (oracle)", "Procrustes",
-           "ASIF center=True", "ASIF center=False"]
+METHODS = ["GeRA defaults", "GeRA alpha=1", "GeRA best (oracle)", "GeRA init (Procrustes)",
+           "ridge LOO", "ridge best (oracle)", "Procrustes", "ASIF center=True",
+           "ASIF center=False"]
 
 
 DOC_ROWS = [("GeRA defaults", "GeRA defaults"), ("GeRA ``alpha=1``", "GeRA alpha=1"),
@@ -98,19 +85,6 @@ DOC_ROWS = [("GeRA defaults", "GeRA defaults"), ("GeRA ``alpha=1``", "GeRA alpha
             ("GeRA's start (Procrustes init)", "GeRA init (Procrustes)"),
             ("ridge (LOO)", "ridge LOO"), ("ridge (oracle α)", "ridge best (oracle)"),
             ("Procrustes", "Procrustes"), ("ASIF defaults", "ASIF center=True")]
-
-
-def read_cells(path):
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    for r in rows:
-        for k, v in r.items():
-            try:
-                r[k] = float(v) if k not in ("target", "GeRA best setting") else v
-            except ValueError:
-                pass
-        r["pairs"] = int(r["pairs"])
-    return rows
 
 
 def _values(rows, target, n, method):
@@ -174,10 +148,8 @@ def write_doc_csv(rows, prefix):
     for target, table in doc_tables(rows).items():
         with open(f"{prefix}_{target}.csv", "w", newline="") as f:
             csv.writer(f).writerows(table)
-    with open(f"{prefix}_figures.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["key", "value"])
-        w.writerows((k, repr(float(v))) for k, v in doc_figures(rows).items())
+    write_figures(f"{prefix}_figures.csv",
+                  ((k, repr(float(v))) for k, v in doc_figures(rows).items()))
 
 
 def main(argv=None):
@@ -197,7 +169,7 @@ def main(argv=None):
                         help="with --table-from: write the guide's tables and figures")
     args = parser.parse_args(argv)
     if args.table_from:
-        rows = read_cells(args.table_from)
+        rows = read_rows(args.table_from, text=("target", "GeRA best setting"))
         if args.doc_csv:
             write_doc_csv(rows, args.doc_csv)
         for target, table in doc_tables(rows).items():
@@ -232,11 +204,7 @@ def main(argv=None):
                 settings = [c["GeRA best setting"] for c in cells]
                 print(f"  GeRA best settings: {settings}", flush=True)
     if args.csv:
-        keys = sorted({k for r in rows for k in r}, key=lambda k: (k not in rows[0], k))
-        with open(args.csv, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=keys)
-            writer.writeheader()
-            writer.writerows(rows)
+        write_rows(args.csv, rows)
 
 
 if __name__ == "__main__":
