@@ -10,3 +10,29 @@
 The public face is :mod:`skalign.io`. Nothing is imported here: a backend never imports the
 pipeline, and importing one backend imports no other.
 """
+
+
+def open_live(address_or_text, *, column=None, text_field=None, **options):
+    """Open a published store for live search, reads by id and write-back.
+
+    Parameters
+    ----------
+    address_or_text : str, path-like or Address
+        The store (:func:`~skalign._stores.address.parse_address` forms).
+    column : str, default=None
+        The vector column (tables) or named vector (Qdrant).
+    text_field : str, default=None
+        Where each row's text is: a column, metadata or payload key, or (``.npy`` and FAISS
+        stores) a text file beside the store, one row's text a line.
+    **options
+        Options of the backend's live store (``id_field``, ``metric`` for file stores).
+
+    Returns
+    -------
+    skalign._stores.live.LiveStore
+    """
+    from .address import parse_address
+    from .registry import live_class
+
+    address = parse_address(address_or_text)
+    return live_class(address.kind)(address, column=column, text_field=text_field, **options)

@@ -7,29 +7,32 @@ from __future__ import annotations
 
 import importlib
 
-from ..exceptions import MissingDependencyError
+from ..exceptions import AddressError, MissingDependencyError
 
-__all__ = ["BACKENDS", "backend_module", "import_engine", "reader_class", "writer_class"]
+__all__ = ["BACKENDS", "backend_module", "import_engine", "live_class", "reader_class",
+           "writer_class"]
 
-#: kind -> module of skalign._stores, reader and writer classes, the client module it needs and
+#: kind -> module of skalign._stores, reader and writer classes, the live store (``MODULE.CLASS``
+#: of skalign._stores, :class:`~skalign._stores.live.LiveStore`), the client module it needs and
 #: the extra that installs it
 BACKENDS = {
     "npy": {"module": "npy", "reader": "NpyReader", "writer": "NpyShadow",
-            "needs": None, "extra": None},
+            "live": "npy_live.NpyLive", "needs": None, "extra": None},
     "parquet": {"module": "parquet", "reader": "ParquetReader", "writer": "ParquetFileWriter",
-                "needs": "pyarrow", "extra": "stores"},
+                "live": "parquet_live.ParquetLive", "needs": "pyarrow", "extra": "stores"},
     "parquet-dir": {"module": "parquet", "reader": "ParquetReader",
-                    "writer": "ParquetFolderWriter", "needs": "pyarrow", "extra": "stores"},
+                    "writer": "ParquetFolderWriter", "live": "parquet_live.ParquetLive",
+                    "needs": "pyarrow", "extra": "stores"},
     "lance": {"module": "lance", "reader": "LanceReader", "writer": "LanceWriter",
-              "needs": "lancedb", "extra": "stores"},
+              "live": "lance_live.LanceLive", "needs": "lancedb", "extra": "stores"},
     "faiss": {"module": "faiss", "reader": "Reader", "writer": "Writer",
-              "needs": "faiss", "extra": "faiss"},
+              "live": "faiss_live.FaissLive", "needs": "faiss", "extra": "faiss"},
     "pgvector": {"module": "pgvector", "reader": "Reader", "writer": "Writer",
-                 "needs": "psycopg", "extra": "pgvector"},
+                 "live": "pgvector_live.PgvectorLive", "needs": "psycopg", "extra": "pgvector"},
     "chroma": {"module": "chroma", "reader": "Reader", "writer": "Writer",
-               "needs": "chromadb", "extra": "chroma"},
+               "live": "chroma_live.ChromaLive", "needs": "chromadb", "extra": "chroma"},
     "qdrant": {"module": "qdrant", "reader": "Reader", "writer": "Writer",
-               "needs": "qdrant_client", "extra": "qdrant"},
+               "live": "qdrant_live.QdrantLive", "needs": "qdrant_client", "extra": "qdrant"},
 }
 
 
@@ -58,3 +61,17 @@ def reader_class(address):
 
 def writer_class(address):
     return getattr(backend_module(address), BACKENDS[address.kind]["writer"])
+
+
+def live_class(kind):
+    """The :class:`~skalign._stores.live.LiveStore` class of ``kind`` (a kind's name or an
+    address), its client library imported first; a backend without one raises
+    :class:`~skalign.exceptions.AddressError`."""
+    kind = getattr(kind, "kind", kind)
+    live = BACKENDS[kind].get("live")
+    if live is None:
+        raise AddressError(f"{kind} stores cannot be searched live yet; translate the store "
+                           "instead (skalign translate).")
+    import_engine(kind, kind)
+    module, name = live.rsplit(".", 1)
+    return getattr(importlib.import_module(f".{module}", __package__), name)

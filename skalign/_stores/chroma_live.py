@@ -1,0 +1,207 @@
+r"""A Chroma collection as a :class:`~skalign._stores.live.LiveStore`: searched with Chroma's own
+``query`` (its HNSW index, every query in one call), read by id with ``get``, written back with
+``update``.
+
+The collection's distance space (``hnsw:space``, or its configuration's ``hnsw``/``spann``
+``space``) is the store's metric. Chroma returns distances, turned into similarities (higher is
+better), the scores of :func:`~skalign._stores.live.similarity`:
+
+.. math::
+
+    s_{\mathrm{cosine}} = 1 - d, \qquad s_{\mathrm{ip}} = 1 - d = \langle q, x \rangle,
+    \qquad s_{\mathrm{l2}} = -d = -\lVert q - x \rVert_2^2
+
+(Chroma's ``l2`` distance is the squared one).
+
+A row's text is its document, or the metadata key ``text_field`` names; its provenance is the
+metadata key :data:`~skalign._stores.live.PROVENANCE_KEY`. A write-back is one ``update`` of the
+embeddings and that one metadata key per batch: Chroma merges the metadata given into each
+record's, so every other key, and the document, is kept.
+
+Chroma logs a record's new embedding and metadata as one entry, but a ``get`` running beside the
+``update`` can return the new embedding with the old metadata: without a lock, the reader
+thread of ``tests/test_live_stores.py``'s concurrency test saw a round's embeddings with the
+previous round's provenance in 4 of 15 runs (chromadb 1.5, persistent client); with it, in none
+of 8. Chroma has no transaction to prevent it, so every live store of the same folder or server
+in the process takes one lock around its reads and write-backs
+(:func:`~skalign._stores.live_input.database_lock`): readers through skalign's live stores in
+the process see a record before or after; a client in another process (or chromadb used
+directly) can still, for an instant, see a written record's new embedding with its old
+provenance.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..exceptions import StoreError
+from .chroma import ID_PAGE, Reader
+from .chroma_names import _edges
+from .live import PROVENANCE_KEY, LiveRows, LiveStore
+from .live_input import (
+    check_ids,
+    check_k,
+    check_mark,
+    check_options,
+    check_vectors,
+    database_lock,
+    missing_id,
+)
+
+__all__ = ["ChromaLive"]
+
+#: Records per ``get`` and ``update`` (SQLite limits the variables of one statement)
+PAGE = 4096
+
+#: Chroma's distance spaces → the store's metric
+_SPACES = {"cosine": "cosine", "ip": "ip", "l2": "l2"}
+
+
+def _space(collection):
+    """The collection's distance space: its configuration's, else its ``hnsw:space`` metadata,
+    else Chroma's default ``l2``."""
+    config = collection.configuration or {}
+    for index in ("hnsw", "spann"):
+        space = (config.get(index) or {}).get("space")
+        if space:
+            return space
+    return (collection.metadata or {}).get("hnsw:space", "l2")
+
+
+@_edges
+class ChromaLive(LiveStore):
+    """A Chroma collection (``chroma:DIR/COLLECTION`` or ``chroma+http://HOST:PORT/COLLECTION``)
+    searched, read by id and written back in place.
+
+    Parameters
+    ----------
+    address : Address
+        The collection (it must exist; nothing is created).
+    column : None
+        Chroma keeps one embedding per record: only ``None`` is accepted.
+    text_field : str, default=None
+        The metadata key of each record's text; ``None``: the record's document.
+
+    Attributes
+    ----------
+    kind : str
+        ``"chroma"``.
+    dim : int
+        The embeddings' width (0 for a collection without records).
+    n_rows : int
+        The records when the store was opened.
+    metric : {"cosine", "ip", "l2"}
+        The collection's distance space.
+    """
+
+    kind = "chroma"
+
+    def __init__(self, address, column=None, text_field=None, **options):
+        check_options(address, options)
+        if column is not None:
+            raise StoreError(f"{address}: a Chroma collection holds one embedding per record; "
+                             "leave the column out.")
+        self.address, self.text_field = address, text_field
+        self._reader = Reader(address)
+        space = _space(self._reader.collection)
+        if space not in _SPACES:
+            raise StoreError(f"{address}: Chroma's distance space {space!r} is not one of "
+                             "cosine, ip or l2.")
+        self.metric = _SPACES[space]
+        self.dim, self.n_rows = self._reader.dim, self._reader.n_rows
+        self._lock = database_lock(address)
+
+    @property
+    def _collection(self):
+        return self._reader.collection
+
+    def _width(self):
+        """The embeddings' width, read again while the collection had none."""
+        if not self.dim:
+            head = self._collection.get(limit=1, include=["embeddings"])["embeddings"]
+            self.dim = int(len(head[0])) if head is not None and len(head) else 0
+        return self.dim
+
+    def _ids(self, ids):
+        ids = check_ids(ids, self.address)
+        for i in ids:
+            if not isinstance(i, str):
+                raise StoreError(f"{self.address}: Chroma ids are text; got {type(i).__name__} "
+                                 f"{i!r:.80}.")
+        return ids
+
+    def top_k(self, queries, k):
+        k = check_k(k)
+        Q = check_vectors(queries, self._width(), self.address)
+        n = int(self._collection.count())
+        if not len(Q) or n == 0:
+            return [[] for _ in Q], [np.empty(0) for _ in Q]
+        got = self._collection.query(query_embeddings=Q, n_results=min(k, n),
+                                     include=["distances"])
+        ids = [list(r) for r in got["ids"]]
+        return ids, [self._scores(np.asarray(d, dtype=np.float64)) for d in got["distances"]]
+
+    def _scores(self, distances):
+        return -distances if self.metric == "l2" else 1.0 - distances
+
+    def ids(self):
+        """Every record's id in Chroma's order (its catalogue's), read in pages of ids only."""
+        out = []
+        while True:
+            page = self._collection.get(limit=ID_PAGE, offset=len(out), include=[])["ids"]
+            out += page
+            if len(page) < ID_PAGE:
+                return out
+
+    def _get(self, ids, include):
+        """The records of ``ids`` (pages of :data:`PAGE`) as ``{id: (embedding, document,
+        metadata)}``; an id Chroma does not hold raises."""
+        found = {}
+        for lo in range(0, len(ids), PAGE):
+            got = self._collection.get(ids=ids[lo:lo + PAGE], include=include)
+            emb, docs, metas = (got.get(key) for key in ("embeddings", "documents", "metadatas"))
+            for j, i in enumerate(got["ids"]):
+                found[i] = (None if emb is None else emb[j], None if docs is None else docs[j],
+                            None if metas is None else metas[j])
+        for i in ids:
+            if i not in found:
+                raise missing_id(self.address, i)
+        return found
+
+    def fetch(self, ids, text_field=None):
+        ids = self._ids(ids)
+        field = self.text_field if text_field is None else text_field
+        if not ids:
+            return LiveRows([], np.empty((0, self._width()), np.float32), [], [])
+        with self._lock:
+            found = self._get(ids, ["embeddings", "documents", "metadatas"])
+        rows = [found[i] for i in ids]
+        vectors = np.asarray([r[0] for r in rows], dtype=np.float32)
+        metas = [r[2] or {} for r in rows]
+        if field is None:
+            texts = [r[1] for r in rows]
+        else:
+            texts = [None if m.get(field) is None else str(m[field]) for m in metas]
+        marks = [m.get(PROVENANCE_KEY) for m in metas]
+        return LiveRows(ids, vectors, texts,
+                        [p if isinstance(p, str) else None for p in marks])
+
+    def write_back(self, ids, vectors, mark):
+        ids = self._ids(ids)
+        V = check_vectors(vectors, self._width(), self.address, "vectors")
+        mark = check_mark(mark, self.address)
+        if len(V) != len(ids):
+            raise StoreError(f"{self.address}: {len(ids)} ids but {len(V)} vectors; give one "
+                             "vector per id.")
+        if not ids:
+            return
+        step = min(PAGE, int(self._reader.client.get_max_batch_size()))
+        with self._lock:
+            self._get(ids, [])  # Chroma's update skips an unknown id with a log line only
+            for lo in range(0, len(ids), step):
+                part = ids[lo:lo + step]
+                self._collection.update(ids=part, embeddings=V[lo:lo + step],
+                                        metadatas=[{PROVENANCE_KEY: mark} for _ in part])
+
+    def close(self):
+        self._reader.release()

@@ -1,0 +1,443 @@
+"""The engines' live stores (Chroma's persistent client, Qdrant's local mode, PostgreSQL with
+pgvector) against the real engines, no mocks.
+
+Each store is made and read back with the engine's own client: ``top_k`` equals a brute-force
+ranking of the stored vectors (and its scores :func:`~skalign._stores.live.similarity`'s), for
+every metric; ``fetch`` returns the rows' texts, vectors and provenance in the order asked;
+``write_back`` changes the vector and the provenance and nothing else (ids, documents,
+metadata, payloads, other named vectors, other columns); a reader thread that reads the rows
+throughout a run of write-backs never sees a row whose vector and provenance disagree; hostile
+names and ids (quotes, semicolons) stay data.
+"""
+
+import tempfile
+import threading
+
+import numpy as np
+import pytest
+from store_backends import serve_postgres
+
+from skalign._stores import open_live
+from skalign._stores.live import PROVENANCE_KEY, similarity
+from skalign.exceptions import StoreError, StoreNotFoundError
+
+N, D = 300, 16
+METRICS = ("cosine", "ip", "l2")
+HOSTILE = 'we"ird; DROP TABLE victim; --'
+
+
+@pytest.fixture(autouse=True)
+def private_tmp(tmp_path, monkeypatch):
+    """The servers' lock folder (``$TMPDIR/skalign-UID``) under the test's own folder."""
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+
+
+@pytest.fixture(scope="module")
+def X():
+    return np.random.default_rng(7).normal(size=(N, D)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def pg_base(tmp_path_factory):
+    pytest.importorskip("pgserver")
+    pytest.importorskip("psycopg")
+    pytest.importorskip("pgvector")
+    server = serve_postgres(tmp_path_factory)
+    try:
+        yield next(server)
+    finally:
+        server.close()
+
+
+def _sql(template, *names):
+    from psycopg import sql
+
+    return sql.SQL(template).format(*(sql.Identifier(n) for n in names))
+
+
+class Chroma:
+    """Records ``id{i}`` with the document ``doc {i}`` and metadata ``{"k": i, "title":
+    "t{i}"}``."""
+
+    name, rows, written = "chroma", N, 200
+
+    def __init__(self, root):
+        pytest.importorskip("chromadb")
+        self.folder = root / "chroma"
+
+    def client(self):
+        import chromadb
+
+        return chromadb.PersistentClient(path=str(self.folder))
+
+    def make(self, X, metric, name="src"):
+        col = self.client().create_collection(name, metadata={"hnsw:space": metric},
+                                              embedding_function=None)
+        col.add(ids=[self.key(i) for i in range(len(X))], embeddings=X,
+                documents=[f"doc {i}" for i in range(len(X))],
+                metadatas=[{"k": i, "title": f"t{i}"} for i in range(len(X))])
+        return f"chroma:{self.folder}/{name}"
+
+    def key(self, i):
+        return f"id{i}"
+
+    def read(self, name="src"):
+        """``{id: (vector, everything else, provenance)}``, read with chromadb."""
+        got = self.client().get_collection(name).get(include=["embeddings", "documents",
+                                                                "metadatas"])
+        out = {}
+        for i, e, doc, meta in zip(got["ids"], got["embeddings"], got["documents"],
+                                   got["metadatas"]):
+            meta = dict(meta)
+            mark = meta.pop(PROVENANCE_KEY, None)
+            out[i] = (np.asarray(e, np.float32), (doc, meta), mark)
+        return out
+
+
+class Qdrant:
+    """Points ``0..n-1`` with the named vectors ``text`` (the metric's) and ``title`` and the
+    payload ``{"text": "doc {i}", "k": i}``. The local mode commits each point in an SQLite
+    transaction of its own (tens of milliseconds on this disk): fewer points."""
+
+    name, rows, written = "qdrant", 100, 40
+    DISTANCES = {"cosine": "COSINE", "ip": "DOT", "l2": "EUCLID"}
+
+    def __init__(self, root):
+        pytest.importorskip("qdrant_client")
+        self.folder = root / "qdrant"
+        self.folder.mkdir(exist_ok=True)
+
+    def client(self):
+        from skalign._stores.address import parse_address
+        from skalign._stores.qdrant import _client
+
+        return _client(parse_address(f"qdrant:{self.folder}/x"))
+
+    def make(self, X, metric, name="src"):
+        from qdrant_client import models
+
+        c = self.client()
+        c.create_collection(name, vectors_config={
+            "text": models.VectorParams(size=X.shape[1],
+                                        distance=getattr(models.Distance,
+                                                         self.DISTANCES[metric])),
+            "title": models.VectorParams(size=2, distance=models.Distance.DOT)})
+        c.upsert(name, points=models.Batch(
+            ids=list(range(len(X))),
+            vectors={"text": X.tolist(), "title": [[1.0, float(i)] for i in range(len(X))]},
+            payloads=[{"text": f"doc {i}", "k": i} for i in range(len(X))]))
+        return f"qdrant:{self.folder}/{name}?vector=text"
+
+    def key(self, i):
+        return i
+
+    def read(self, name="src"):
+        points, _ = self.client().scroll(name, limit=10 * self.rows, with_payload=True,
+                                         with_vectors=True)
+        out = {}
+        for p in points:
+            payload = dict(p.payload)
+            mark = payload.pop(PROVENANCE_KEY, None)
+            out[p.id] = (np.asarray(p.vector["text"], np.float32), (payload, p.vector["title"]),
+                         mark)
+        return out
+
+
+class Pg:
+    """Rows ``id = 3 i + 1`` (the primary key) with ``text``, ``meta jsonb`` and ``emb``, and an
+    HNSW index of the metric's operator class."""
+
+    name, rows, written = "pgvector", N, 200
+    OPCLASS = {"cosine": "vector_cosine_ops", "ip": "vector_ip_ops", "l2": "vector_l2_ops"}
+
+    def __init__(self, base):
+        self.base = base
+
+    def conn(self):
+        import psycopg
+        from pgvector.psycopg import register_vector
+
+        conn = psycopg.connect(self.base, autocommit=True)
+        register_vector(conn)
+        return conn
+
+    def make(self, X, metric, name="src", column="emb", text="text", index=True):
+        from urllib.parse import quote
+
+        from psycopg.types.json import Jsonb
+
+        with self.conn() as conn:
+            conn.execute(_sql("DROP TABLE IF EXISTS {}", name))
+            conn.execute(_sql(f"CREATE TABLE {{}} (id bigint PRIMARY KEY, {{}} text, meta jsonb, "
+                              f"{{}} vector({X.shape[1]}))", name, text, column))
+            with conn.cursor() as cur, cur.copy(_sql("COPY {} (id, {}, meta, {}) FROM STDIN",
+                                                     name, text, column)) as copy:
+                for i, x in enumerate(X):
+                    copy.write_row([self.key(i), f"doc {i}", Jsonb({"k": i}), x])
+            if index:
+                conn.execute(_sql(f"CREATE INDEX ON {{}} USING hnsw ({{}} {self.OPCLASS[metric]})",
+                                  name, column))
+        return f"{self.base}&table={quote(name, safe='')}&column={quote(column, safe='')}"
+
+    def key(self, i):
+        return 3 * i + 1
+
+    def read(self, name="src", column="emb"):
+        with self.conn() as conn:
+            rows = conn.execute(_sql("SELECT * FROM {}", name)).fetchall()
+            names = [c.name for c in conn.execute(_sql("SELECT * FROM {} LIMIT 0", name))
+                     .description]
+        out = {}
+        for r in rows:
+            row = dict(zip(names, r))
+            vector = row.pop(column).to_numpy()
+            mark = row.pop(PROVENANCE_KEY, None)
+            out[row["id"]] = (np.asarray(vector, np.float32), row, mark)
+        return out
+
+
+@pytest.fixture(params=["chroma", "qdrant", "pgvector"])
+def engine(request, tmp_path):
+    if request.param == "pgvector":
+        return Pg(request.getfixturevalue("pg_base"))
+    return {"chroma": Chroma, "qdrant": Qdrant}[request.param](tmp_path)
+
+
+def _stored(engine, X, metric):
+    """What the engine keeps of ``X``: directions for Qdrant's cosine."""
+    if engine.name == "qdrant" and metric == "cosine":
+        return X / np.linalg.norm(X, axis=1, keepdims=True)
+    return X
+
+
+@pytest.mark.parametrize("metric", METRICS)
+def test_top_k_equals_brute_force(engine, X, metric):
+    X = X[:engine.rows]
+    address = engine.make(X, metric)
+    Q = np.random.default_rng(1).normal(size=(12, D)).astype(np.float32)
+    with open_live(address) as store:
+        assert (store.kind, store.metric, store.dim, store.n_rows) == (engine.name, metric, D,
+                                                                       len(X))
+        S = similarity(Q, _stored(engine, X, metric), metric)
+        # k above pgvector's default hnsw.ef_search (40): only raised, all k rows come back
+        for k in (1, 10, 60):
+            ids, scores = store.top_k(Q, k)
+            assert len(ids) == len(scores) == len(Q)
+            for q in range(len(Q)):
+                best = np.argsort(-S[q], kind="stable")[:k]
+                assert ids[q] == [engine.key(i) for i in best]
+                np.testing.assert_allclose(scores[q], S[q][best], rtol=1e-4, atol=1e-4)
+        ids, _ = store.top_k(Q[:2], len(X) + 50)  # more than the store holds: every row, once
+        assert [sorted(map(str, i)) for i in ids] == [sorted(str(engine.key(i))
+                                                             for i in range(len(X)))] * 2
+
+
+def test_fetch_texts_vectors_provenance(engine, X):
+    X = X[:engine.rows]
+    address = engine.make(X, "cosine")
+    order = [7, 0, len(X) - 1, 42]
+    with open_live(address) as store:
+        rows = store.fetch([engine.key(i) for i in order])
+        assert rows.ids == [engine.key(i) for i in order]
+        assert rows.texts == [f"doc {i}" for i in order]
+        assert rows.provenance == [None] * len(order)
+        assert rows.vectors.dtype == np.float32 and rows.vectors.shape == (len(order), D)
+        np.testing.assert_allclose(rows.vectors, _stored(engine, X, "cosine")[order], rtol=1e-5)
+        other = {"chroma": "title", "qdrant": "k", "pgvector": "meta"}[engine.name]
+        texts = store.fetch([engine.key(3)], text_field=other).texts
+        assert texts == [{"chroma": "t3", "qdrant": "3", "pgvector": '{"k": 3}'}[engine.name]]
+        empty = store.fetch([])
+        assert empty.ids == [] and empty.vectors.shape == (0, D)
+        with pytest.raises(StoreNotFoundError, match="no row with id"):
+            store.fetch([engine.key(1), engine.key(len(X) + 5)])
+        assert len(store.ids()) == len(X)
+        assert sorted(map(str, store.ids())) == sorted(str(engine.key(i))
+                                                       for i in range(len(X)))
+
+
+def test_write_back_changes_only_vector_and_provenance(engine, X):
+    X = X[:engine.rows]
+    address = engine.make(X, "l2")
+    before = engine.read()
+    chosen = [5, 17, len(X) - 1]
+    new = np.random.default_rng(2).normal(size=(len(chosen), D)).astype(np.float32)
+    with open_live(address) as store:
+        store.write_back([engine.key(i) for i in chosen], new, "encoded:fp1")
+        rows = store.fetch([engine.key(i) for i in chosen] + [engine.key(6)])
+        assert rows.provenance == ["encoded:fp1"] * 3 + [None]
+        assert list(rows.encoded_by("fp1")) == [True, True, True, False]
+        np.testing.assert_allclose(rows.vectors[:3], new, rtol=1e-5)
+        # the index finds the new vectors
+        ids, _ = store.top_k(new, 1)
+        assert ids == [[engine.key(i)] for i in chosen]
+        # written again: the new mark replaces the old
+        store.write_back([engine.key(5)], X[[5]], "encoded:fp2")
+        assert store.fetch([engine.key(5)]).provenance == ["encoded:fp2"]
+    after = engine.read()
+    assert set(after) == set(before)
+    for key, (vector, rest, mark) in after.items():
+        assert rest == before[key][1]  # ids, documents, metadata, payloads, other columns
+        if key in (engine.key(17), engine.key(len(X) - 1)):
+            assert mark == "encoded:fp1"
+        elif key == engine.key(5):
+            assert mark == "encoded:fp2"
+            np.testing.assert_allclose(vector, X[5], rtol=1e-5)
+        else:
+            assert mark is None
+            np.testing.assert_array_equal(vector, before[key][0])
+
+
+def test_concurrent_reader_never_sees_a_torn_row(engine, X):
+    """Round ``r`` writes ``X[i] + r`` with the mark ``encoded:r{r}`` to the first rows, while
+    a thread with a store of its own reads them: every pair it sees is the original vector
+    without a mark or round ``r``'s vector with round ``r``'s mark."""
+    X = X[:engine.rows]
+    address = engine.make(X, "l2")
+    m = engine.written
+    keys = [engine.key(i) for i in range(m)]
+    rounds, seen, torn, reads = 12, set(), [], [0]
+    done = threading.Event()
+
+    def reader():
+        with open_live(address) as mine:
+            while not done.is_set() or reads[0] < 2:
+                rows = mine.fetch(keys)
+                for i, vector, mark in zip(range(m), rows.vectors, rows.provenance):
+                    r = 0 if mark is None else int(mark.split(":r")[1])
+                    seen.add(r)
+                    if not np.allclose(vector, X[i] + r, atol=1e-4):
+                        torn.append((i, mark))
+                reads[0] += 1
+
+    thread = threading.Thread(target=reader)
+    with open_live(address) as store:
+        thread.start()
+        for r in range(1, rounds + 1):
+            store.write_back(keys, X[:m] + r, f"encoded:r{r}")
+        done.set()
+        thread.join()
+    assert not torn, torn[:5]
+    assert reads[0] >= 2 and len(seen) >= 2  # the reads overlapped the write-backs
+
+
+@pytest.mark.parametrize("bad, match", [
+    (np.ones((2, D + 1), np.float32), "have 17 dimensions but the store's vectors have 16"),
+    (np.full((2, D), np.nan, np.float32), "row 0 holds a value a float32 cannot hold"),
+    (np.ones((2, 3, D), np.float32), "must be a 2-D array"),
+])
+def test_bad_queries_and_vectors_are_refused(engine, X, bad, match):
+    X = X[:engine.rows]
+    address = engine.make(X, "cosine")
+    with open_live(address) as store:
+        with pytest.raises(StoreError, match=match):
+            store.top_k(bad, 3)
+        with pytest.raises(StoreError, match=match):
+            store.write_back([engine.key(0), engine.key(1)], bad, "encoded:x")
+        with pytest.raises(ValueError, match="k must be a positive integer"):
+            store.top_k(X[:1], 0)
+        with pytest.raises(StoreError, match="2 ids but 1 vectors"):
+            store.write_back([engine.key(0), engine.key(1)], X[:1], "encoded:x")
+        with pytest.raises(StoreError, match="given twice"):
+            store.write_back([engine.key(0), engine.key(0)], X[:2], "encoded:x")
+        with pytest.raises(StoreError, match="provenance mark must be non-empty text"):
+            store.write_back([engine.key(0)], X[:1], "")
+        with pytest.raises(StoreNotFoundError, match="no row with id"):
+            store.write_back([engine.key(0), engine.key(len(X) + 1)], X[:2], "encoded:x")
+        with pytest.raises(StoreError, match="take no option"):
+            open_live(address, id_field="x")
+    # nothing was written by the refused calls
+    assert all(mark is None for _, _, mark in engine.read().values())
+
+
+def test_chroma_hostile_ids_stay_data(tmp_path, X):
+    engine = Chroma(tmp_path)
+    col = engine.client().create_collection("src", metadata={"hnsw:space": "cosine"},
+                                            embedding_function=None)
+    ids = [f"{HOSTILE} {i}" for i in range(20)]
+    col.add(ids=ids, embeddings=X[:20], documents=[f"doc {i}" for i in range(20)])
+    with open_live(f"chroma:{engine.folder}/src") as store:
+        got, _ = store.top_k(X[:3], 1)
+        assert got == [[ids[0]], [ids[1]], [ids[2]]]
+        store.write_back([ids[4]], X[[5]], f"encoded:{HOSTILE}")
+        rows = store.fetch([ids[4]])
+        assert rows.texts == ["doc 4"] and rows.provenance == [f"encoded:{HOSTILE}"]
+        # a metadata key of that name: the record has none
+        assert store.fetch([ids[4]], text_field=HOSTILE).texts == [None]
+        with pytest.raises(StoreError, match="Chroma ids are text"):
+            store.fetch([4])
+
+
+def test_qdrant_refuses_what_it_cannot_search(tmp_path, X):
+    from qdrant_client import models
+
+    engine = Qdrant(tmp_path)
+    engine.client().create_collection("man", vectors_config=models.VectorParams(
+        size=D, distance=models.Distance.MANHATTAN))
+    with pytest.raises(StoreError, match="needs Cosine, Dot or Euclid"):
+        open_live(f"qdrant:{engine.folder}/man")
+    address = engine.make(X, "cosine")
+    with pytest.raises(StoreError, match="choose one with \\?vector=NAME"):
+        open_live(address.split("?")[0])
+    with open_live(address.split("?")[0], column="text") as store:
+        assert store.vector == "text"
+        with pytest.raises(StoreError, match="not a Qdrant point id"):
+            store.fetch(["not-a-uuid"])
+
+
+def test_pg_hostile_names_stay_data(pg_base, X):
+    engine = Pg(pg_base)
+    with engine.conn() as conn:
+        conn.execute("DROP TABLE IF EXISTS victim")
+        conn.execute("CREATE TABLE victim (x int)")
+    column, text = f"e{HOSTILE}", f"t{HOSTILE}"
+    address = engine.make(X, "ip", name=HOSTILE, column=column, text=text)
+    with open_live(address, text_field=text) as store:
+        assert store.metric == "ip"
+        ids, _ = store.top_k(X[:2], 3)
+        assert ids[0][0] == engine.key(int(np.argmax(X @ X[0])))
+        store.write_back([engine.key(3)], X[[4]], f"encoded:{HOSTILE}")
+        rows = store.fetch([engine.key(3)])
+        assert rows.texts == ["doc 3"] and rows.provenance == [f"encoded:{HOSTILE}"]
+        with pytest.raises(StoreError, match="no column 'text'"):
+            store.fetch([engine.key(3)], text_field="text")
+    with engine.conn() as conn:
+        assert conn.execute("SELECT count(*) FROM victim").fetchone() == (0,)
+        # a text primary key whose values are SQL
+        conn.execute("DROP TABLE IF EXISTS tk")
+        conn.execute(f"CREATE TABLE tk (id text PRIMARY KEY, emb vector({D}))")
+        for i in range(10):
+            conn.execute("INSERT INTO tk VALUES (%s, %s)", (f"{HOSTILE}{i}", X[i]))
+    with open_live(f"{pg_base}&table=tk") as store:
+        key = f"{HOSTILE}3"
+        assert store.top_k(X[[3]], 1)[0] == [[key]]
+        store.write_back([key], X[[0]], "encoded:t")
+        assert store.fetch([key]).provenance == ["encoded:t"]
+    with engine.conn() as conn:
+        assert conn.execute("SELECT count(*) FROM victim").fetchone() == (0,)
+
+
+def test_pg_metric_without_index_and_keys(pg_base, X):
+    engine = Pg(pg_base)
+    address = engine.make(X, "l2", name="plain", index=False)
+    Q = X[:4] + 0.1
+    with open_live(address, metric="l2") as store:  # an exact scan
+        ids, _ = store.top_k(Q, 5)
+        S = similarity(Q, X, "l2")
+        assert ids == [[engine.key(i) for i in np.argsort(-S[q])[:5]] for q in range(4)]
+    with open_live(address) as store:
+        assert store.metric == "cosine"
+    indexed = engine.make(X, "l2", name="indexed")
+    with pytest.raises(StoreError, match="ranks by l2, not cosine"):
+        open_live(indexed, metric="cosine")
+    with pytest.raises(StoreError, match="metric 'dot' is not one of"):
+        open_live(address, metric="dot")
+    with engine.conn() as conn:
+        conn.execute("DROP TABLE IF EXISTS nokey")
+        conn.execute(f"CREATE TABLE nokey (id int, emb vector({D}))")
+        conn.execute("DROP TABLE IF EXISTS twokeys")
+        conn.execute(f"CREATE TABLE twokeys (a int, b int, emb vector({D}), PRIMARY KEY (a, b))")
+    with pytest.raises(StoreError, match="has no primary key"):
+        open_live(f"{pg_base}&table=nokey")
+    with pytest.raises(StoreError, match="a primary key of several columns"):
+        open_live(f"{pg_base}&table=twokeys")
