@@ -13,6 +13,16 @@ procrustes, linear, bootstrap — both sides, the learning curve, the ceiling an
 included). Target (issue 16): <= 60 s on 2 cores. Run with ``OMP_NUM_THREADS`` unset to use both.
 ``--csv PATH`` writes the figures as ``key,value`` (``benchmarks/results/bench_plan.csv``, quoted
 by the user guide).
+
+``--validate`` prints instead the validation table of the plan's predictions: per encoder pair
+(MiniLM -> MPNet, MiniLM -> multilingual-e5 and the reverse of each), pair count (25, 200,
+2,000) and store size (1,000, 2,000 and, below 2,000 pairs, 3,000 items), what
+``plan_migration`` predicts from the pairs alone (rows L2-normalised, ``procrustes`` and
+``linear``, both sides, and staying) against the retention measured on a held-out store of
+that size: one seeded permutation, the pairs its first rows, the stores nested among the rows
+after the first 2,000 (after the first 1,000 for the 3,000-item store). A row is ``ok`` when the
+prediction is within 0.05 of the measurement or its interval covers it; staying is also checked
+against +-0.03.
 """
 
 import argparse
@@ -39,7 +49,12 @@ def main(argv=None):
     p.add_argument("--workdir", default=None)
     p.add_argument("--quick", action="store_true", help="500 pairs, 10,000-row samples")
     p.add_argument("--csv", default=None, help="also write the figures (key,value) here")
+    p.add_argument("--validate", action="store_true", help="print the validation table")
+    p.add_argument("--combos", nargs="*", default=None, help="SRC:TGT encoder pairs (validate)")
+    p.add_argument("--counts", nargs="*", type=int, default=[25, 200, 2000])
     args = p.parse_args(argv)
+    if args.validate:
+        return validate(args)
     if args.quick:
         args.pairs, args.store_rows = 500, 10000
     Z = np.load(args.npz)
@@ -93,6 +108,76 @@ def main(argv=None):
     if not args.workdir:
         shutil.rmtree(work)
     return secs
+
+
+def _unit(M):
+    M = np.asarray(M, dtype=np.float32)
+    return M / np.linalg.norm(M, axis=1, keepdims=True)
+
+
+def _measured(method, side, Xp, Yp, Xs, Ys):
+    """Retention of ``method`` fitted on the pairs, on the store ``Xs``/``Ys`` (unit rows)."""
+    from skalign.metrics import retrieval_retention
+    from skalign.plan import make_candidate
+
+    if method == "stay":
+        return retrieval_retention(Ys, Xs, Ys, Xs, exclude_self=True)["recall"]
+    est = make_candidate(method, len(Xp)).fit(Xp, Yp)
+    if side == "document":
+        return retrieval_retention(Ys, est.transform(Xs))["recall"]
+    if method == "procrustes":
+        return retrieval_retention(Ys, Xs, Ys, est.inverse_transform(Ys),
+                                   exclude_self=True)["recall"]
+    rev = make_candidate(method, len(Xp)).fit(Yp, Xp)
+    return retrieval_retention(Ys, Xs, Ys, rev.transform(Ys), exclude_self=True)["recall"]
+
+
+def validate(args):
+    import warnings
+
+    from skalign.plan import plan_migration
+
+    warnings.simplefilter("ignore", UserWarning)  # the plan's notes; the table says it all
+
+    Z = np.load(args.npz)
+    combos = args.combos or ["minilm_l6:mpnet_base", "minilm_l6:me5_small_q4",
+                             "mpnet_base:minilm_l6", "me5_small_q4:minilm_l6"]
+    print(f"{'encoders':<28}{'pairs':>6}{'store':>6}  {'option':<20}{'predicted':>10}"
+          f"{'interval':>17}{'measured':>9}{'error':>8}  ok")
+    rows = []
+    for combo in combos:
+        src, tgt = combo.split(":")
+        A, B = _unit(Z[src]), _unit(Z[tgt])
+        perm = np.random.default_rng(0).permutation(len(A))
+        for n in args.counts:
+            pairs = perm[:n]
+            for size in (1000, 2000, 3000):
+                if size == 3000 and n > 1000:
+                    continue
+                store = perm[2000:2000 + size] if size <= 2000 else perm[1000:1000 + size]
+                plan = plan_migration(A[pairs], B[pairs], methods=["procrustes", "linear"],
+                                      store_size=size, curve=False, n_resamples=300)
+                preds = [(f"{e.method} {e.side}" + ("" if e.supported else " *"), e.method,
+                          e.side, e.recall, e.recall_ci) for e in plan.estimates]
+                preds.append(("stay" + ("" if plan.stay["supported"] else " *"), "stay", "stay",
+                              plan.stay["recall"], plan.stay["recall_ci"]))
+                for label, method, side, value, ci in preds:
+                    meas = _measured(method, side, A[pairs], B[pairs], A[store], B[store])
+                    err = value - meas
+                    ok = abs(err) <= 0.05 or ci[0] <= meas <= ci[1]
+                    rows.append((combo, n, size, label, value, ci, meas, err, ok))
+                    print(f"{src + ' -> ' + tgt:<28}{n:>6}{size:>6}  {label:<20}{value:>10.3f}"
+                          f"{f'[{ci[0]:.3f}, {ci[1]:.3f}]':>17}{meas:>9.3f}{err:>+8.3f}  "
+                          f"{'yes' if ok else 'NO'}", flush=True)
+    ok = sum(r[-1] for r in rows)
+    within = sum(abs(r[7]) <= 0.05 for r in rows)
+    stay = [r for r in rows if r[3] == "stay" and r[1] >= 2000]
+    print("* unsupported: too few pairs to measure the decay with store size; the interval "
+          "runs from chance to what the pairs measured")
+    print(f"\n{ok} of {len(rows)} rows within 0.05 or covered ({within} within 0.05); staying "
+          f"from 2,000 pairs within 0.03 in {sum(abs(r[7]) <= 0.03 for r in stay)} of "
+          f"{len(stay)}")
+    return rows
 
 
 if __name__ == "__main__":

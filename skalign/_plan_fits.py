@@ -12,6 +12,7 @@ import numpy as np
 from ._plan_candidates import (
     _candidate_sides,
     _fit_both_ways,
+    _fixed_penalty,
     _sides,
     _uses_unpaired,
     make_candidate,
@@ -29,6 +30,8 @@ def _cross_fit(name, X, Y, unpaired, sides, n_splits, random_state):
 
     proto = make_candidate(name, len(X), random_state)
     sides = _candidate_sides(proto, sides)
+    reverse_proto = _fixed_penalty(proto, Y, X, None) if "query" in sides else None
+    proto = _fixed_penalty(proto, X, Y, unpaired)
     out = {side: [] for side in sides}
     how = {"document": "translate the stored documents"}
     secs = 0.0
@@ -36,7 +39,8 @@ def _cross_fit(name, X, Y, unpaired, sides, n_splits, random_state):
     for train, test in folds:
         # a candidate that learns from the unpaired samples must not find the held-out pairs
         pool = _pool_without(unpaired, X[test], Y[test]) if _uses_unpaired(proto) else unpaired
-        est, reverse, s, how["query"] = _fit_both_ways(proto, X[train], Y[train], pool, sides)
+        est, reverse, s, how["query"] = _fit_both_ways(proto, X[train], Y[train], pool, sides,
+                                                       reverse_proto)
         secs += s
         for side in sides:
             index, queries = _sides(est, X[test], Y[test], side, reverse)

@@ -7,8 +7,6 @@ unpaired samples), re-embedding below ``min_recall``, and the command lines that
 
 from __future__ import annotations
 
-import numpy as np
-
 from ._plan_candidates import MAP_ROUNDS, RIDGE_ALPHAS, _uses_unpaired, make_candidate
 
 
@@ -30,56 +28,84 @@ def _pick(plan, side, reasons):
     return best
 
 
+def _fmt(e, k):
+    ci = e["recall_ci"]
+    return f"recall@{k} {e['recall']:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]"
+
+
 def _recommend(plan, curve):
+    """The cheapest option predicted to keep ``min_recall``, with coherent reasons."""
     k = plan.k
     ties = []
     best_doc, best_query = _pick(plan, "document", ties), _pick(plan, "query", ties)
-    reasons = []
-    choice = best_doc
-    if best_query is not None and (best_doc is None or best_query.recall - best_doc.recall >
-                                   (best_query.recall_ci[1] - best_query.recall_ci[0]) / 2):
-        choice = best_query
+    stay = plan.stay
+    reasons = [f"stay on the old model: {_fmt(stay, k)} (its own top-{k} against the new "
+               "model's, measured on the pairs)"]
     if best_doc is not None:
-        reasons.append(f"best document side: {best_doc.method} keeps recall@{k} "
-                       f"{best_doc.recall:.3f} [{best_doc.recall_ci[0]:.3f}, "
-                       f"{best_doc.recall_ci[1]:.3f}], nDCG@{k} {best_doc.ndcg:.3f}")
+        reasons.append(f"translate the documents with {best_doc.method}: {_fmt(vars(best_doc), k)}")
     if best_query is not None:
-        reasons.append(f"best query side (bridging): {best_query.method} keeps recall@{k} "
-                       f"{best_query.recall:.3f} [{best_query.recall_ci[0]:.3f}, "
-                       f"{best_query.recall_ci[1]:.3f}], nDCG@{k} {best_query.ndcg:.3f}")
+        reasons.append(f"bridge the queries with {best_query.method}: "
+                       f"{_fmt(vars(best_query), k)}")
+    if plan.rerank:
+        r = plan.rerank
+        reasons.append(f"translate + rerank the top {r['k_candidates']} by the new encoder: "
+                       f"recall@{k} {r['recall_at_10']:.3f} [{r['recall_ci'][0]:.3f}, "
+                       f"{r['recall_ci'][1]:.3f}] ({r['k_candidates']} texts encoded per query)")
+    reasons.append(f"re-embed: recall@{k} 1.000 by definition ({plan.store_size} texts encoded)")
     reasons += ties
+    maps = [e for e in (best_doc, best_query) if e is not None]
+    top = max((e.recall for e in maps), default=None)
+    if top is not None and top < stay["recall"]:
+        reasons.append(f"every translation keeps less than staying ({top:.3f} < "
+                       f"{stay['recall']:.3f}): migrating that way is worse than not migrating")
+    if any(not e.supported for e in maps):
+        reasons.append(f"{plan.n_pairs} pairs are too few to measure how retention falls with the "
+                       f"store size: the intervals for {plan.store_size} items run from chance to "
+                       "what the pairs measured, and no translation is recommended on them")
+    options = [("stay", stay, "stay")]
+    if best_doc is not None and best_doc.supported:
+        options.append(("translate", vars(best_doc), best_doc))
+    if best_query is not None and best_query.supported:
+        options.append(("bridge queries", vars(best_query), best_query))
+    if plan.rerank and plan.rerank["supported"]:
+        options.append(("translate + rerank", {"recall": plan.rerank["recall_at_10"]}, best_doc))
+    action, choice = "re-embed", best_doc or best_query
+    for name, e, est in options:
+        if e["recall"] >= plan.min_recall:
+            action, choice = name, est
+            break
+    reasons.append(f"cheapest option that keeps --min-recall {plan.min_recall:.2f}: {action}")
     ceiling = plan.ceiling["recall"]
-    if choice.recall < plan.min_recall:
-        action = "re-embed"
-        reasons.append(f"no candidate reaches --min-recall {plan.min_recall:.2f}")
-        if ceiling < plan.min_recall:
-            reasons.append(f"the ceiling ({ceiling:.3f}) is below it too: more pairs are unlikely"
-                           " to make a map from the old space good enough")
-        else:
-            reasons.append(f"the ceiling ({ceiling:.3f}) is above it: more pairs (or another "
-                           "method) might get there; see the learning curve")
-    else:
-        action = "translate" if choice.side == "document" else "bridge queries"
-        reasons.append(f"{choice.recall:.3f} >= --min-recall {plan.min_recall:.2f}; the ceiling "
-                       f"is {ceiling:.3f} (gap {ceiling - choice.recall:+.3f})")
-    pts = curve.get(choice.method)
-    if pts and len(pts["n_pairs"]) >= 2:
-        (n0, r0), (n1, r1) = list(zip(pts["n_pairs"], pts["recall"]))[-2:]
-        per_doubling = (r1 - r0) / max(np.log2(n1 / n0), 1e-9)
-        more = "worth labelling more pairs" if per_doubling >= 0.01 else \
-            "more pairs would add little"
-        reasons.append(f"learning curve of {choice.method}: {per_doubling:+.3f} recall@{k} per "
-                       f"doubling of pairs between {n0} and {n1}: {more}")
+    budget = plan.budget
+    if action == "re-embed" and ceiling < plan.min_recall:
+        reasons.append(f"even the ceiling ({ceiling:.3f}, an oracle map fitted and scored on the "
+                       "same pairs) is below it: more pairs are unlikely to make a map good enough")
+    elif budget:
+        at = budget.get("overtakes_stay_at")
+        where = ("translation keeps less than staying at every budget tried" if at is None else
+                 f"translation overtakes staying from about {at} pairs"
+                 + (" (extrapolated past the pairs)" if budget.get("overtakes_stay_extrapolated")
+                    else ""))
+        reasons.append(f"budget curve ({budget['method']}, store of {budget['store_size']}): "
+                       f"{where}")
+        if "budget" in budget:
+            reasons.append(f"with {budget['budget']} pairs: recall@{k} "
+                           f"{budget['recall_at_budget']:.3f}"
+                           + (" (extrapolated past the pairs, capped at the ceiling)"
+                              if budget["budget_extrapolated"] else ""))
     ratio = max(plan.row_norms["source"], plan.row_norms["target"]) / max(
         min(plan.row_norms["source"], plan.row_norms["target"]), 1e-12)
     if not plan.normalized and ratio > 1.5:
         reasons.append(f"the two spaces' mean row norms differ {ratio:.1f}-fold; maps without a "
                        "scale suffer from it (bridging most): compare with --normalize")
-    return {"action": action, "method": choice.method, "side": choice.side,
-            "reasons": reasons, "commands": _commands(choice, plan)}
+    side = getattr(choice, "side", None)
+    commands = _commands(choice, plan, rerank=action == "translate + rerank") \
+        if action in ("translate", "bridge queries", "translate + rerank") else []
+    return {"action": action, "method": getattr(choice, "method", None), "side": side,
+            "reasons": reasons, "commands": commands}
 
 
-def _commands(choice, plan):
+def _commands(choice, plan, rerank=False):
     """The command lines that carry out the recommended fit (A, B, P, Q as given to plan)."""
     fit = f"skalign fit {choice.method}"
     ridge = ("scoring=recall_retention", "alphas=" + ",".join(f"{a:g}" for a in RIDGE_ALPHAS))
@@ -88,6 +114,10 @@ def _commands(choice, plan):
             f" --param estimator__{p}" for p in ridge)
     if choice.method == "linear":
         fit += "".join(f" --param {p}" for p in ridge)
+        if plan.normalized:
+            fit += " --param normalize=true"
+    if choice.method == "bootstrap" and plan.normalized:
+        fit += " --param estimator__normalize=true"
     reverse = choice.side == "query" and "swapped" in choice.how
     fit += " --source B --target A" if reverse else " --source A --target B"
     if choice.method == "bootstrap":
@@ -100,6 +130,9 @@ def _commands(choice, plan):
         run = "skalign translate model.skops QUERIES_B.npy QUERIES_IN_A.npy"
     else:
         run = "skalign translate model.skops QUERIES_B.npy QUERIES_IN_A.npy --direction inverse"
-    note = ["(fit on L2-normalised rows: normalise A, B, P, Q and the store first)"] \
-        if plan.normalized else []
+    note = ["(the plan fitted on L2-normalised rows: normalise A, B and the store (or the "
+            "queries) first)"] if plan.normalized and choice.method == "procrustes" else []
+    if rerank:
+        note.append(f"(then search the translated store for the top {plan.rerank['k_candidates']}"
+                    " and re-score those candidates with the new encoder's vectors)")
     return [fit, run] + note

@@ -48,10 +48,13 @@ def write_report(plan, path):
     ax1.axhline(plan.ceiling["recall"], color="k", ls="--", lw=1,
                 label=f"ceiling ({plan.ceiling['method']}, in sample)")
     ax1.axhline(plan.min_recall, color="tab:red", ls=":", lw=1, label="min recall")
+    if plan.stay:
+        ax1.axhline(plan.stay["recall"], color="tab:green", ls="-.", lw=1,
+                    label="stay on the old model")
     ax1.set_xscale("log")
-    ax1.set_xlabel("pairs used to fit")
+    ax1.set_xlabel("pairs re-embedded to fit")
     ax1.set_ylabel(f"recall@{k} retention")
-    ax1.set_title(f"learning curve (held-out store of {plan.curve_store_size})")
+    ax1.set_title(f"budget curve (store of {plan.store_size})")
     ax1.legend(fontsize=8)
     ests = sorted(plan.estimates, key=lambda e: e.recall)
     labels = [f"{e.method} / {e.side}" for e in ests]
@@ -60,12 +63,15 @@ def write_report(plan, path):
     ax2.barh(labels, vals, xerr=err, color=["tab:blue" if e.side == "document" else "tab:orange"
                                             for e in ests], capsize=3)
     ax2.axvline(plan.ceiling["recall"], color="k", ls="--", lw=1)
+    if plan.stay:
+        ax2.axvline(plan.stay["recall"], color="tab:green", ls="-.", lw=1)
     ax2.set_xlim(0, 1)
     ax2.set_xlabel(f"recall@{k} retention (store of {plan.store_size}, "
                    f"{plan.confidence:.0%} CI)")
     rec = plan.recommendation
     ax2.set_title(f"recommendation: {rec['action']}"
-                  + (f" with {rec['method']}" if rec["action"] != "re-embed" else ""))
+                  + (f" with {rec['method']}" if rec["action"] in (
+                      "translate", "bridge queries", "translate + rerank") else ""))
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)

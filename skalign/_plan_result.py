@@ -9,7 +9,13 @@ __all__ = ["Estimate", "MigrationPlan"]
 
 @dataclass
 class Estimate:
-    """Retention of one method on one side (see :class:`MigrationPlan`)."""
+    """Retention of one method on one side (see :class:`MigrationPlan`).
+
+    ``recall``/``ndcg`` and their intervals are for ``store_size``; ``measured_recall`` is what
+    was measured on the evaluation store of ``measured_size`` items, ``slope`` the exponent of
+    the store-size law (:mod:`skalign._plan_law`), and ``supported`` is ``False`` when the pairs
+    were too few to measure it (the interval then runs from chance to the measured upper bound).
+    """
 
     method: str
     side: str
@@ -21,6 +27,10 @@ class Estimate:
     store_size: int
     extrapolated: bool
     fit_seconds: float
+    supported: bool = True
+    measured_size: int = 0
+    measured_recall: float = float("nan")
+    slope: float = 0.0
 
 
 @dataclass
@@ -62,10 +72,30 @@ class MigrationPlan:
     ceiling : dict
         ``{"recall", "ndcg", "method", "how"}`` of the oracle fit.
     recommendation : dict
-        ``{"action": "translate" | "bridge queries" | "re-embed", "method", "side", "reasons"}``;
-        ``method`` and ``side`` name the best candidate also when the action is to re-embed.
+        ``{"action": "stay" | "translate" | "bridge queries" | "translate + rerank" |
+        "re-embed", "method", "side", "reasons", "commands"}``: the cheapest option predicted to
+        keep ``min_recall``.
     seconds : float
         Wall time of the plan.
+    stay : dict
+        Staying on the old model, as an estimate (``method`` ``"stay"``).
+    rerank : dict
+        ``{"k_candidates", "recall_at_10", "recall_ci", "supported", "encoded_per_query"}``:
+        the smallest ``K`` whose translated top-``K`` holds ``max(min_recall, stay)`` of the
+        true top-``k`` (or the largest measurable); empty without a document side.
+    budget : dict
+        The budget curve: ``{"method", "n_pairs", "recall", "store_size", "stay",
+        "overtakes_stay_at"}``, with ``budget``, ``recall_at_budget`` and
+        ``budget_extrapolated`` when a budget was given; empty without a learning curve.
+    options : list of dict
+        Stay, translate, bridge queries, translate + rerank and re-embed, cheapest first, each
+        with ``recall``, ``recall_ci``, ``supported``, ``encoded_texts`` (one-off) and
+        ``encoded_per_query``.
+    notes : list of str
+        Fallbacks, ignored inputs and extrapolations (also issued as warnings).
+    judged : dict
+        With judged queries: ``{"n_queries", "collection", "k", "options": [{"option",
+        "method", "ndcg", "ndcg_ci"}]}`` (:mod:`skalign._plan_judged`); else empty.
     """
 
     n_pairs: int
@@ -84,6 +114,12 @@ class MigrationPlan:
     ceiling: dict = field(default_factory=dict)
     recommendation: dict = field(default_factory=dict)
     seconds: float = 0.0
+    stay: dict = field(default_factory=dict)
+    rerank: dict = field(default_factory=dict)
+    budget: dict = field(default_factory=dict)
+    options: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+    judged: dict = field(default_factory=dict)
 
     def best(self, side=None):
         """The estimate with the highest recall@k, on ``side`` or on either.
@@ -148,24 +184,43 @@ class MigrationPlan:
                 f"{e.method:<12}{e.side:<10}{e.recall:10.3f}"
                 f"{f'[{e.recall_ci[0]:.3f}, {e.recall_ci[1]:.3f}]':>16}{e.ndcg:9.3f}"
                 f"{f'[{e.ndcg_ci[0]:.3f}, {e.ndcg_ci[1]:.3f}]':>16}{e.fit_seconds:8.2f}  "
-                f"{e.how}" + ("  (extrapolated)" if e.extrapolated else ""))
+                f"{e.how}" + ("  (unsupported)" if not e.supported else
+                          "  (extrapolated)" if e.extrapolated else ""))
         c = self.ceiling
         lines += ["", f"ceiling (oracle {c['method']} fitted on all {self.n_pairs} pairs, in "
-                  f"sample): recall@{k} {c['recall']:.3f}, nDCG@{k} {c['ndcg']:.3f}"
-                  + ("  (extrapolated)" if c["extrapolated"] else "")]
-        if self.learning_curve:
-            lines += ["", f"learning curve (document side, held-out store of "
-                      f"{self.curve_store_size} pairs; recall@{k} by pairs used):"]
-            for name, curve in self.learning_curve.items():
-                pts = "  ".join(f"{n}: {r:.3f}" for n, r in zip(curve["n_pairs"],
-                                                               curve["recall"]))
-                lines.append(f"  {name:<12}{pts}")
+                  f"sample): recall@{k} {c['recall']:.3f}, nDCG@{k} {c['ndcg']:.3f}"]
+        if self.options:
+            lines += ["", f"options at {self.store_size} items, cheapest first:"]
+            for o in self.options:
+                cost = (f"{o['encoded_texts']} texts encoded" if o["encoded_texts"] else
+                        f"{o['encoded_per_query']} texts encoded per query"
+                        if o["encoded_per_query"] else "no texts encoded")
+                name = o["option"] + (f" ({o['method']})" if o["option"] in (
+                    "translate", "bridge queries", "translate + rerank") else "")
+                lines.append(f"  {name:<34}recall@{k} {o['recall']:.3f} "
+                             f"[{o['recall_ci'][0]:.3f}, {o['recall_ci'][1]:.3f}]  {cost}"
+                             + ("" if o["supported"] else "  (unsupported)"))
+        b = self.budget
+        if b:
+            pts = "  ".join(f"{n}: {r:.3f}" for n, r in zip(b["n_pairs"], b["recall"]))
+            lines += ["", f"budget curve ({b['method']}, recall@{k} at {b['store_size']} items "
+                      f"by pairs re-embedded; staying keeps {b['stay']:.3f}):", f"  {pts}"]
         if self.evaluation.get("bootstrap_left_out"):
             lines += ["", f"bootstrap not estimated: {self.evaluation['bootstrap_left_out']}"]
+        if self.judged:
+            lines += ["", f"judged queries ({self.judged['n_queries']}; nDCG@{k}, linear gains, "
+                      f"over the {self.judged['collection']} pairs' items):"]
+            for o in self.judged["options"]:
+                name = o["option"] + (f" ({o['method']})" if o["method"] else "")
+                lines.append(f"  {name:<34}nDCG@{k} {o['ndcg']:.3f} "
+                             f"[{o['ndcg_ci'][0]:.3f}, {o['ndcg_ci'][1]:.3f}]")
+        if self.notes:
+            lines += [""] + [f"note: {note}" for note in self.notes]
         r = self.recommendation
         lines += ["", f"recommendation: {r['action']}"
-                  + (f" with {r['method']} ({r['side']} side)" if r["action"] != "re-embed"
-                     else f" (best map: {r['method']}, {r['side']} side)")]
+                  + (f" with {r['method']} ({r['side']} side)" if r["action"] in (
+                      "translate", "bridge queries", "translate + rerank") else "")]
         lines += [f"  - {reason}" for reason in r["reasons"]]
-        lines += ["  to carry it out:"] + [f"    {c}" for c in r["commands"]]
+        if r["commands"]:
+            lines += ["  to carry it out:"] + [f"    {c}" for c in r["commands"]]
         return lines

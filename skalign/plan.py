@@ -33,59 +33,53 @@ whose old and new vectors are both known, and none of which a map was fitted on.
   ``benchmarks/bench_migrate_peers.py``). The store holds the items the pairing found, mutual
   nearest neighbours: if the samples share only part of their items, it is biased towards the
   items that are easiest to match.
-* *Cross-validation over the pairs* otherwise. The pairs are split into ``n_splits`` folds; each
-  method is fitted on all folds but one, and the held-out fold is the evaluation store: its old
-  vectors are translated (document side) or its new vectors mapped back (query side), and each
-  of its items is a query against the others (leave-one-out). A candidate that learns from the
-  unpaired samples gets them without the held-out pairs' rows. Nothing a map was fitted on is in
-  its evaluation store: evaluating on an index made of training pairs inflates bridging by up
-  to 0.2 on the development data, because an orthogonal map fitted on those pairs reproduces
-  their inner products. The folds' fits see ``(n_splits - 1) / n_splits`` of the pairs, and
-  from a few dozen pairs the folds are barely larger than ``k``: such estimates are rough.
+* *Cross-fitting over the pairs* otherwise. The pairs are split into ``n_splits`` folds and
+  each method is fitted on all folds but one. On the document side every pair's old vector is
+  translated by the fit that left its fold out, and the pairs put back together are the
+  evaluation store (each item a query against the others; nothing a translation was fitted on
+  is translated by it). Bridged queries cannot be scored on that store: a map reproduces the
+  inner products of the items it was fitted on (+0.1 recall@10 at 200 development pairs), so
+  the query side is measured on each held-out fold alone, next to the document side on the same
+  fold, and the ratio of the two above chance scales the document side's estimate
+  (:func:`skalign._plan_estimate._bridged`). The fits see ``(n_splits - 1) / n_splits`` of the
+  pairs.
 
-**Store size.** Retrieval gets harder as a store grows. The retention is chance-corrected,
-``rho = (r - c) / (1 - c)`` with ``c = k / (m - 1)`` what a random map keeps in a store of
-``m`` items; ``rho`` is measured on random sub-stores of 1/4, 1/2 and all of the evaluation
-store (those above ``2k + 1`` items), fitted by a line in ``log m`` (slope clipped at 0 from
-above) and carried to ``store_size``; the result is reported as ``extrapolated``.
+**Store size.** Retention is measured on nested random sub-stores of the evaluation store and
+carried to ``store_size`` by a power law in the store size (:mod:`skalign._plan_law`, which
+also makes the interval); with too few pairs to measure the decay the estimate is marked
+unsupported and its interval runs from chance to what the pairs measured.
 
-**Confidence interval.** A percentile bootstrap over queries: ``n_resamples`` resamples of the
-per-query values, the interval holding ``confidence`` of their means. It covers the query
-sampling, not the variation between refits (the learning curve shows that).
+**Options.** Besides translating and bridging, the plan prices *staying* on the old model (its
+own top-k against the new model's, measured on the pairs, carried by the same law), *translate +
+rerank* (the translated top-``K`` re-scored by the new encoder; :mod:`skalign._plan_options`)
+and *re-embedding* (every stored text encoded), and recommends the cheapest option whose
+estimate keeps ``min_recall``. With judged queries every option is also priced in nDCG@k
+against the labels and the recommendation is made on that (:mod:`skalign._plan_judged`).
 
-**Learning curve.** A fixed random fifth of the pairs (at least 50) is held out as evaluation
+**Budget curve.** A fixed random fifth of the pairs (at least 50) is held out as evaluation
 store; each method is fitted on random subsets of 25, 50, 100, 200, 500, 1,000, 2,000, ... of
 the remaining pairs (``n_repeats`` subsets up to 200 pairs, one above; the bootstrap, the
-slowest, once at 25, 500 and all), and scored on the held-out store. Whether labelling more
-pairs pays is read off the last step.
+slowest, once at 25, 500 and all), scored on the held-out store and carried to ``store_size``.
+It says where translating overtakes staying, and what ``budget`` pairs would keep.
 
 **Ceiling.** What a map from the old space can carry is estimated by an *oracle* fit: the best
 of a ridge map (alpha by leave-one-out CV) and centred Procrustes fitted on **all** pairs and
-scored on those same pairs, in sample. It is an optimistic bound for affine maps (no affine map
-fitted on other pairs does better on these items) and a rough one for any map: a non-linear map
-can in principle exceed it, and none tried on the development data did by more than 0.03.
+scored on those same pairs, in sample, carried to ``store_size``. It is an optimistic bound for
+affine maps and a rough one for any map.
 
 **Bootstrap left out.** With the default candidates, the bootstrap is not estimated when the
 unpaired samples hold fewer rows that are not known pairs than a held-out fold (for example,
-samples drawn from the same items as the pairs): it could only find the known pairs again, and
-refitting on those duplicates is the ``linear`` candidate with some pairs counted twice. On the
-development data, with samples of the same 2,000 texts as 2,000 known pairs, it kept 0.002 to
-0.024 less recall@10 than ``linear`` on a separate store on five of the six encoder pairs (as
-much on the sixth), while its cross-validated estimate put it ahead on four, and ``plan``
-recommended it on three (``benchmarks/results/migrate_peers_bootstrap_at_2000.csv``).
+samples drawn from the same items as the pairs): it could only find the known pairs again.
 
-**Recommendation.** The candidate with the highest estimated recall@k is chosen, with two
-preferences where the estimates cannot tell candidates apart: documents over queries unless
-bridging is ahead by more than half its confidence interval (a translated store costs nothing per
-query), and a map fitted on the pairs alone over one that also needs the unpaired samples (the
-bootstrap) unless the latter is ahead by more than half its interval. If even the chosen
-estimate is below ``min_recall`` the plan says *re-embed*, with the ceiling telling whether more
-pairs could change that.
+Every fallback, ignored input and extrapolation is recorded in ``MigrationPlan.notes`` and
+issued as a ``UserWarning``.
 """
 
 from __future__ import annotations
 
 import time
+import warnings
+from dataclasses import asdict
 
 import numpy as np
 
@@ -95,10 +89,11 @@ from ._plan_candidates import DEFAULT_METHODS, candidate_methods, make_candidate
 from ._plan_candidates import MAP_ROUNDS as MAP_ROUNDS
 from ._plan_candidates import RIDGE_ALPHAS as RIDGE_ALPHAS
 from ._plan_curve import CURVE_COUNTS as CURVE_COUNTS
-from ._plan_curve import _ceiling, _learning_curve
-from ._plan_estimate import _estimate
+from ._plan_curve import _ceiling, _learning_curve, scale_curves
+from ._plan_estimate import _bridged, _estimate
 from ._plan_fits import STORE_PARTS as STORE_PARTS
 from ._plan_fits import _cross_fit, _store_fit
+from ._plan_options import _budget, _options, rerank_option, stay_estimate
 from ._plan_recommend import _recommend
 from ._plan_report import write_report
 from ._plan_result import Estimate as Estimate
@@ -109,10 +104,65 @@ __all__ = ["MigrationPlan", "candidate_methods", "make_candidate", "plan_migrati
            "write_report"]
 
 
+def _doc_store(name, folds):
+    """The document side's evaluation store: every held-out fold put back together (each item
+    translated by a fit that never saw it). A method that also maps the queries
+    (``transform_target``) is scored on its first fold alone, where index and queries come from
+    the same fit."""
+    if len(folds) == 1 or hasattr(make_candidate(name), "transform_target"):
+        return folds[0]
+    return tuple(np.concatenate([f[i] for f in folds]) for i in range(3))
+
+
+def _judge(plan, X, Y, queries, qrels, n_splits, random_state, n_resamples, confidence,
+           sides):
+    """Price every option in nDCG@k on the judged queries and recommend on that."""
+    from sklearn.utils import check_array
+
+    from ._plan_judged import judged_choice, judged_options
+
+    if queries is None or len(queries) != 2:
+        raise ValueError("qrels need the judged queries embedded by both models: "
+                         "queries=(old-model queries, new-model queries).")
+    QA = check_array(queries[0], dtype=np.float32, input_name="old-model queries")
+    QB = check_array(queries[1], dtype=np.float32, input_name="new-model queries")
+    if len(QA) != len(QB) or QA.shape[1] != X.shape[1] or QB.shape[1] != Y.shape[1]:
+        raise ValueError(f"the judged queries must be row-aligned and as wide as the pairs: got "
+                         f"{QA.shape} (old) and {QB.shape} (new) for {X.shape[1]}-d and "
+                         f"{Y.shape[1]}-d pairs.")
+    methods = {side: getattr(plan.best(side), "method", None) for side in sides}
+    rerank_k = plan.rerank["k_candidates"] if plan.rerank else 100
+    plan.judged = judged_options(X, Y, QA, QB, qrels, methods, n_splits, plan.k, rerank_k,
+                                 random_state, n_resamples, confidence)
+    choice = judged_choice(plan.judged)
+    rec = plan.recommendation
+    k = plan.k
+    lines = [f"judged queries ({plan.judged['n_queries']}, over the {len(X)} pairs' items): "
+             + ", ".join(f"{o['option']}" + (f" ({o['method']})" if o["method"] else "")
+                         + f" nDCG@{k} {o['ndcg']:.3f}" for o in plan.judged["options"])]
+    if choice["option"] == "stay":
+        lines.append("neither re-embedding nor any translation beats staying on the judged "
+                     "queries: stay")
+    else:
+        lines.append(f"on the judged queries the cheapest option within 0.01 nDCG@{k} of the "
+                     f"best is {choice['option']}")
+    action = choice["option"]
+    method = choice["method"]
+    side = {"translate": "document", "translate + rerank": "document",
+            "bridge queries": "query"}.get(action)
+    est = next((e for e in plan.estimates if e.method == method and e.side == side), None)
+    from ._plan_recommend import _commands
+
+    rec.update(action=action, method=method, side=side,
+               reasons=rec["reasons"] + lines,
+               commands=_commands(est, plan, rerank=action == "translate + rerank")
+               if est is not None else [])
+
+
 def plan_migration(X, Y, *, unpaired=None, methods=None, sides=("document", "query"), k=10,
                    n_splits=None, store_size=None, curve=True, n_repeats=3, n_resamples=1000,
                    confidence=0.95, min_recall=0.6, normalize=True, max_unpaired=2000,
-                   random_state=0):
+                   queries=None, qrels=None, budget=None, random_state=0):
     """Estimate what each migration method keeps of re-embedding, and recommend one.
 
     See the module docstring for how every number is made.
@@ -149,7 +199,7 @@ def plan_migration(X, Y, *, unpaired=None, methods=None, sides=("document", "que
     confidence : float, default=0.95
         Coverage of the intervals.
     min_recall : float, default=0.6
-        Below this estimated recall@k the recommendation is to re-embed.
+        The recall@k to keep: the recommendation is the cheapest option predicted to keep it.
     normalize : bool, default=True
         L2-normalise every row before fitting. Search is by cosine, so this changes no
         neighbourhood of the inputs, but it removes scale differences the maps would otherwise
@@ -157,13 +207,23 @@ def plan_migration(X, Y, *, unpaired=None, methods=None, sides=("document", "que
         Procrustes from 0.22 to 0.41. The recommended model then expects normalised rows.
     max_unpaired : int, default=2000
         Rows drawn at random from each unpaired sample.
+    queries : (array-like, array-like), default=None
+        Judged queries embedded by the old and by the new model, row-aligned; with ``qrels``
+        every option is also priced in nDCG@k against the labels, and the recommendation is
+        made on that (:mod:`skalign._plan_judged`).
+    qrels : dict, default=None
+        ``{query row: {pair row: relevance}}`` (:func:`skalign._plan_judged.read_qrels` reads
+        TREC qrels or JSON files).
+    budget : int, default=None
+        Pairs the user can afford to re-embed: the budget curve (which needs ``curve``) is read
+        at that count.
     random_state : int, default=0
         Seeds the folds, subsets, resamples and the randomised methods.
 
     Returns
     -------
     plan : MigrationPlan
-        The estimates, learning curve, ceiling and recommendation.
+        The estimates, options, budget curve, ceiling and recommendation.
 
     Examples
     --------
@@ -172,7 +232,8 @@ def plan_migration(X, Y, *, unpaired=None, methods=None, sides=("document", "que
     >>> E = load_docstring_embeddings().embeddings
     >>> plan = plan_migration(E["minilm_l6"][:300], E["mpnet_base"][:300],
     ...                       methods=["procrustes"], curve=False, n_resamples=100)
-    >>> plan.recommendation["action"] in ("translate", "bridge queries", "re-embed")
+    >>> plan.recommendation["action"] in ("stay", "translate", "bridge queries",
+    ...                                   "translate + rerank", "re-embed")
     True
     """
     from sklearn.utils import check_array, check_consistent_length
@@ -180,6 +241,10 @@ def plan_migration(X, Y, *, unpaired=None, methods=None, sides=("document", "que
     from .base import UnpairedPool
 
     t0 = time.perf_counter()
+    if (qrels is None) != (queries is None):
+        raise ValueError("judged queries need both the queries (embedded by each model) and "
+                         "their qrels.")
+    judged_queries = queries
     X = check_array(X, dtype=np.float32, input_name="X")
     Y = check_array(Y, dtype=np.float32, input_name="Y")
     check_consistent_length(X, Y)
@@ -215,6 +280,13 @@ def plan_migration(X, Y, *, unpaired=None, methods=None, sides=("document", "que
             Q = Q[np.sort(rng.choice(len(Q), max_unpaired, replace=False))]
         unpaired = UnpairedPool(X=P, y=Q)
     has_pools = unpaired is not None and unpaired.X is not None and unpaired.y is not None
+    notes = []
+    if unpaired is not None and not has_pools and (unpaired.X is not None or
+                                                   unpaired.y is not None):
+        given, missing = (("source", "target") if unpaired.X is not None else
+                          ("target", "source"))
+        notes.append(f"an unpaired {given} sample without an unpaired {missing} sample is "
+                     f"ignored: the bootstrap and the store discovered in the samples need both")
     if normalize:
         X, Y = _unit(X), _unit(Y)
         if unpaired is not None:
@@ -264,20 +336,70 @@ def plan_migration(X, Y, *, unpaired=None, methods=None, sides=("document", "que
                 plan.evaluation.update(store="pseudo-pairs", size=int(size))
             else:
                 store = None
+    if has_pools and store is None:
+        notes.append("no evaluation store could be discovered in the unpaired samples ("
+                     + (f"bootstrap certificate {plan.evaluation['certificate']:.2f} below "
+                        f"{MIN_CERTIFICATE}" if plan.evaluation.get("certificate") is not None
+                        else "too few rows that are not known pairs")
+                     + f"): estimated by {n_splits}-fold cross-validation over the pairs")
+    fit_sides = tuple(dict.fromkeys(("document",) + sides))
+    doc_stores = {}
     for name in methods:
         if store is None:
-            out, fit_s, how = _cross_fit(name, X, Y, unpaired, sides, n_splits, random_state)
+            out, fit_s, how = _cross_fit(name, X, Y, unpaired, fit_sides, n_splits, random_state)
             Y_eval = Y
         else:
-            out, fit_s, how = _store_fit(name, X, Y, unpaired, store, sides, random_state)
+            out, fit_s, how = _store_fit(name, X, Y, unpaired, store, fit_sides, random_state)
             Y_eval = unpaired.y[store["target"]]
-        for side in out:
-            plan.estimates.append(_estimate(name, side, Y_eval, out[side], k, store_size,
-                                            n_resamples, confidence, rng, fit_s, how[side]))
+        test, index, queries = _doc_store(name, out["document"])
+        doc_stores[name] = (Y_eval[test], index, queries)
+        doc = _estimate(name, "document", Y_eval[test], index, queries, k, store_size,
+                        n_resamples, confidence, rng, fit_s, how["document"])
+        if "document" in sides:
+            plan.estimates.append(doc)
+        if "query" in sides and "query" in out:
+            folds = out["query"]
+            if len(folds) == 1:
+                test, index, queries = folds[0]
+                plan.estimates.append(_estimate(name, "query", Y_eval[test], index, queries, k,
+                                                store_size, n_resamples, confidence, rng, fit_s,
+                                                how["query"]))
+            else:
+                plan.estimates.append(_bridged(doc, name, Y_eval, out["document"], folds, k,
+                                               n_resamples, confidence, rng, fit_s,
+                                               how["query"]))
+    plan.stay = asdict(stay_estimate(X, Y, k, store_size, n_resamples, confidence,
+                                     np.random.default_rng([random_state, 3])))
     if curve:
-        plan.learning_curve, plan.curve_store_size = _learning_curve(
-            methods, X, Y, unpaired, k, n_repeats, random_state, rng)
-    plan.ceiling = _ceiling(X, Y, k, store_size, n_resamples, confidence, rng)
+        curves, plan.curve_store_size = _learning_curve(methods, X, Y, unpaired, k, n_repeats,
+                                                        random_state)
+        plan.learning_curve = scale_curves(curves, plan.estimates)
+    plan.ceiling = _ceiling(X, Y, k, store_size, n_resamples, confidence, random_state)
+    best_doc = plan.best("document")
+    if best_doc is not None:
+        plan.rerank = rerank_option(*doc_stores[best_doc.method], k, store_size,
+                                    max(min_recall, plan.stay["recall"]), n_resamples,
+                                    confidence, np.random.default_rng([random_state, 4]))
+    measured = {e.measured_size for e in plan.estimates}
+    if any(e.extrapolated for e in plan.estimates):
+        notes.append(f"every estimate is carried from an evaluation store of "
+                     f"{', '.join(map(str, sorted(measured)))} items to {store_size} by the "
+                     "store-size law (skalign._plan_law); the intervals widen with the distance")
+    if any(not e.supported for e in plan.estimates):
+        notes.append(f"{n} pairs are too few to measure how retention falls with the store size "
+                     "(sub-stores of fewer than 4 k items): the estimates are unsupported, their "
+                     "intervals run from chance to what the pairs measured")
+    if budget is not None and not plan.learning_curve:
+        notes.append(f"--budget {budget} is not priced: it is read off the budget curve, which "
+                     + ("--no-curve skipped" if not curve else f"{n} pairs are too few for"))
+    plan.budget = _budget(plan, budget)
+    plan.options = _options(plan)
     plan.recommendation = _recommend(plan, plan.learning_curve)
+    if qrels is not None:
+        _judge(plan, X, Y, judged_queries, qrels, n_splits, random_state, n_resamples, confidence,
+               sides)
+    plan.notes = notes
+    for note in notes:
+        warnings.warn(note, UserWarning, stacklevel=2)
     plan.seconds = time.perf_counter() - t0
     return plan

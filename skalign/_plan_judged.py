@@ -1,0 +1,159 @@
+r"""Judged queries in :mod:`skalign.plan`: every option priced in nDCG@k against relevance labels.
+
+Agreement with the new model's neighbours cannot tell whether the new model is better on the
+user's own queries; judged queries can. Given the judged queries embedded by both models
+(row-aligned) and relevance labels of the pairs' items, every option ranks the pairs' items
+for every query and is scored by nDCG@k with linear gains, as ``trec_eval``'s ``ndcg_cut``
+computes it:
+
+.. math::
+
+    \mathrm{nDCG@}k(q) = \frac{\sum_{r=1}^{k} g_{q, d_r} / \log_2(r + 1)}
+    {\sum_{r=1}^{k} g^{*}_{q, r} / \log_2(r + 1)},
+
+``g_{q,d}`` the label of item ``d`` for ``q`` (0 when unjudged), ``g^*_q`` the labels of ``q``
+sorted in decreasing order; averaged over the queries with at least one positive label.
+
+* *stay*: old-model queries against the old vectors; *re-embed*: new-model queries against the
+  new vectors;
+* *translate*: new-model queries against the old vectors translated, and *bridge*: the queries
+  mapped into the old space against the old vectors, each item scored by a fit of the
+  cross-fitting fold that left it out (an item a map was fitted on would be scored through the
+  inner products the fit reproduces);
+* *translate + rerank*: the translated top-``K`` re-scored with the new vectors.
+
+The collection is the pairs' items: nDCG@k is for that collection, not carried to another size.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from ._plan_options import _unit
+
+
+def read_qrels(path):
+    """Relevance labels from a TREC qrels file (``QUERY-ROW 0 DOC-ROW RELEVANCE`` per line) or
+    a JSON object ``{query row: {doc row: relevance}}``.
+
+    Returns
+    -------
+    qrels : dict of int to dict of int to float
+    """
+    text = Path(path).read_text(encoding="utf-8")
+    if text.lstrip().startswith("{"):
+        try:
+            raw = json.loads(text)
+            return {int(q): {int(d): float(r) for d, r in docs.items()}
+                    for q, docs in raw.items()}
+        except (ValueError, AttributeError, TypeError) as exc:
+            raise ValueError(f"{path}: not a JSON object {{query row: {{doc row: relevance}}}}"
+                             f" ({exc}).") from None
+    qrels = {}
+    for i, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        parts = line.split()
+        try:
+            q, _, d, r = parts
+            qrels.setdefault(int(q), {})[int(d)] = float(r)
+        except ValueError:
+            raise ValueError(f"{path}, line {i}: expected 'QUERY-ROW 0 DOC-ROW RELEVANCE' with "
+                             f"integer rows, got {line.strip()!r}.") from None
+    return qrels
+
+
+def ndcg_per_query(ranked, qrels, queries, k):
+    """nDCG@k (linear gains) of each query in ``queries`` given its ranked item rows."""
+    disc = 1.0 / np.log2(np.arange(2, k + 2))
+    out = np.empty(len(queries))
+    for i, q in enumerate(queries):
+        rel = qrels[q]
+        gains = np.array([rel.get(int(d), 0.0) for d in ranked[i][:k]])
+        ideal = np.sort(np.array(list(rel.values()), dtype=float))[::-1][:k]
+        out[i] = (gains * disc[:len(gains)]).sum() / (ideal * disc[:len(ideal)]).sum()
+    return out
+
+
+def _top(scores, k):
+    part = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+    order = np.argsort(-np.take_along_axis(scores, part, axis=1), axis=1, kind="stable")
+    return np.take_along_axis(part, order, axis=1)
+
+
+def judged_options(X, Y, QA, QB, qrels, methods, n_splits, k, rerank_k, random_state,
+                   n_resamples, confidence):
+    """nDCG@k of stay, re-embed, translate, bridge and translate + rerank on the judged queries.
+
+    ``methods`` maps ``"document"``/``"query"`` to the method to price on that side (or
+    ``None``). Returns ``{"n_queries", "options": [{"option", "method", "ndcg", "ndcg_ci"}]}``.
+    """
+    from sklearn.base import clone
+    from sklearn.model_selection import KFold
+
+    from ._plan_candidates import _fit_both_ways, _fixed_penalty, make_candidate
+    from ._plan_estimate import _percentile_ci
+
+    n = len(X)
+    queries = sorted(q for q, rel in qrels.items() if any(r > 0 for r in rel.values()))
+    bad = [q for q in queries if not 0 <= q < len(QA)] + \
+        [d for q in queries for d in qrels[q] if not 0 <= d < n]
+    if bad:
+        raise ValueError(f"qrels: row {bad[0]} is out of range ({len(QA)} judged queries, "
+                         f"{n} pairs).")
+    if not queries:
+        raise ValueError("qrels: no query has a positive relevance label.")
+    X, Y, QA, QB = _unit(X), _unit(Y), _unit(QA[queries]), _unit(QB[queries])
+    depth = min(max(k, rerank_k or 0), n)
+    rng = np.random.default_rng([random_state, 5])
+    ranked = {("stay", None): _top(QA @ X.T, min(k, n)),
+              ("re-embed", None): _top(QB @ Y.T, min(k, n))}
+    for option, side in (("translate", "document"), ("bridge queries", "query")):
+        name = methods.get(side)
+        if name is None:
+            continue
+        proto = make_candidate(name, n, random_state)
+        reverse_proto = _fixed_penalty(proto, Y, X, None) if side == "query" else None
+        proto = _fixed_penalty(proto, X, Y, None)
+        scores = np.empty((len(queries), n), dtype=np.float32)
+        folds = KFold(n_splits=n_splits, shuffle=True, random_state=random_state).split(X)
+        for train, test in folds:
+            est, reverse, _, _ = _fit_both_ways(clone(proto), X[train], Y[train], None,
+                                                (side,), reverse_proto)
+            if side == "document":
+                scores[:, test] = QB @ _unit(est.transform(X[test])).T
+            else:
+                mapped = reverse.transform(QB) if reverse is not None else \
+                    est.inverse_transform(QB)
+                scores[:, test] = _unit(mapped) @ X[test].T
+        ranked[(option, name)] = _top(scores, depth)[:, :k]
+        if side == "document" and rerank_k:
+            cand = _top(scores, depth)
+            exact = np.einsum("qd,qkd->qk", QB, Y[cand])
+            order = np.argsort(-exact, axis=1, kind="stable")
+            ranked[("translate + rerank", name)] = np.take_along_axis(cand, order,
+                                                                      axis=1)[:, :k]
+    options = []
+    for (option, name), top in ranked.items():
+        per = ndcg_per_query(top, qrels, queries, k)
+        options.append({"option": option, "method": name, "ndcg": float(per.mean()),
+                        "ndcg_ci": _percentile_ci(per, n_resamples, confidence, rng)})
+    return {"n_queries": len(queries), "collection": n, "k": k, "options": options}
+
+
+#: cost order of the options (cheapest first)
+COST_ORDER = ("stay", "translate", "bridge queries", "translate + rerank", "re-embed")
+
+
+def judged_choice(judged, tolerance=0.01):
+    """The option to recommend on nDCG: ``"stay"`` when nothing beats staying, else the
+    cheapest within ``tolerance`` of the best."""
+    opts = sorted(judged["options"], key=lambda o: COST_ORDER.index(o["option"]))
+    stay = opts[0]
+    best = max(o["ndcg"] for o in opts)
+    if stay["ndcg"] >= best:
+        return stay
+    return next(o for o in opts if o["ndcg"] >= best - tolerance)
