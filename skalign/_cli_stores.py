@@ -13,7 +13,8 @@ __all__ = ["TRANSLATE_EPILOG", "_positive_int", "add_store_commands", "cmd_info"
 _PAIRS = {"source": False, "target": False, "unpaired_source": False, "unpaired_target": False}
 #: command -> its store arguments, each with whether the store is written (an output)
 STORE_ARGS = {"translate": {"input": False, "output": True}, "restore": {"output": True},
-              "info": {"address": False}, "fit": _PAIRS, "evaluate": _PAIRS, "plan": _PAIRS}
+              "info": {"address": False}, "fit": _PAIRS, "evaluate": _PAIRS, "plan": _PAIRS,
+              "migrate": {"source": False, "output": True}, "search": {"store": False}}
 
 
 TRANSLATE_EPILOG = """\
@@ -176,6 +177,10 @@ def cmd_info(args, out):
     reader = open_reader(args.address)
     info = {"store": str(args.address), "kind": args.address.kind, "rows": int(reader.n_rows),
             "dim": int(reader.dim) if reader.n_rows else None, "stamp": stamp}
+    if stamp is not None:
+        from ._migrate import count_provenance
+
+        info["vectors"] = count_provenance(args.address)
     if args.json:
         out(json.dumps(info, sort_keys=True))
         return 0
@@ -186,4 +191,15 @@ def cmd_info(args, out):
     out(f"translated by skalign {stamp.get('skalign')} on {stamp.get('written')} from "
         f"{stamp.get('source')} ({stamp.get('rows')} rows, {stamp.get('d_in')}-d -> "
         f"{stamp.get('d_out')}-d), model {stamp.get('model')}")
+    rows = info.get("vectors")
+    if rows and rows["encoded"]:
+        share = rows["encoded"] / max(rows["rows"], 1)
+        out(f"{rows['encoded']} of {rows['rows']} rows ({share:.1%}) hold their text's vector "
+            f"by the new encoder (encoder {', '.join(rows['encoders'])}); the others are "
+            "translations")
+    migration = stamp.get("migration")
+    if migration and migration.get("method"):
+        est = migration.get("estimate") or {}
+        out(f"migrated: the other rows translated by {migration['method']}, estimated "
+            f"recall@10 {est.get('recall_at_10')} at {est.get('store_size')} rows")
     return 0

@@ -3,18 +3,22 @@
 ::
 
     skalign fit METHOD --source A --target B -o MODEL [--param NAME=VALUE ...]
-                [--unpaired-source P] [--unpaired-target Q]
+                [--id-column NAME] [--unpaired-source P] [--unpaired-target Q]
     skalign translate MODEL INPUT OUTPUT [--column NAME] [--batch-size N] [--replace]
                 [--scheduler ADDRESS] [--direction forward|inverse] [--quiet]
     skalign restore OUTPUT
     skalign plan --source A --target B [--id-column NAME] [--unpaired-source P]
-                [--unpaired-target Q] [--methods M,...] [--store-size N] [--json] [--report F]
-    skalign evaluate MODEL --source A --target B [--json]
+                [--unpaired-target Q] [--methods M,...] [--store-size N] [--budget N]
+                [--queries-source QA --queries-target QB --qrels FILE] [--json] [--report F]
+    skalign evaluate MODEL --source A --target B [--id-column NAME] [--json]
+    skalign search STORE --queries Q --encoder SPEC [-k N] [--candidates K] --output RESULTS
+                [--text-field NAME] [--cache PATH] [--no-write-back]
     skalign demo [--source ENCODER] [--target ENCODER] [--anchors N] [--seed-pairs N]
 
 ``A``, ``B``, ``P``, ``Q``, ``INPUT`` and ``OUTPUT`` are ``.npy`` arrays, Parquet files, folders
-of Parquet shards or LanceDB tables ``DIR/TABLE.lance``; ``translate`` also reads and writes
-FAISS indexes and PostgreSQL/pgvector, Chroma and Qdrant addresses (see :mod:`skalign.io`).
+of Parquet shards, LanceDB tables ``DIR/TABLE.lance``, FAISS indexes or PostgreSQL/pgvector,
+Chroma and Qdrant addresses (see :mod:`skalign.io`); ``A`` and ``B`` are paired row for row, or
+by id (``--id-column``, the databases' own ids: :mod:`skalign._pairs_io`).
 ``METHOD`` is a short name (``procrustes``, ``linear``, ``irp``, ``gera``, ``asif``, ``bootstrap``,
 ``ensemble``, ``relative``) or a class name; ``--param`` values are typed from the estimator's own
 parameter constraints (``none`` for ``None``, ``true``/``false`` for booleans, a method name for a
@@ -35,6 +39,8 @@ from numbers import Integral
 
 import numpy as np
 
+from ._cli_migrate import add_migrate_command, cmd_migrate
+from ._cli_search import add_search_command, cmd_search
 from ._cli_stores import (
     _positive_int,
     add_store_commands,
@@ -46,7 +52,8 @@ from ._cli_stores import (
 
 __all__ = ["main", "parse_param", "resolve_method"]
 
-COMMANDS = ("fit", "translate", "restore", "info", "evaluate", "plan", "demo")
+COMMANDS = ("fit", "translate", "restore", "info", "evaluate", "plan", "migrate", "search",
+            "demo")
 
 #: hand-picked short names; every estimator is also reachable by its class name and by its class
 #: name without the "Aligner"/"Projector" suffix, in any case
@@ -315,7 +322,7 @@ def _parser():
                      "or a class name")
     fit.add_argument("--source", required=True, metavar="A", help="source-encoder embeddings")
     fit.add_argument("--target", metavar="B", help="target-encoder embeddings of the same items, "
-                     "row for row")
+                     "row for row or matched by id (--id-column; vector databases' own ids)")
     fit.add_argument("-o", "--output", required=True, metavar="MODEL",
                      help="model file to write (.skops)")
     fit.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
@@ -327,13 +334,16 @@ def _parser():
     _column_args(fit)
 
     add_store_commands(sub)
+    add_migrate_command(sub, _positive_int)
+    add_search_command(sub, _positive_int)
 
     ev = sub.add_parser("evaluate", help="cosine, top-1/top-10 and MRR on held-out pairs")
     ev.add_argument("model", metavar="MODEL", help="model file written by `skalign fit` (.skops)")
     ev.add_argument("--source", required=True, metavar="A",
                     help="held-out source-encoder embeddings (not used to fit the model)")
     ev.add_argument("--target", required=True, metavar="B",
-                    help="target-encoder embeddings of the same items, row for row")
+                    help="target-encoder embeddings of the same items, row for row or matched by "
+                    "id (--id-column; vector databases' own ids)")
     ev.add_argument("--json", action="store_true", help="print one JSON object")
     _column_args(ev)
 
@@ -347,6 +357,31 @@ def _column_args(p):
                    help="vector column of a Parquet/LanceDB A (and P)")
     p.add_argument("--target-column", metavar="NAME",
                    help="vector column of a Parquet/LanceDB B (and Q)")
+    p.add_argument("--id-column", metavar="NAME", help="match the rows of A and B by id "
+                   "instead of by row: the id column NAME of a Parquet/LanceDB store; a Chroma, "
+                   "Qdrant, PostgreSQL (primary key) or FAISS IDMap store uses its own ids. Rows "
+                   "whose id is on one side only are left out, with a warning")
+
+
+def _pairs(args, out, need, min_pairs=1):
+    """``(A, B)`` of ``--source`` and ``--target``, matched by id or by row
+    (:func:`skalign._pairs_io.read_pairs`); ids on one side only are said in a line on
+    standard error."""
+    import warnings
+
+    from ._pairs_io import UnmatchedIdsWarning, read_pairs
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UnmatchedIdsWarning)
+        pairs = read_pairs(args.source, args.target, id_column=args.id_column,
+                           source_column=args.source_column, target_column=args.target_column,
+                           min_pairs=min_pairs, need=need)
+    for w in caught:
+        if issubclass(w.category, UnmatchedIdsWarning):
+            out(f"skalign {args.command}: warning: {w.message}", file=sys.stderr)
+        else:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    return pairs
 
 
 def _read(path, column, flag):
@@ -397,13 +432,10 @@ def cmd_fit(args, out):
     y_required = fit_params["y"].default is inspect.Parameter.empty if "y" in fit_params else False
     if args.target is None and y_required:
         raise CommandError(f"{cls.__name__} needs --target B (embeddings paired with --source).")
-    A = _read(args.source, args.source_column, "--source")
-    B = None if args.target is None else _read(args.target, args.target_column, "--target")
-    if B is not None and len(A) != len(B):
-        raise CommandError(
-            f"--source {args.source} has {len(A)} rows but --target {args.target} has {len(B)}; "
-            "row i of both must embed the same item."
-        )
+    if args.target is None:
+        A, B = _read(args.source, args.source_column, "--source"), None
+    else:
+        A, B = _pairs(args, out, "fitting", min_pairs=2)
     kwargs = {}
     if args.unpaired_source or args.unpaired_target:
         P = _read(args.unpaired_source, args.source_column, "--unpaired-source") \
@@ -456,8 +488,7 @@ def cmd_evaluate(args, out):
     from .io import load
 
     model = load(args.model)
-    A = _read(args.source, args.source_column, "--source")
-    B = _read(args.target, args.target_column, "--target")
+    A, B = _pairs(args, out, "evaluating")
     if A.shape[1] != model.n_features_in_:
         raise CommandError(
             f"--source {args.source} has {A.shape[1]}-d vectors but the model translates "
@@ -468,11 +499,6 @@ def cmd_evaluate(args, out):
         raise CommandError(
             f"--target {args.target} has {B.shape[1]}-d vectors but the model was fitted on "
             f"{n_out}-d targets; pass the model's target-encoder embeddings."
-        )
-    if len(A) != len(B):
-        raise CommandError(
-            f"--source {args.source} has {len(A)} rows but --target {args.target} has {len(B)}; "
-            "row i of both must embed the same item."
         )
     scores = evaluate_arrays(model, A, B)
     scores = {"model": str(args.model), "method": type(model).__name__, **scores}
@@ -491,15 +517,15 @@ def _plan_parser(sub):
                         "re-embedding (recall@10/nDCG@10), and recommend one",
                         description="From paired items (and unpaired samples of both stores), "
                         "estimate each method's retention against re-embedding on both sides "
-                        "(translate documents, or bridge queries), a learning curve over the "
-                        "number of pairs and a ceiling; recommend translate, bridge or re-embed.")
+                        "(translate documents, or bridge queries), staying on the old model, "
+                        "reranking the translated top K, a budget curve over the number of pairs "
+                        "and a ceiling, at the store size given; recommend the cheapest option "
+                        "that keeps --min-recall.")
     pl.add_argument("--source", required=True, metavar="A",
                     help="old-encoder embeddings of the paired items")
     pl.add_argument("--target", required=True, metavar="B",
                     help="new-encoder embeddings of the same items: row i of A and B (or, with "
                     "--id-column, the rows with the same id)")
-    pl.add_argument("--id-column", metavar="NAME", help="match A and B by this id column "
-                    "(Parquet/LanceDB) instead of by row; every id of B must occur in A")
     pl.add_argument("--unpaired-source", metavar="P", help="a sample of the old store (no pair "
                     "needed); with --unpaired-target it adds the bootstrap candidate")
     pl.add_argument("--unpaired-target", metavar="Q", help="a sample of new-encoder embeddings "
@@ -514,6 +540,16 @@ def _plan_parser(sub):
                     "harder in larger stores")
     pl.add_argument("--k", type=_positive_int, default=10, metavar="K",
                     help="neighbourhood size of recall@K and nDCG@K (default: 10)")
+    pl.add_argument("--budget", type=_positive_int, metavar="N", help="pairs you can afford to "
+                    "re-embed: the budget curve is read at N (past the pairs it is extrapolated "
+                    "and capped at the ceiling)")
+    pl.add_argument("--queries-source", metavar="QA", help="judged queries embedded by the old "
+                    "model (with --queries-target and --qrels: every option priced in nDCG@K)")
+    pl.add_argument("--queries-target", metavar="QB", help="the same queries embedded by the "
+                    "new model, row for row")
+    pl.add_argument("--qrels", metavar="FILE", help="relevance labels: TREC qrels "
+                    "'QUERY-ROW 0 DOC-ROW RELEVANCE' or JSON {query row: {doc row: relevance}};"
+                    " doc rows index the pairs")
     pl.add_argument("--min-recall", type=float, default=0.6, metavar="R",
                     help="recommend re-embedding when no method keeps recall@K >= R "
                     "(default: 0.6)")
@@ -532,7 +568,6 @@ def cmd_plan(args, out):
     from pathlib import Path
 
     from . import UnpairedPool
-    from ._pairs import read_pairs
     from .plan import candidate_methods, plan_migration, write_report
 
     methods = None
@@ -555,8 +590,7 @@ def cmd_plan(args, out):
                                "matplotlib (or skalign[docs]), or drop --report.") from None
     if not 0 <= args.min_recall <= 1:
         raise CommandError(f"--min-recall must be in [0, 1], got {args.min_recall}.")
-    X, Y = read_pairs(args.source, args.target, id_column=args.id_column,
-                      source_column=args.source_column, target_column=args.target_column)
+    X, Y = _pairs(args, out, "plan", min_pairs=2)
     pool = None
     if args.unpaired_source or args.unpaired_target:
         P = _read(args.unpaired_source, args.source_column, "--unpaired-source") \
@@ -564,11 +598,30 @@ def cmd_plan(args, out):
         Q = _read(args.unpaired_target, args.target_column, "--unpaired-target") \
             if args.unpaired_target else None
         pool = UnpairedPool(X=P, y=Q)
+    judged = (args.queries_source, args.queries_target, args.qrels)
+    queries = qrels = None
+    if any(judged) and not all(judged):
+        raise CommandError("judged queries need all three of --queries-source, "
+                           "--queries-target and --qrels.")
+    if all(judged):
+        from ._plan_judged import read_qrels
+
+        queries = (_read(args.queries_source, args.source_column, "--queries-source"),
+                   _read(args.queries_target, args.target_column, "--queries-target"))
+        qrels = read_qrels(args.qrels)
     sides = ("document", "query") if args.sides == "both" else (args.sides,)
-    plan = plan_migration(X, Y, unpaired=pool, methods=methods, sides=sides, k=args.k,
-                          store_size=args.store_size, curve=not args.no_curve,
-                          min_recall=args.min_recall, normalize=not args.no_normalize,
-                          random_state=args.seed)
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UserWarning)
+        plan = plan_migration(X, Y, unpaired=pool, methods=methods, sides=sides, k=args.k,
+                              store_size=args.store_size, curve=not args.no_curve,
+                              min_recall=args.min_recall, normalize=not args.no_normalize,
+                              budget=args.budget, queries=queries, qrels=qrels,
+                              random_state=args.seed)
+    for w in caught:
+        if str(w.message) in plan.notes:
+            print(f"skalign plan: warning: {w.message}", file=sys.stderr)
     if args.report:
         write_report(plan, args.report)
     if args.json:
@@ -610,7 +663,8 @@ def main(argv=None, default_command=None):
     from .exceptions import ModelFileError, StoreError
 
     handler = {"fit": cmd_fit, "translate": cmd_translate, "restore": cmd_restore,
-               "info": cmd_info, "evaluate": cmd_evaluate, "plan": cmd_plan}
+               "info": cmd_info, "evaluate": cmd_evaluate, "plan": cmd_plan,
+               "migrate": cmd_migrate, "search": cmd_search}
     try:
         args, secrets = parse_store_args(args)
     except StoreError as exc:

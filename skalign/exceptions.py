@@ -21,6 +21,7 @@ __all__ = [
     "EncoderError",
     "IllConditionedDecodeWarning",
     "LabelsAsTargetWarning",
+    "MigrationRefused",
     "ModelFileError",
     "NumericalError",
     "ScaleMismatchWarning",
@@ -160,6 +161,26 @@ class UnsafeOperationError(StoreError):
     provenance stamp says so) is refused unless ``force=True`` (``--force``); translating a
     backup into the output it was kept for is always refused.
     """
+
+
+class MigrationRefused(StoreError):
+    """``skalign migrate`` stopped: no map reaches ``min_recall`` with the rows encoded.
+
+    Nothing was written. ``plan`` holds the estimates
+    (:class:`~skalign.plan.MigrationPlan`); a larger budget, a lower ``min_recall`` or
+    ``anyway=True`` go on. The command line prints the plan and exits with status 1.
+
+    Parameters
+    ----------
+    message : str
+        What was refused and what to change.
+    plan : skalign.plan.MigrationPlan
+        The plan the refusal rests on.
+    """
+
+    def __init__(self, message, plan):
+        super().__init__(message)
+        self.plan = plan
 
 
 class EncoderError(ValueError):

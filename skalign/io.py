@@ -37,6 +37,7 @@ __all__ = [
     "StoreError",
     "display_address",
     "load",
+    "migrate",
     "model_info",
     "output_dim",
     "read_vectors",
@@ -358,6 +359,71 @@ def translate(model, input, output, *, column=None, batch_size=None, progress=Fa
         model = load(model)
     return translate_store(model, input, output, column=column, batch_size=batch_size,
                            progress=progress, replace=replace, force=force)
+
+
+def migrate(source, output, encoder, budget, *, text_field=None, column=None,
+            min_recall=0.0, anyway=False, random_state=0, cache=None, continue_=False,
+            progress=False, batch_size=None):
+    """Migrate a store to a new encoder: encode ``budget`` rows' texts, translate the rest.
+
+    The rows are drawn uniformly at random (seeded; a larger budget with the same seed takes the
+    rows of a smaller one and more). Their texts are encoded by ``encoder`` through the encode
+    cache, a map is planned (:func:`skalign.plan.plan_migration`) and fitted on those pairs, and
+    ``source`` is translated into ``output`` as by :func:`translate` (shadow write,
+    verification, resume after a crash, provenance stamp), the encoded rows holding their
+    encoder's vectors exactly. Each row records whether its vector is encoded (a metadata or
+    payload key or a column ``skalign_vector``; the folder ``PATH.skalign-live`` beside a file
+    store). With ``continue_=True``, ``budget`` more rows of ``output`` are encoded, the map is
+    refitted on all encoded rows and the other rows translated again when its estimate is
+    higher; once every row is encoded, ``output`` holds exactly the encoder's vectors.
+
+    Parameters
+    ----------
+    source : str or path-like
+        The store embedded by the old encoder (never modified); its rows carry their texts.
+    output : str or path-like
+        The store to write (or, with ``continue_``, to finish).
+    encoder : encoder spec
+        Anything :func:`skalign.encoders.load_encoder` accepts, or a
+        :class:`~skalign.encoders.CachedEncoder`.
+    budget : int
+        Rows to encode (with ``continue_``: more rows).
+    text_field : str, default=None
+        Where the texts are; ``None`` tries the store's default (Chroma's documents), then
+        ``text`` and ``document``.
+    column : str, default=None
+        The vector column or named vector.
+    min_recall : float, default=0.0
+        Raise :class:`~skalign.exceptions.MigrationRefused` (a :class:`StoreError` holding
+        the plan) when no map's estimated recall@10 reaches it.
+    anyway : bool, default=False
+        Migrate even below ``min_recall``.
+    random_state : int, default=0
+        Seed of the rows drawn.
+    cache : str, path-like or EncodeCache, default=None
+        The encode cache; ``None`` keeps vectors for this call only (the command line uses
+        :func:`skalign.encoders.default_cache_path`).
+    continue_ : bool, default=False
+        Finish ``output`` progressively.
+    progress : bool, default=False
+        Progress bars on standard error.
+    batch_size : int, default=None
+        Rows per translation batch (:func:`translate`).
+
+    Returns
+    -------
+    result : MigrationResult
+        A dataclass: ``n_rows``, ``n_encoded`` (texts encoded by this call),
+        ``n_encoded_rows`` (rows holding their encoder's vector), ``method`` and ``estimate``
+        (the map and its recall@10 estimate at the store's size), ``translated`` (rows
+        translated by this call) and ``action``; ``to_dict()`` gives them as a dict.
+    """
+    from ._migrate import migrate_store
+
+    return migrate_store(source, output, encoder, budget, text_field=text_field, column=column,
+                         min_recall=min_recall, anyway=anyway, random_state=random_state,
+                         cache=cache, continue_=continue_, progress=progress,
+                         batch_size=batch_size)
 
 
 def restore(output):

@@ -1,0 +1,109 @@
+"""``skalign migrate``: re-embed a budgeted sample with the new encoder, translate the rest."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+__all__ = ["add_migrate_command", "cmd_migrate"]
+
+MIGRATE_EPILOG = """\
+HOW:
+  BUDGET rows of SOURCE are chosen at random (seeded), their texts encoded by the new encoder
+  (each text once: the encode cache keeps every vector, across runs and crashes), a map is
+  planned and fitted on those pairs, every row translated into OUTPUT (shadow write,
+  verification, resume after a kill, provenance stamp, as `skalign translate`), and the encoded
+  rows' exact vectors written over their translations, each row marked as encoded
+  (`skalign info OUTPUT` shows the share).
+  With no method reaching --min-recall the command stops with the plan and exit status 1
+  (--anyway migrates all the same).
+
+FINISHING THE JOB:
+  skalign migrate SOURCE OUTPUT --continue --encoder SPEC --budget M
+  encodes M more rows of OUTPUT in place, refits the map on every encoded row and translates the
+  remaining rows again when the refitted map's estimate is higher; SOURCE is read for the old
+  vectors. Run until no translated row is left: the store then holds exactly what encoding
+  every text gives.
+
+ENCODER (SPEC):
+  a sentence-transformers model folder or a model name in the local Hugging Face cache
+  (pip install 'skalign[encoders]'; never downloaded), or module:callable for anything else
+  (a function from a list of texts to an array: an API client, a C engine).
+"""
+
+
+def add_migrate_command(sub, positive_int):
+    """Add ``migrate`` to the subparsers ``sub``."""
+    mg = sub.add_parser(
+        "migrate", help="re-embed a budgeted sample with the new encoder, translate the rest",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Migrate SOURCE to the new encoder in OUTPUT: BUDGET rows encoded "
+        "exactly, every other row translated by a map fitted on them.", epilog=MIGRATE_EPILOG)
+    mg.add_argument("source", metavar="SOURCE", help="the store embedded by the old encoder "
+                    "(never modified); its rows must carry their texts")
+    mg.add_argument("output", metavar="OUTPUT", help="the migrated store to write (or, with "
+                    "--continue, to finish)")
+    mg.add_argument("--encoder", metavar="SPEC", required=True, help="the new encoder: a "
+                    "sentence-transformers folder or cached name, or module:callable")
+    mg.add_argument("--budget", type=positive_int, metavar="N", required=True,
+                    help="rows to encode (with --continue: more rows to encode)")
+    mg.add_argument("--continue", dest="continue_", action="store_true",
+                    help="finish OUTPUT progressively: encode BUDGET more of its rows")
+    mg.add_argument("--text-field", metavar="NAME", help="where each row's text is: a column, "
+                    "a metadata or payload key (default: Chroma's documents, else a text or "
+                    "document field)")
+    mg.add_argument("--column", metavar="NAME", help="the vector column or named vector")
+    mg.add_argument("--min-recall", type=float, default=0.0, metavar="R",
+                    help="stop (exit 1) when no map's estimated recall@10 reaches R (default: 0, "
+                    "never stop)")
+    mg.add_argument("--anyway", action="store_true", help="migrate even below --min-recall")
+    mg.add_argument("--methods", metavar="M,...", help="maps to plan between (default: the "
+                    "plan's candidates)")
+    mg.add_argument("--seed", type=int, default=0, help="seed of the row sample (default: 0)")
+    mg.add_argument("--encode-cache", metavar="PATH", help="SQLite file of encoded texts "
+                    "(default: $SKALIGN_ENCODE_CACHE or ~/.cache/skalign/encodings.sqlite)")
+    mg.add_argument("--device", default="auto", help="where the encoder runs: auto, cpu, cuda")
+    mg.add_argument("--encode-batch", type=positive_int, default=64, metavar="N",
+                    help="texts per encoder call (default: 64)")
+    mg.add_argument("--batch-size", type=positive_int, metavar="N",
+                    help="rows per translation batch (as `skalign translate`)")
+    mg.add_argument("--json", action="store_true", help="print one JSON object")
+    mg.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def cmd_migrate(args, out):
+    from ._migrate import migrate_store
+    from .encoders import CachedEncoder, EncodeCache, load_encoder
+    from .exceptions import MigrationRefused
+
+    encoder = load_encoder(args.encoder, device=args.device, batch_size=args.encode_batch)
+    cached = CachedEncoder(encoder, cache=EncodeCache(args.encode_cache),
+                           progress=not (args.quiet or args.json))
+    methods = args.methods.split(",") if args.methods else None
+    try:
+        result = migrate_store(
+            args.source, args.output, cached, args.budget, text_field=args.text_field,
+            column=args.column, methods=methods, min_recall=args.min_recall,
+            anyway=args.anyway, random_state=args.seed, continue_=args.continue_,
+            progress=not (args.quiet or args.json), batch_size=args.batch_size)
+    except MigrationRefused as exc:
+        if args.json:
+            out(json.dumps({"refused": str(exc), "plan": exc.plan.to_dict()}, default=str))
+        else:
+            out(exc.plan.summary())
+            out(f"skalign migrate: {exc}")
+        return 1
+    if args.json:
+        out(json.dumps(result.to_dict()))
+        return 0
+    share = result.n_encoded_rows / max(result.n_rows, 1)
+    out(f"{result.action}: {result.output}: {result.n_encoded_rows} of {result.n_rows} rows "
+        f"encoded ({share:.1%}; {result.n_encoded} texts encoded now, the rest from the "
+        "encode cache)")
+    if result.method:
+        est = result.estimate
+        lo, hi = est.get("interval", [None, None])
+        out(f"other rows: translated by {result.method} ({result.translated} written now); "
+            f"estimated recall@10 {est['recall_at_10']:.3f} [{lo:.3f}, {hi:.3f}] at "
+            f"{est['store_size']} rows")
+    return 0
