@@ -2,11 +2,12 @@
 
 :func:`migrate_store` is ``skalign migrate``: it chooses ``budget`` rows of the source store
 (:func:`~skalign._migrate_choice.centre_rows`: the rows nearest the centres of a k-means of the
-old vectors; ``--continue``'s further rows are drawn uniformly), encodes their texts with the new encoder (through the encode cache, so a
-rerun never encodes a text twice), plans on those pairs, fits the recommended map, translates the
-whole store into the output through the translation pipeline (shadow write, verification,
-resume, lock, provenance stamp) and writes the encoded rows' exact vectors over their
-translations, each row marked ``encoded`` (:data:`skalign._stores.live.PROVENANCE_KEY`).
+old vectors; ``--continue``'s further rows are drawn uniformly), encodes their texts with the
+new encoder (through the encode cache, so a rerun never encodes a text twice), plans on those
+pairs, fits the recommended map, translates the whole store into the output through the
+translation pipeline (shadow write, verification, resume, lock, provenance stamp) with the
+encoded rows' exact vectors (:class:`~skalign._migrate_rows.ExactRowsModel`), and marks each
+encoded row ``encoded`` (:data:`skalign._stores.live.PROVENANCE_KEY`).
 
 With ``continue_=True`` it finishes an output progressively: ``budget`` more rows that are not
 encoded yet are encoded and written in place, the map is refitted on every encoded row, and the
