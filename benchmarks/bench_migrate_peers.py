@@ -1,58 +1,47 @@
-"""skalign against isotrieve and rebasis on real encoders: what a migration keeps of re-embedding.
+"""skalign against isotrieve and rebasis on real encoders: what a migration keeps, and go/no-go.
 
-``python benchmarks/bench_migrate_peers.py [NPZ] [--pairs 25 100 500 2000] [--csv OUT]
-[--doc-csv OUT] [--summary-csv OUT] [--combos SRC:TGT ...] [--merge CSV ...] [--quick]``
+Data: ``../shared/data/docstrings_en.npz`` (4,000 English sentences by MiniLM, MPNet and
+multilingual-e5), every ordered encoder pair, split by a seeded permutation into a *plan half*
+and a *held-out store* (2,000 each). The known pairs are the plan half's first ``N``; its texts
+by each encoder (the new ones shuffled) are unpaired samples (only skalign's bootstrap uses
+them). ``skalign plan`` (default candidates, ``store_size`` 2,000, no learning curve) predicts
+each method's retention and recommends an option per ``--min-recall``; every method is fitted on
+the pairs and **measured** on the store (recall@10 and nDCG@10 against re-embedding, each store
+text a leave-one-out query; top-1; seconds). ``side=document`` translates the stored vectors,
+``side=query`` maps new queries into the old index. Peers, through their Python APIs:
 
-Data: ``../shared/data/docstrings_en.npz`` (4,000 real English sentences embedded by MiniLM,
-MPNet and multilingual-e5); every ordered pair of the three encoders. Per encoder pair one seeded
-permutation splits the texts into a *plan half* (2,000 texts) and a *held-out store* (the other
-2,000). For each pair count ``N``:
+* ``isotrieve`` 0.4.0: ``RidgeMapping(alpha="auto")``, query side its ``inverse_transform``.
+  Go: its ``QualityGate`` on the 10% of pairs the fit holds out, ``pass_retention`` set to the
+  threshold, says PASS (``isotrieve gate`` exit code 0).
+* ``rebasis`` 0.1.0: ``fit_candidates``, ``select_best`` on recall@10 retention on the fitted
+  pairs as ``fit_migration_adapter`` scores (computed with skalign's metric: its scorer needs a
+  ``GroundTruth`` built from texts); query side fitted new → old. Go: ``rebasis.probe.decide``
+  on that score (staying measured on the pairs; no threshold, bands 0.95 / 0.85 / 0.70) says
+  anything but ``full_reindex``. Install with ``pip install --ignore-requires-python
+  rebasis==0.1.0``; the three ``def f[T](...)`` that need Python 3.12 are removed at import.
+* skalign: go when the plan recommends translate, bridge queries or translate + rerank.
 
-* the known pairs are the first ``N`` texts of the plan half; the unpaired samples of the two
-  stores are the plan half's 2,000 texts by the old encoder and, shuffled, by the new one (only
-  skalign's bootstrap uses them: neither peer has an unpaired mode);
-* ``skalign plan`` (:func:`skalign.plan.plan_migration`, default candidates, rows
-  L2-normalised (its default), ``store_size`` 2,000, no learning curve) predicts each method's
-  retention and recommends one;
-* every method is then fitted on the ``N`` pairs and **measured** on the held-out store:
-  recall@10 and nDCG@10 of the translated index against the re-embedded one, each of the 2,000
-  store texts a leave-one-out query (:func:`skalign.metrics.retrieval_retention`), translation
-  top-1 (the nearest re-embedded store text to a translated one is its own), fit and translate
-  seconds (translating the 2,000 store rows). ``side=document`` translates the stored vectors
-  (old → new); ``side=query`` maps the new encoder's queries into the old index.
+The truth: each tool's chosen map (skalign: the recommended one, else the best estimated; peers:
+document side), measured, is go when its recall@10 (after the rerank, for translate + rerank)
+reaches the threshold and beats staying (the old model's top-10 against the new one's).
+``--quick``: one encoder pair, 100 pairs. ``--combos`` splits a run over processes (each its own
+``--csv``, ``--verdict-csv``), ``--merge`` joins them. The verdicts were made with::
 
-Peers, through their Python APIs on the same arrays:
+    OMP_NUM_THREADS=1 python benchmarks/bench_migrate_peers.py --pairs 25 200 2000 --combos \
+        minilm_l6:mpnet_base mpnet_base:me5_small_q4 me5_small_q4:minilm_l6 --csv a.csv \
+        --verdict-csv av.csv    # and the other three pairs into b.csv, bv.csv
+    python benchmarks/bench_migrate_peers.py --merge av.csv bv.csv \
+        --verdict-csv benchmarks/results/migrate_peers_verdicts.csv \
+        --summary-csv benchmarks/results/migrate_peers_verdicts_summary.csv \
+        --verdict-doc-csv doc/user_guide/migrate_peers_verdicts.csv
 
-* ``isotrieve`` 0.4.0: ``RidgeMapping(alpha="auto")`` (its calibrate default; GCV ridge, no
-  intercept) fitted old → new; the query side uses its ``inverse_transform`` (a second ridge
-  new → old it fits alongside).
-* ``rebasis`` 0.1.0: ``rebasis.core.fit_candidates`` (procrustes_centered, procrustes, linear,
-  low_rank_affine, procrustes_centered+dsm, residual_mlp; rows L2-normalised, its default) then
-  ``select_best``, each candidate scored as its ``fit_migration_adapter`` scores them — the
-  recall@10 retention on the fitted sample itself (arrays only: its own scorer needs a
-  ``GroundTruth`` built by its probe from texts, so the same retention is computed here with
-  skalign's metric). Query side: the same on the reversed pairs (its ``fit`` direction, new →
-  old). rebasis requires Python >= 3.12 only for three PEP 695 ``def f[T](...)`` annotations;
-  under Python 3.11 this script loads it with those three type-parameter lists removed at import
-  (annotations only, no behaviour changes; see ``_load_rebasis``).
-
-Run with ``OMP_NUM_THREADS=1`` on a shared machine. ``--quick``: one encoder pair, 100 pairs.
-``--combos SRC:TGT ...`` runs only some encoder pairs (split a run over processes, each with its
-own ``--csv``); ``--merge A.csv B.csv ... --csv ALL.csv --doc-csv T.csv`` joins them and writes
-the summary and the user guide's table. The committed results were made with::
-
-    OMP_NUM_THREADS=1 python benchmarks/bench_migrate_peers.py --combos minilm_l6:mpnet_base \
-        minilm_l6:me5_small_q4 --csv a.csv    # likewise mpnet_base:*, me5_small_q4:*
-    python benchmarks/bench_migrate_peers.py --merge a.csv b.csv c.csv \
-        --csv benchmarks/results/migrate_peers.csv --doc-csv doc/user_guide/migrate_peers.csv \
-        --summary-csv benchmarks/results/migrate_peers_summary.csv
+The retention table (``--csv``, ``--doc-csv``, ``--summary-csv``) used ``--pairs 25 100 500 2000``.
 """
 
 import argparse
 import csv
 import importlib.abc
 import importlib.machinery
-import importlib.util
 import itertools
 import re
 import sys
@@ -107,18 +96,25 @@ def _load_rebasis():
     return rebasis.core
 
 
-def fit_isotrieve(Xp, Yp, side):
+def fit_isotrieve(Xp, Yp, side, seed=0):
+    """RidgeMapping; document side also its gate, on the 10% of pairs it holds out of the fit."""
     from isotrieve import RidgeMapping
+    from isotrieve.quality.gate import QualityGate
+    from sklearn.model_selection import train_test_split
 
-    m = RidgeMapping(alpha="auto", seed=0)
-    if side == "document":
-        m.fit(Xp, Yp)
-        return "RidgeMapping", lambda A: m.transform(A)
-    m.fit(Xp, Yp)
-    return "RidgeMapping (inverse)", lambda B: m.inverse_transform(B)
+    m = RidgeMapping(alpha="auto", seed=seed).fit(Xp, Yp)
+    if side == "query":
+        return "RidgeMapping (inverse)", m.inverse_transform, None
+    _, Xh, _, Yh = train_test_split(Xp, Yp, test_size=0.1, random_state=seed)
+
+    def verdict(thr):  # the gate's exit code: 0 (PASS) is go, 1 (WARN or FAIL) is not
+        gate = QualityGate({"pass_retention": thr, "warn_retention": min(0.55, thr)})
+        return gate.evaluate(m, Xh, Yh).verdict.value
+    return "RidgeMapping", m.transform, verdict
 
 
 def fit_rebasis(Xp, Yp, side):
+    """select_best on in-sample recall@10; document side also ``decide`` on that score."""
     core = _load_rebasis()
     src, dst = (Xp, Yp) if side == "document" else (Yp, Xp)
     with warnings.catch_warnings():
@@ -127,30 +123,30 @@ def fit_rebasis(Xp, Yp, side):
     s, d = core.l2_normalize(src), core.l2_normalize(dst)
     k = min(10, len(s) - 1)
     for c in cands:  # in-sample recall@k retention, as rebasis scores its migration candidates
-        mapped = c.adapter.apply(s)
-        if side == "document":
-            c.score = retrieval_retention(d, mapped, k=k)["recall"]
-        else:
-            c.score = retrieval_retention(s, d, s, mapped, k=k, exclude_self=True)["recall"]
+        m = c.adapter.apply(s)
+        c.score = retrieval_retention(*((d, m) if side == "document" else (s, d, s, m)), k=k,
+                                      exclude_self=True)["recall"]
     best = core.select_best(cands)
-    return best.method, lambda A: best.adapter.apply(core.l2_normalize(A))
+    mapper = lambda A: best.adapter.apply(core.l2_normalize(A))  # noqa: E731
+    if side == "query":
+        return best.method, mapper, None
+    from rebasis.probe import decide  # its own rule, staying measured on the pairs
+
+    stay = retrieval_retention(d, s, d, s, k=k, exclude_self=True)["recall"]
+    decision = decide(best.score, old_model_arr=stay).decision
+    return best.method, mapper, lambda thr: decision  # no threshold: the same at every one
 
 
 # ------------------------------------------------------------------------------- measuring
 def measure(side, mapper, Xs, Ys):
     """Retention, top-1 and translate seconds of one fitted map on the held-out store."""
     t0 = time.perf_counter()
+    out = np.asarray(mapper(Xs if side == "document" else Ys), dtype=np.float32)
+    secs = time.perf_counter() - t0
     if side == "document":
-        index = np.asarray(mapper(Xs), dtype=np.float32)
-        secs = time.perf_counter() - t0
-        r = retrieval_retention(Ys, index)
-        top1 = top_k_accuracy(Ys, index)
-    else:
-        queries = np.asarray(mapper(Ys), dtype=np.float32)
-        secs = time.perf_counter() - t0
-        r = retrieval_retention(Ys, Xs, Ys, queries, exclude_self=True)
-        top1 = top_k_accuracy(Xs, queries)
-    return r["recall"], r["ndcg"], top1, secs
+        return (*retrieval_retention(Ys, out).values(), top_k_accuracy(Ys, out), secs)
+    return (*retrieval_retention(Ys, Xs, Ys, out, exclude_self=True).values(),
+            top_k_accuracy(Xs, out), secs)
 
 
 def unit(A):
@@ -159,141 +155,141 @@ def unit(A):
 
 def skalign_mapper(name, Xp, Yp, pool, side, random_state=0):
     """The plan's candidate fitted on L2-normalised rows (the plan's default), as a function."""
-    mapper = _skalign_fit(name, unit(Xp), unit(Yp),
-                          UnpairedPool(X=unit(pool.X), y=unit(pool.y)), side, random_state)
-    return lambda A: mapper(unit(A))
-
-
-def _skalign_fit(name, Xp, Yp, pool, side, random_state):
+    Xp, Yp, pool = unit(Xp), unit(Yp), UnpairedPool(X=unit(pool.X), y=unit(pool.y))
     est = make_candidate(name, len(Xp), random_state)
     kwargs = {"unpaired": pool} if name == "bootstrap" else {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         est.fit(Xp, Yp, **kwargs)
-        if side == "document":
-            return est.transform
-        if hasattr(est, "inverse_transform"):
-            return est.inverse_transform
-        rev = make_candidate(name, len(Xp), random_state)
-        if kwargs:
-            kwargs = {"unpaired": UnpairedPool(X=pool.y, y=pool.X)}
-        return rev.fit(Yp, Xp, **kwargs).transform
+        if side == "document" or hasattr(est, "inverse_transform"):
+            f = est.transform if side == "document" else est.inverse_transform
+        else:
+            kwargs = {"unpaired": UnpairedPool(X=pool.y, y=pool.X)} if kwargs else {}
+            f = make_candidate(name, len(Xp), random_state).fit(Yp, Xp, **kwargs).transform
+    return lambda A: f(unit(A))
 
 
-def run_pair(E, src, tgt, counts, seed=0, out=print):
+GO = {"isotrieve": {"PASS"}, "rebasis": {"bridge_sufficient", "bridge_and_migrate", "caution"},
+      "skalign": {"translate", "bridge queries", "translate + rerank"}}
+VFIELDS = ["source", "target", "n_pairs", "min_recall", "tool", "verdict", "go", "method", "side",
+           "recall", "stay", "truth", "disagrees"]
+
+
+def rerank_recall(Ys, index, K, k=10):
+    """Share of each store text's true top-``k`` inside the translated index's top-``K``: the
+    recall@k once those ``K`` are re-scored by the new encoder (leave-one-out, averaged)."""
+    true, cand = unit(Ys) @ unit(Ys).T, unit(Ys) @ unit(index).T
+    for M in (true, cand):
+        np.fill_diagonal(M, -np.inf)
+    top = np.argpartition(-true, k, axis=1)[:, :k]
+    pool = np.argpartition(-cand, K, axis=1)[:, :K]
+    return float(np.mean([len(np.intersect1d(t, c)) / k for t, c in zip(top, pool)]))
+
+
+def run_pair(E, src, tgt, counts, thresholds=(0.6, 0.4), seed=0, out=print):
+    """Rows of every fitted map, and per threshold each tool's go/no-go against the truth."""
     X, Y = E[src], E[tgt]
     perm = np.random.default_rng(seed).permutation(len(X))
     half, store = perm[:2000], perm[2000:4000]
     Xs, Ys = X[store], Y[store]
     pool = UnpairedPool(X=X[half], y=Y[np.random.default_rng(seed + 1).permutation(half)])
-    rows = []
+    stay = retrieval_retention(Ys, Xs, Ys, Xs, exclude_self=True)["recall"]
+    rows, verdicts = [], []
     for n in counts:
-        pairs = half[:n]
-        Xp, Yp = X[pairs], Y[pairs]
-        plan = plan_migration(Xp, Yp, unpaired=pool, store_size=len(store), curve=False,
-                              n_resamples=200, random_state=seed)
-        rec = plan.recommendation
-        for e in plan.estimates:
+        Xp, Yp, fits = X[half[:n]], Y[half[:n]], {}
+        plans = {t: plan_migration(Xp, Yp, unpaired=pool, store_size=len(store), curve=False,
+                                   n_resamples=200, random_state=seed, min_recall=t)
+                 for t in thresholds}
+        rec, ests = plans[thresholds[0]].recommendation, plans[thresholds[0]].estimates
+        fitters = [("skalign", e.side, lambda e=e: (e.method, skalign_mapper(
+            e.method, Xp, Yp, pool, e.side, seed), None), e) for e in ests]
+        fitters += [(tool, side, lambda f=f, side=side: f(Xp, Yp, side), None) for tool, f in
+                    (("isotrieve", fit_isotrieve), ("rebasis", fit_rebasis))
+                    for side in ("document", "query")]
+        for tool, side, fit, e in fitters:
             t0 = time.perf_counter()
-            mapper = skalign_mapper(e.method, Xp, Yp, pool, e.side, seed)
+            try:
+                method, mapper, verdict = fit()
+            except Exception as exc:  # a peer refusing the input is a result too
+                out(f"  {tool} {side} at {n} pairs failed: {type(exc).__name__}: {exc}")
+                continue
             fit_s = time.perf_counter() - t0
-            recall, ndcg, top1, tr_s = measure(e.side, mapper, Xs, Ys)
-            rows.append(dict(source=src, target=tgt, n_pairs=n, tool="skalign", method=e.method,
-                             side=e.side, recommended=int(rec["method"] == e.method and
-                                                          rec["side"] == e.side),
-                             predicted_recall=e.recall, predicted_ndcg=e.ndcg, recall=recall,
-                             ndcg=ndcg, top1=top1, fit_s=fit_s, translate_s=tr_s))
-        for tool, fitter in (("isotrieve", fit_isotrieve), ("rebasis", fit_rebasis)):
-            for side in ("document", "query"):
-                t0 = time.perf_counter()
-                try:
-                    method, mapper = fitter(Xp, Yp, side)
-                except Exception as exc:  # a peer refusing the input is a result too
-                    out(f"  {tool} {side} at {n} pairs failed: {type(exc).__name__}: {exc}")
-                    continue
-                fit_s = time.perf_counter() - t0
-                recall, ndcg, top1, tr_s = measure(side, mapper, Xs, Ys)
-                rows.append(dict(source=src, target=tgt, n_pairs=n, tool=tool, method=method,
-                                 side=side, recommended="", predicted_recall="",
-                                 predicted_ndcg="", recall=recall, ndcg=ndcg, top1=top1,
-                                 fit_s=fit_s, translate_s=tr_s))
-        for r in rows[-(len(plan.estimates) + 4):]:
-            out("  " + " ".join(f"{r[f]:.3f}" if isinstance(r[f], float) else str(r[f])
-                                for f in FIELDS))
-    return rows
+            recall, ndcg, top1, tr_s = measure(side, mapper, Xs, Ys)
+            fits[tool, method, side] = verdict, mapper, recall
+            planned = ("", "", "") if e is None else (int((rec["method"], rec["side"]) == (
+                method, side)), e.recall, e.ndcg)
+            rows.append(dict(zip(FIELDS, (src, tgt, n, tool, method, side, *planned, recall,
+                                          ndcg, top1, fit_s, tr_s))))
+            out("  " + " ".join(f"{v:.3f}" if isinstance(v, float) else str(v)
+                                for v in rows[-1].values()))
+        for t, p in plans.items():
+            r, best = p.recommendation, p.best()
+            picks = [("skalign", r["action"], r["method"] or best.method, r["side"] or best.side)]
+            picks += [(tool, v(t), m, side) for (tool, m, side), (v, _, _) in fits.items() if v]
+            for tool, verdict, method, side in picks:
+                _, mapper, recall = fits[tool, method, side]
+                if verdict == "translate + rerank":
+                    recall = rerank_recall(Ys, mapper(Xs), p.rerank["k_candidates"])
+                go, truth = verdict in GO[tool], recall >= t and recall > stay
+                verdicts.append(dict(source=src, target=tgt, n_pairs=n, min_recall=t, tool=tool,
+                                     verdict=verdict, go=int(go), method=method, side=side,
+                                     recall=recall, stay=stay, truth=int(truth),
+                                     disagrees=int(go != truth)))
+                out("  " + " ".join(str(v) for v in verdicts[-1].values()))
+    return rows, verdicts
 
 
 def summarise(rows, out=print):
     """The issue's targets, checked on the rows; returns them as ``{key: value}``."""
-    sk = [r for r in rows if r["tool"] == "skalign"]
-    close = [abs(r["predicted_recall"] - r["recall"]) <= 0.05 for r in sk]
-    figures = {"prediction_rows": len(close), "prediction_within_005": sum(close),
-               "prediction_median_abs_error": float(np.median(
-                   [abs(r["predicted_recall"] - r["recall"]) for r in sk]))}
-    out(f"prediction within 0.05 of the held-out recall@10: {sum(close)}/{len(close)} rows "
-        f"({np.mean(close):.0%}); median |error| {figures['prediction_median_abs_error']:.3f}")
-    for n in sorted({r["n_pairs"] for r in sk}):
-        err = [abs(r["predicted_recall"] - r["recall"]) for r in sk if r["n_pairs"] == n]
-        figures[f"prediction_within_005_n{n}"] = int(sum(e <= 0.05 for e in err))
-        figures[f"prediction_rows_n{n}"] = len(err)
-        figures[f"prediction_median_abs_error_n{n}"] = float(np.median(err))
-        figures[f"prediction_max_abs_error_n{n}"] = float(np.max(err))
-        out(f"  {n:>5} pairs: {sum(e <= 0.05 for e in err)}/{len(err)} within 0.05, median "
-            f"|error| {np.median(err):.3f}, max {np.max(err):.3f}")
+    err = {}
+    for r in rows:
+        if r["tool"] == "skalign":
+            err.setdefault(r["n_pairs"], []).append(abs(r["predicted_recall"] - r["recall"]))
+    figures = {}
+    for tag, e in [("", np.concatenate(list(err.values())))] + [
+            (f"_n{n}", np.array(v)) for n, v in sorted(err.items())]:
+        figures.update({f"prediction_rows{tag}": len(e),
+                        f"prediction_within_005{tag}": int(sum(e <= .05)),
+                        f"prediction_median_abs_error{tag}": float(np.median(e)),
+                        f"prediction_max_abs_error{tag}": float(np.max(e))})
+        out(f"prediction{tag or ' (all rows)'}: {sum(e <= .05)}/{len(e)} within 0.05 of the "
+            f"held-out recall@10, median |error| {np.median(e):.3f}, max {np.max(e):.3f}")
     n_ahead = n_cells = 0
-    keys = sorted({(r["source"], r["target"]) for r in rows})
-    for key in keys:
-        peers2000 = [r["recall"] for r in rows if (r["source"], r["target"]) == key
-                     and r["tool"] != "skalign" and r["n_pairs"] == max(
-                         x["n_pairs"] for x in rows)]
-        for n in sorted({r["n_pairs"] for r in rows}):
-            sel = [r for r in rows if (r["source"], r["target"]) == key and r["n_pairs"] == n]
-            rec = [r for r in sel if r["recommended"] == 1]
-            peers = [r["recall"] for r in sel if r["tool"] != "skalign"]
-            if not rec:
-                continue
-            best_peer = max(peers) if peers else float("nan")
-            n_cells += 1
-            n_ahead += bool(not peers or rec[0]["recall"] >= best_peer)
-            line = (f"{key[0]} -> {key[1]} {n:>5} pairs: recommended {rec[0]['method']}/"
-                    f"{rec[0]['side']} keeps {rec[0]['recall']:.3f}; best peer {best_peer:.3f}")
-            if peers2000:
-                line += f"; best peer at the largest count {max(peers2000):.3f}"
-            out(line)
-    figures.update(recommended_cells=n_cells, recommended_at_least_best_peer=n_ahead)
-    out(f"recommended method >= best peer in {n_ahead}/{n_cells} (encoder pair, pair count)")
-    figures.update(_few_pair_ratios(rows, keys, out))
-    return figures
-
-
-def _few_pair_ratios(rows, keys, out):
-    """The recommended method at the fewest pairs against the best peer at the most pairs, and
-    the ridge map against centred Procrustes (document side) at the most pairs."""
     lo, hi = min(r["n_pairs"] for r in rows), max(r["n_pairs"] for r in rows)
     ratios, gains = [], []
-    for key in keys:
+    for key in sorted({(r["source"], r["target"]) for r in rows}):
         sel = [r for r in rows if (r["source"], r["target"]) == key]
-        rec = [r["recall"] for r in sel if r["n_pairs"] == lo and r["recommended"] == 1]
-        peers = [r["recall"] for r in sel if r["n_pairs"] == hi and r["tool"] != "skalign"]
-        if rec and peers:
-            ratios.append(rec[0] / max(peers))
-            out(f"{key[0]} -> {key[1]}: recommended at {lo} pairs keeps {ratios[-1]:.3f} x the "
-                f"best peer at {hi}")
+        peers_hi = max((r["recall"] for r in sel if r["tool"] != "skalign"
+                        and r["n_pairs"] == hi), default=None)
+        for n in sorted({r["n_pairs"] for r in sel}):
+            rec = [r for r in sel if r["n_pairs"] == n and r["recommended"] == 1]
+            peers = [r["recall"] for r in sel if r["n_pairs"] == n and r["tool"] != "skalign"]
+            if rec:
+                n_cells += 1
+                n_ahead += bool(not peers or rec[0]["recall"] >= max(peers))
+                out(f"{key[0]} -> {key[1]} {n:>5} pairs: recommended {rec[0]['method']}/"
+                    f"{rec[0]['side']} keeps {rec[0]['recall']:.3f}; best peer "
+                    f"{max(peers, default=np.nan):.3f}, at {hi} pairs {peers_hi or np.nan:.3f}")
+            if rec and n == lo and peers_hi:  # the fewest pairs against the peers' most
+                ratios.append(rec[0]["recall"] / peers_hi)
         doc = {r["method"]: r["recall"] for r in sel if r["n_pairs"] == hi and
                r["tool"] == "skalign" and r["side"] == "document"}
         if "linear" in doc and "procrustes" in doc:
             gains.append(doc["linear"] - doc["procrustes"])
-    figures = {}
+    figures.update(recommended_cells=n_cells, recommended_at_least_best_peer=n_ahead)
+    out(f"recommended method >= best peer in {n_ahead}/{n_cells} (encoder pair, pair count)")
     if ratios:
         figures.update(few_pair_ratio_min=min(ratios), few_pair_ratio_max=max(ratios),
                        few_pair_cells=len(ratios),
                        few_pair_cells_at_least_095=int(sum(x >= 0.95 for x in ratios)))
         out(f"at {lo} pairs: {figures['few_pair_cells_at_least_095']}/{len(ratios)} encoder "
-            f"pairs keep >= 0.95 x the best peer at {hi} (ratios {min(ratios):.3f}-"
-            f"{max(ratios):.3f})")
+            f"pairs keep >= 0.95 x the best peer at {hi} ({min(ratios):.3f}-{max(ratios):.3f})")
     if gains:
         figures.update(ridge_minus_procrustes_min=min(gains), ridge_minus_procrustes_max=max(gains))
     return figures
+
+
+SHORT = {"minilm_l6": "MiniLM", "mpnet_base": "MPNet", "me5_small_q4": "e5"}
 
 
 def write_doc_csv(rows, path):
@@ -302,96 +298,122 @@ def write_doc_csv(rows, path):
         w = csv.writer(f)
         w.writerow(["encoders", "pairs", "tool (method, side)", "recall@10", "nDCG@10", "top-1",
                     "predicted recall@10", "fit s", "translate s"])
-        short = {"minilm_l6": "MiniLM", "mpnet_base": "MPNet", "me5_small_q4": "e5"}
-        for (s, t, n), grp in itertools.groupby(
-                sorted(rows, key=lambda r: (r["source"], r["target"], r["n_pairs"])),
-                key=lambda r: (r["source"], r["target"], r["n_pairs"])):
-            grp = list(grp)
+        key = lambda r: (r["source"], r["target"], r["n_pairs"])  # noqa: E731
+        for (s, t, n), grp in itertools.groupby(sorted(rows, key=key), key=key):
+            grp = sorted(grp, key=lambda r: -r["recall"])
             picks = [r for r in grp if r["recommended"] == 1]
-            for tool in ("isotrieve", "rebasis"):
-                mine = [r for r in grp if r["tool"] == tool]
-                if mine:
-                    picks.append(max(mine, key=lambda r: r["recall"]))
-            proc = [r for r in grp if r["tool"] == "skalign" and r["method"] == "procrustes"
-                    and r["side"] == "document"]
-            picks += [r for r in proc if r not in picks]
+            picks += [next(r for r in grp if r["tool"] == tool) for tool in ("isotrieve",
+                      "rebasis") if any(r["tool"] == tool for r in grp)]
+            picks += [r for r in grp if r["tool"] == "skalign" and r["method"] == "procrustes"
+                      and r["side"] == "document" and r not in picks]
             for r in picks:
-                label = ("skalign plan's pick" if r["recommended"] == 1 else r["tool"]) + \
-                    f" ({r['method']}, {r['side']})"
                 pred = f"{r['predicted_recall']:.3f}" if r["predicted_recall"] != "" else "-"
-                w.writerow([f"{short[s]} -> {short[t]}", n, label, f"{r['recall']:.3f}",
-                            f"{r['ndcg']:.3f}", f"{r['top1']:.3f}", pred, f"{r['fit_s']:.2f}",
+                w.writerow([f"{SHORT[s]} -> {SHORT[t]}", n, ("skalign plan's pick" if
+                            r["recommended"] == 1 else r["tool"]) + f" ({r['method']}, "
+                            f"{r['side']})", f"{r['recall']:.3f}", f"{r['ndcg']:.3f}",
+                            f"{r['top1']:.3f}", pred, f"{r['fit_s']:.2f}",
                             f"{r['translate_s']:.3f}"])
+
+
+def score_verdicts(verdicts, out=print):
+    """Per tool and threshold: agreements with the truth, false go, false no-go."""
+    figures = {}
+    for (tool, t), g in itertools.groupby(sorted(verdicts, key=lambda v: (v["tool"], -v[
+            "min_recall"])), key=lambda v: (v["tool"], v["min_recall"])):
+        g = list(g)
+        fgo, fno = (sum(v["go"] == go and v["disagrees"] for v in g) for go in (1, 0))
+        stays = sum(v["verdict"] == "stay" and v["disagrees"] and v["stay"] >= t for v in g)
+        figures.update({f"{tool}_{round(100 * t)}_{key}": x for key, x in (
+            ("cells", len(g)), ("agree", len(g) - fgo - fno), ("false_go", fgo),
+            ("false_no_go", fno), ("false_no_go_stay_kept", stays))})
+        out(f"{tool:>9} at min recall@10 {t:.2f}: agrees {len(g) - fgo - fno}/{len(g)}, false "
+            f"go {fgo}, false no-go {fno} ({stays} of them stay, which kept the threshold)")
+    return figures
+
+
+def write_verdict_doc_csv(verdicts, path):
+    """The user guide's go/no-go table: one row per encoder pair, pair count and threshold."""
+    cells = {}
+    for v in verdicts:
+        mark = {(1, 0): "; false go", (0, 1): "; false no-go"}.get((v["go"], v["truth"]), "")
+        cells.setdefault((v["source"], v["target"], v["n_pairs"], -v["min_recall"]), {
+            "stay": f"{v['stay']:.3f}"})[v["tool"]] = (
+            f"{v['verdict']}: {'go' if v['go'] else 'no-go'} ({v['recall']:.3f}){mark}")
+    with open(path, "w", newline="") as f:
+        csv.writer(f).writerows([["encoders", "pairs", "min recall@10", "stay recall@10",
+                                  "skalign plan (measured)", "isotrieve gate (measured)",
+                                  "rebasis decide (measured)"]] + [
+            [f"{SHORT[s]} -> {SHORT[t]}", n, f"{-m:.2f}", c["stay"]] + [c.get(tool, "refused")
+             for tool in ("skalign", "isotrieve", "rebasis")] for (s, t, n, m), c in
+            sorted(cells.items(), key=lambda i: (SHORT[i[0][0]], SHORT[i[0][1]], *i[0][2:]))])
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("npz", nargs="?", default=str(DEFAULT_NPZ))
     p.add_argument("--pairs", type=int, nargs="+", default=[25, 100, 500, 2000])
+    p.add_argument("--min-recall", type=float, nargs="+", default=[0.6, 0.4])
     p.add_argument("--encoders", nargs="+", default=list(ENCODERS))
-    p.add_argument("--csv", default=None, help="write every row to this CSV")
-    p.add_argument("--doc-csv", default=None, help="write the user guide's table to this CSV")
-    p.add_argument("--summary-csv", default=None,
-                   help="write the summary's figures (key,value) to this CSV, for the guide")
-    p.add_argument("--combos", nargs="+", metavar="SRC:TGT",
-                   help="only these ordered encoder pairs (to split the run over processes)")
-    p.add_argument("--merge", nargs="+", metavar="CSV",
-                   help="no runs: merge the rows of earlier --csv files, then summarise")
+    for name, what in (("csv", "every row"), ("doc-csv", "the user guide's table"),
+                       ("summary-csv", "the summary's figures (key,value)"),
+                       ("verdict-csv", "every go/no-go"),
+                       ("verdict-doc-csv", "the user guide's go/no-go table")):
+        p.add_argument(f"--{name}", default=None, help=f"write {what} to this CSV")
+    p.add_argument("--combos", nargs="+", metavar="SRC:TGT", help="only these encoder pairs")
+    p.add_argument("--merge", nargs="+", metavar="CSV", help="no runs: join earlier CSVs")
     p.add_argument("--quick", action="store_true", help="one encoder pair, 100 pairs")
     args = p.parse_args(argv)
-    if args.merge:
-        rows = [r for path in args.merge for r in read_csv(path)]
-        return finish(rows, args)
-    import torch
+    rows, verdicts = [], []
+    for m in map(read_csv, args.merge or []):
+        (verdicts if m and "truth" in m[0] else rows).extend(m)
+    if not args.merge:
+        import torch
 
-    torch.set_num_threads(1)
-    Z = np.load(args.npz)
-    E = {k: Z[k].astype(np.float32) for k in args.encoders}
-    combos = list(itertools.permutations(args.encoders, 2))
-    if args.combos:
-        combos = [tuple(c.split(":")) for c in args.combos]
-    counts = args.pairs
-    if args.quick:
-        combos, counts = combos[:1], [100]
-    rows = []
-    t0 = time.time()
-    for src, tgt in combos:
-        print(f"{src} -> {tgt}  ({time.time() - t0:.0f} s)")
-        print("  " + " ".join(FIELDS))
-        rows += run_pair(E, src, tgt, counts)
-        if args.csv:
-            Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
-            with open(args.csv, "w", newline="") as f:
-                w = csv.DictWriter(f, FIELDS)
-                w.writeheader()
-                w.writerows(rows)
-    return finish(rows, args)
+        torch.set_num_threads(1)
+        Z = np.load(args.npz)
+        E = {k: Z[k].astype(np.float32) for k in args.encoders}
+        combos = [tuple(c.split(":")) for c in args.combos or []] or list(
+            itertools.permutations(args.encoders, 2))
+        if args.quick:
+            combos, args.pairs = combos[:1], [100]
+        t0 = time.time()
+        for src, tgt in combos:
+            print(f"{src} -> {tgt}  ({time.time() - t0:.0f} s)\n  " + " ".join(FIELDS) + "\n  "
+                  + " ".join(VFIELDS))
+            more = run_pair(E, src, tgt, args.pairs, tuple(args.min_recall))
+            rows, verdicts = rows + more[0], verdicts + more[1]
+            write_csv(args.csv, FIELDS, rows)
+            write_csv(args.verdict_csv, VFIELDS, verdicts)
+    else:
+        write_csv(args.csv, FIELDS, rows)
+        write_csv(args.verdict_csv, VFIELDS, verdicts)
+    figures = (summarise(rows) if rows else {}) | (score_verdicts(verdicts) if verdicts else {})
+    if figures and args.summary_csv:
+        write_figures(args.summary_csv, figures)
+    if rows and args.doc_csv:
+        write_doc_csv(rows, args.doc_csv)
+    if verdicts and args.verdict_doc_csv:
+        write_verdict_doc_csv(verdicts, args.verdict_doc_csv)
+    return rows, verdicts
 
 
-def finish(rows, args):
-    if args.csv and args.merge:
-        with open(args.csv, "w", newline="") as f:
-            w = csv.DictWriter(f, FIELDS)
+def write_csv(path, fields, rows):
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "w", newline="") as f:
+            w = csv.DictWriter(f, fields)
             w.writeheader()
             w.writerows(rows)
-    figures = summarise(rows)
-    if args.summary_csv:
-        write_figures(args.summary_csv, figures)
-    if args.doc_csv:
-        write_doc_csv(rows, args.doc_csv)
-    return rows
 
 
 def read_csv(path):
-    """Rows written by ``--csv``, numbers back to numbers."""
-    rows = []
+    """Rows written by ``--csv`` or ``--verdict-csv``, numbers back to numbers."""
     with open(path, newline="") as f:
-        for r in csv.DictReader(f):
-            for key in ("n_pairs", "recommended"):
-                r[key] = int(r[key]) if r[key] != "" else ""
-            for key in FIELDS[7:]:
-                r[key] = float(r[key]) if r[key] != "" else ""
-            rows.append(r)
+        rows = list(csv.DictReader(f))
+    ints, floats = {"n_pairs", "recommended", "go", "truth", "disagrees"}, set(FIELDS[7:])
+    for r, key in itertools.product(rows, list(rows[0]) if rows else []):
+        if r[key] != "" and key in ints | floats | {"min_recall", "stay"}:
+            r[key] = (int if key in ints else float)(r[key])
     return rows
 
 
