@@ -220,15 +220,13 @@ class _Job:
 def _text_field(store, first_id, text_field, where):
     """``text_field``, or the first of the store's default, ``text`` and ``document`` that gives
     the first row a text."""
+    from ._stores.live import first_text_field
+
     if text_field is not None:
         return text_field
-    for name in (None, "text", "document"):
-        try:
-            texts = store.fetch([first_id], text_field=name).texts
-        except StoreError:
-            continue
-        if texts and isinstance(texts[0], str):
-            return name
+    found = first_text_field(store, [first_id])
+    if found is not None:
+        return found[0]
     raise StoreError(f"{where}: no text found for its rows (the default text field, 'text' and "
                      "'document' tried); name the field that holds the texts with --text-field")
 
@@ -250,12 +248,17 @@ def _translate(job, model, replace):
                            batch_size=job.batch_size, progress=job.progress, replace=replace)
 
 
-def _mark(job, ids, Y, mark=None):
+def _write_back(out, ids, Y, mark):
+    for lo in range(0, len(ids), BATCH):
+        out.write_back(ids[lo:lo + BATCH], Y[lo:lo + BATCH], mark)
+
+
+def _mark(job, ids, Y):
+    """Mark the rows ``ids`` of the output as encoded, with their vectors ``Y``."""
     from ._stores import open_live
 
     with open_live(job.out, column=job.column, text_field=job.text_field) as out:
-        for lo in range(0, len(ids), BATCH):
-            out.write_back(ids[lo:lo + BATCH], Y[lo:lo + BATCH], mark or job.mark)
+        _write_back(out, ids, Y, job.mark)
 
 
 def _stamp_or_none(address):
@@ -302,14 +305,15 @@ def _continue(job, src, ids, budget):
     encoded = np.union1d(done, pos)
     enc_ids = [out_ids[i] for i in encoded]
     X, Y = _encode_rows(job, src, enc_ids)  # the earlier rows' texts come from the cache
+    was = np.isin(encoded, done)  # rows of X and Y encoded by the earlier steps
     rest = np.setdiff1d(np.arange(len(out_ids)), encoded)
     if not len(rest):
         if job.out.kind in FILE_KINDS:
-            model = ExactRowsModel(_refit_old(job, src, stamp, out_ids, done), X, Y)
+            model = ExactRowsModel(_refit_old(job, stamp, X[was], Y[was]), X, Y)
             _drop_previous(job, _translate(job, model, replace=True))
             _mark(job, enc_ids, Y)
         else:
-            _mark(job, [out_ids[i] for i in pos], Y[np.isin(encoded, pos)])
+            _mark(job, [out_ids[i] for i in pos], Y[~was])
         _record(job, "", None, len(encoded), len(ids), {})
         return MigrationResult(str(job.out), len(ids), job.n_encoded, int(len(encoded)),
                                None, {}, 0, "complete")
@@ -327,22 +331,22 @@ def _continue(job, src, ids, budget):
         if not better:
             method, estimate, fp = (stamp["migration"]["method"],
                                     stamp["migration"]["estimate"], stamp["migration"]["map"])
-            model = _refit_old(job, src, stamp, out_ids, done)
+            model = _refit_old(job, stamp, X[was], Y[was])
         result = _translate(job, ExactRowsModel(model, X, Y), replace=True)
         _drop_previous(job, result)
         retranslated = len(rest) if better else 0
         _mark(job, enc_ids, Y)
     else:
-        new = [out_ids[i] for i in pos]
-        _mark(job, new, Y[np.isin(encoded, pos)])
-        if better:
-            tmark = translated_mark(fp)
-            for lo in range(0, len(rest), BATCH):
-                part = [out_ids[i] for i in rest[lo:lo + BATCH]]
-                V = np.asarray(model.transform(src.fetch(part).vectors), dtype=np.float32)
-                _mark(job, part, V, tmark)
-                retranslated += len(part)
-        else:
+        with open_live(job.out, column=job.column, text_field=job.text_field) as out:
+            _write_back(out, [out_ids[i] for i in pos], Y[~was], job.mark)
+            if better:
+                tmark = translated_mark(fp)
+                for lo in range(0, len(rest), BATCH):
+                    part = [out_ids[i] for i in rest[lo:lo + BATCH]]
+                    V = np.asarray(model.transform(src.fetch(part).vectors), dtype=np.float32)
+                    _write_back(out, part, V, tmark)
+                    retranslated += len(part)
+        if not better:
             method, estimate, fp = (stamp["migration"]["method"],
                                     stamp["migration"]["estimate"], stamp["migration"]["map"])
     if better:
@@ -352,11 +356,10 @@ def _continue(job, src, ids, budget):
                            estimate, retranslated, action)
 
 
-def _refit_old(job, src, stamp, ids, done):
-    """The map of the previous step, fitted again on its own rows (deterministic)."""
+def _refit_old(job, stamp, X, Y):
+    """The map of the previous step, fitted again on its own rows ``X``, ``Y`` (deterministic)."""
     from ._plan_candidates import make_candidate
 
-    X, Y = _encode_rows(job, src, [ids[i] for i in done])
     return make_candidate(stamp["migration"]["method"], n_pairs=len(X),
                           random_state=job.random_state).fit(X, Y)
 

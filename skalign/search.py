@@ -344,21 +344,17 @@ class Searcher:
     def _fetch(self, ids):
         """``store.fetch``; without a ``text_field``, the first of the store's default field,
         ``text`` and ``document`` that holds texts is found on the first rows and kept."""
-        from .exceptions import StoreError
+        from ._stores.live import TEXT_FIELDS, first_text_field
 
         rows = self.store.fetch(ids, text_field=self.text_field)
         if self._text_found or any(t is not None for t in rows.texts):
             self._text_found = True
             return rows
-        for name in ("text", "document"):
-            try:
-                other = self.store.fetch(ids, text_field=name)
-            except StoreError:
-                continue
-            if any(t is not None for t in other.texts):
-                self.text_field, self._text_found = name, True
-                return other
-        return rows
+        found = first_text_field(self.store, ids, TEXT_FIELDS[1:])
+        if found is None:
+            return rows
+        self.text_field, self._text_found = found[0], True
+        return found[1]
 
     # ------------------------------------------------------------------------- write-back
     def flush(self):

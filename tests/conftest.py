@@ -53,6 +53,22 @@ def device(request):
     return request.param
 
 
+@pytest.fixture(scope="module")
+def pg_base(tmp_path_factory):
+    """The libpq URI of a PostgreSQL with pgvector started for the module (skipped where
+    pgserver, psycopg or pgvector is not installed)."""
+    pytest.importorskip("pgserver")
+    pytest.importorskip("psycopg")
+    pytest.importorskip("pgvector")
+    from store_backends import serve_postgres
+
+    server = serve_postgres(tmp_path_factory)
+    try:
+        yield next(server)
+    finally:
+        server.close()
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)

@@ -15,7 +15,6 @@ import threading
 
 import numpy as np
 import pytest
-from store_backends import serve_postgres
 
 from skalign._stores import open_live
 from skalign._stores.live import PROVENANCE_KEY, similarity
@@ -36,18 +35,6 @@ def private_tmp(tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def X():
     return np.random.default_rng(7).normal(size=(N, D)).astype(np.float32)
-
-
-@pytest.fixture(scope="module")
-def pg_base(tmp_path_factory):
-    pytest.importorskip("pgserver")
-    pytest.importorskip("psycopg")
-    pytest.importorskip("pgvector")
-    server = serve_postgres(tmp_path_factory)
-    try:
-        yield next(server)
-    finally:
-        server.close()
 
 
 def _sql(template, *names):

@@ -242,20 +242,6 @@ def test_a_migration_killed_while_encoding_encodes_nothing_twice(corpus, tmp_pat
 M = 160  # rows of the engine stores (Qdrant's local mode commits point by point: kept small)
 
 
-@pytest.fixture(scope="module")
-def pg_base(tmp_path_factory):
-    pytest.importorskip("pgserver")
-    pytest.importorskip("psycopg")
-    pytest.importorskip("pgvector")
-    from store_backends import serve_postgres
-
-    server = serve_postgres(tmp_path_factory)
-    try:
-        yield next(server)
-    finally:
-        server.close()
-
-
 def make_qdrant(root, texts, old):
     pytest.importorskip("qdrant_client")
     from qdrant_client import models

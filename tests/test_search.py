@@ -100,20 +100,6 @@ class FileStore:
         return str(self.root / "s.faiss")
 
 
-@pytest.fixture(scope="module")
-def pg_base(tmp_path_factory):
-    pytest.importorskip("pgserver")
-    pytest.importorskip("psycopg")
-    pytest.importorskip("pgvector")
-    from store_backends import serve_postgres
-
-    server = serve_postgres(tmp_path_factory)
-    try:
-        yield next(server)
-    finally:
-        server.close()
-
-
 @pytest.fixture(params=LIVE_KINDS)
 def backend(request, tmp_path):
     """A maker of a store of each registered live kind: file kinds here, engines' from

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["METRICS", "PROVENANCE_KEY", "LiveRows", "LiveStore", "encoded_mark", "similarity",
-           "translated_mark"]
+__all__ = ["METRICS", "PROVENANCE_KEY", "TEXT_FIELDS", "LiveRows", "LiveStore", "encoded_mark",
+           "first_text_field", "similarity", "translated_mark"]
 
 #: the metadata/payload key or column name that holds a row's provenance
 PROVENANCE_KEY = "skalign_vector"
@@ -75,6 +75,27 @@ def translated_mark(fingerprint):
     """The provenance value of a row written in place by the map ``fingerprint`` (``skalign
     migrate --continue``'s retranslation); rows of a translated store carry no mark."""
     return f"translated:{fingerprint}"
+
+
+#: where a row's text is looked for when no text field is named: the store's default field
+#: (Chroma's documents), then these keys or columns
+TEXT_FIELDS = (None, "text", "document")
+
+
+def first_text_field(store, ids, names=TEXT_FIELDS):
+    """The first of ``names`` under which ``store`` holds a text for any of the rows ``ids``,
+    with those rows as :class:`LiveRows`; ``None`` when none does (a name the store refuses is
+    skipped)."""
+    from ..exceptions import StoreError
+
+    for name in names:
+        try:
+            rows = store.fetch(ids, text_field=name)
+        except StoreError:
+            continue
+        if any(t is not None for t in rows.texts):
+            return name, rows
+    return None
 
 
 def encoded_mark(fingerprint):
