@@ -302,6 +302,8 @@ def _continue(job, src, ids, budget):
     done = np.flatnonzero([p == job.mark for p in prov])
     pos = choose_rows(len(out_ids), budget, exclude=done,
                       random_state=job.random_state + len(done))
+    if len(done) == len(out_ids):  # nothing left to encode: the output is final already
+        return MigrationResult(str(job.out), len(ids), 0, len(done), None, {}, 0, "complete")
     encoded = np.union1d(done, pos)
     enc_ids = [out_ids[i] for i in encoded]
     X, Y = _encode_rows(job, src, enc_ids)  # the earlier rows' texts come from the cache

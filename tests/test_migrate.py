@@ -131,6 +131,10 @@ def test_continue_to_the_end_equals_encoding_every_text(corpus, tmp_path):
         if step.action == "complete":
             break
     assert shares == [100, 300, 500, 600]
+    final = read_parquet(out)[1]
+    again = migrate_store(str(src), str(out), enc, 200, continue_=True)  # nothing left to do
+    assert (again.action, again.n_encoded, again.n_encoded_rows) == ("complete", 0, N)
+    np.testing.assert_array_equal(read_parquet(out)[1], final)
     assert len(look.seen) == len(set(look.seen)) == N  # every text encoded once, over all runs
     np.testing.assert_allclose(read_parquet(out)[1], new, atol=1e-5, rtol=0)
     # nothing left behind: no backup of an intermediate migration
