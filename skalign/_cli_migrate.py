@@ -9,20 +9,26 @@ __all__ = ["add_migrate_command", "cmd_migrate"]
 
 MIGRATE_EPILOG = """\
 HOW:
-  BUDGET rows of SOURCE are chosen at random (seeded), their texts encoded by the new encoder
+  BUDGET rows of SOURCE are chosen (the rows nearest the centres of a seeded k-means of the old
+  vectors; --continue draws further rows at random, seeded), their texts encoded by the new encoder
   (each text once: the encode cache keeps every vector, across runs and crashes), a map is
   planned and fitted on those pairs, every row translated into OUTPUT (shadow write,
   verification, resume after a kill, provenance stamp, as `skalign translate`), and the encoded
-  rows' exact vectors written over their translations, each row marked as encoded
-  (`skalign info OUTPUT` shows the share).
+  rows' exact vectors written over their translations, each row marked with what its vector was
+  computed from: the encoder, the text field and a digest of the text (`skalign info OUTPUT`
+  shows the rows encoded, the stale ones whose text changed since, and the translated ones).
+  OUTPUT may not be SOURCE; an existing OUTPUT is refused unless it is this migration's (a run
+  killed after publishing it: the same command finishes it). Both are checked before anything
+  is encoded.
   With no method reaching --min-recall the command stops with the plan and exit status 1
   (--anyway migrates all the same).
 
 FINISHING THE JOB:
   skalign migrate SOURCE OUTPUT --continue --encoder SPEC --budget M
-  encodes M more rows of OUTPUT in place, refits the map on every encoded row and translates the
-  remaining rows again when the refitted map's estimate is higher; SOURCE is read for the old
-  vectors. Run until no translated row is left: the store then holds exactly what encoding
+  encodes M more rows of OUTPUT in place (stale rows included; texts as OUTPUT holds them now),
+  refits the map on every encoded row and translates the remaining rows again when the refitted
+  map's estimate is higher; SOURCE is read for the old vectors. A row that another writer
+  (`skalign search`) encodes meanwhile keeps its vector: every write is a compare-and-set. Run until no translated row is left: the store then holds exactly what encoding
   every text gives.
 
 ENCODER (SPEC):
@@ -53,6 +59,9 @@ def add_migrate_command(sub, positive_int):
                     "a metadata or payload key (default: Chroma's documents, else a text or "
                     "document field)")
     mg.add_argument("--column", metavar="NAME", help="the vector column or named vector")
+    mg.add_argument("--provenance-key", metavar="NAME", help="the column, metadata or payload "
+                    "key of each row's provenance in OUTPUT (default: skalign_vector; a key "
+                    "holding data skalign did not write is refused)")
     mg.add_argument("--min-recall", type=float, default=0.0, metavar="R",
                     help="stop (exit 1) when no map's estimated recall@10 reaches R (default: 0, "
                     "never stop)")
@@ -72,10 +81,11 @@ def add_migrate_command(sub, positive_int):
 
 
 def cmd_migrate(args, out):
-    from ._migrate import migrate_store
+    from ._migrate import check_migration, migrate_store
     from .encoders import CachedEncoder, EncodeCache, load_encoder
     from .exceptions import MigrationRefused
 
+    check_migration(args.source, args.output, args.continue_)  # before the encoder is loaded
     encoder = load_encoder(args.encoder, device=args.device, batch_size=args.encode_batch)
     cached = CachedEncoder(encoder, cache=EncodeCache(args.encode_cache),
                            progress=not (args.quiet or args.json))
@@ -85,7 +95,8 @@ def cmd_migrate(args, out):
             args.source, args.output, cached, args.budget, text_field=args.text_field,
             column=args.column, methods=methods, min_recall=args.min_recall,
             anyway=args.anyway, random_state=args.seed, continue_=args.continue_,
-            progress=not (args.quiet or args.json), batch_size=args.batch_size)
+            progress=not (args.quiet or args.json), batch_size=args.batch_size,
+            provenance_key=args.provenance_key)
     except MigrationRefused as exc:
         if args.json:
             out(json.dumps({"refused": str(exc), "plan": exc.plan.to_dict()}, default=str))
@@ -97,9 +108,11 @@ def cmd_migrate(args, out):
         out(json.dumps(result.to_dict()))
         return 0
     share = result.n_encoded_rows / max(result.n_rows, 1)
+    cached = cached.n_cached
+    how = f"{result.n_encoded} texts encoded now" + (
+        f", {cached} from the encode cache" if cached else "")
     out(f"{result.action}: {result.output}: {result.n_encoded_rows} of {result.n_rows} rows "
-        f"encoded ({share:.1%}; {result.n_encoded} texts encoded now, the rest from the "
-        "encode cache)")
+        f"encoded ({share:.1%}; {how})")
     if result.method:
         est = result.estimate
         lo, hi = est.get("interval", [None, None])

@@ -7,18 +7,23 @@ new encoder (through the encode cache, so a rerun never encodes a text twice), p
 pairs, fits the recommended map, translates the whole store into the output through the
 translation pipeline (shadow write, verification, resume, lock, provenance stamp) with the
 encoded rows' exact vectors (:class:`~skalign._migrate_rows.ExactRowsModel`), and marks each
-encoded row ``encoded`` (:data:`skalign._stores.live.PROVENANCE_KEY`).
+encoded row with what its vector was computed from (:func:`skalign._stores.live.encoded_mark`:
+the encoder, the text field and a digest of the text). Every refusal (the output is the source,
+exists without being this migration's, ...) comes before any text is encoded.
 
 With ``continue_=True`` it finishes an output progressively: ``budget`` more rows that are not
-encoded yet are encoded and written in place, the map is refitted on every encoded row, and the
-remaining translated rows are translated again when the refitted map's estimate is higher.
-Once every row is encoded, the output holds exactly what encoding every text gives.
+encoded yet (stale rows, whose text changed since they were encoded, included) are encoded from
+the output's current texts and written in place, the map is refitted on every encoded row, and
+the remaining translated rows are translated again when the refitted map's estimate is higher.
+Every write is a compare-and-set against the provenance read at the start: a row another writer
+(a searcher) encoded meanwhile is kept, never reverted to a translation. Once every row is
+encoded, the output holds exactly what encoding every current text gives.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
@@ -26,7 +31,7 @@ from ._migrate_choice import centre_rows, choose_rows
 from ._migrate_rows import ExactRowsModel
 from .exceptions import MigrationRefused, StoreError
 
-__all__ = ["MigrationResult", "count_provenance", "migrate_store"]
+__all__ = ["MigrationResult", "check_migration", "count_provenance", "migrate_store"]
 
 #: rows per read and write-back batch
 BATCH = 2048
@@ -118,37 +123,139 @@ def _plan_and_fit(X, Y, n_rows, *, min_recall, anyway, methods, random_state):
     return plan, best.method, model, estimate
 
 
-def count_provenance(address):
-    """Rows per provenance of the store at ``address``: ``{"rows", "encoded", "encoders"}``,
-    ``encoders`` the count per encoder fingerprint; ``None`` for a store that cannot be read
-    live."""
-    from ._stores import open_live
+def count_provenance(address, text_field=None):
+    """Rows per provenance of the store at ``address``, each encoded mark checked against the
+    row's current text: ``{"rows", "encoded", "stale", "translated", "encoders"}``.
 
+    ``encoded`` rows hold the vector of their current text by the store's encoder (the one its
+    migration stamp names; any encoder for a store without one), ``stale`` rows are marked
+    encoded but their text, text field or encoder no longer matches, the others are
+    translated; ``encoders`` counts the rows each encoder fingerprint holds exactly. ``None``
+    for a store that cannot be read live.
+    """
+    from ._stores import open_live
+    from ._stores.address import parse_address
+
+    address = parse_address(address)
+    stamp = _stamp_or_none(address)
+    migration = stamp.get("migration") if isinstance(stamp, dict) else None
+    migration = migration if isinstance(migration, dict) else {}
+    mine = migration.get("encoder") if isinstance(migration.get("encoder"), str) else None
+    if text_field is None and isinstance(migration.get("text_field"), str):
+        text_field = migration["text_field"]
     try:
-        store = open_live(address)
+        store = open_live(address, text_field=text_field)
     except StoreError:
         return None
+    counts = {"rows": 0, "encoded": 0, "stale": 0, "translated": 0, "encoders": {}}
     with store:
-        ids, prov = _scan(store)
-    encoders = {}
-    for p in prov:
-        if isinstance(p, str) and p.startswith("encoded:"):
-            encoders[p[len("encoded:"):]] = encoders.get(p[len("encoded:"):], 0) + 1
-    return {"rows": len(ids), "encoded": sum(encoders.values()), "encoders": encoders}
+        ids = store.ids()
+        for lo in range(0, len(ids), BATCH):
+            _count_batch(store, ids[lo:lo + BATCH], mine, counts)
+    return counts
 
 
-def _scan(store, text_field=None):
-    """(ids, provenance) of every row, read in batches."""
+def _count_batch(store, ids, mine, counts):
+    """Add the provenance of the rows ``ids`` to ``counts`` (texts read per field named)."""
+    from urllib.parse import unquote
+
+    from ._stores.live import mark_state, parse_mark
+
+    rows = store.fetch(ids)
+    counts["rows"] += len(ids)
+    fields = {}
+    for n, p in enumerate(rows.provenance):
+        mark = parse_mark(p)
+        if mark is not None and mark.kind == "encoded":
+            fields.setdefault(mark.field, []).append(n)
+        elif isinstance(p, str) and p.startswith("encoded:"):
+            counts["stale"] += 1  # an earlier version's mark: nothing to check it against
+        else:
+            counts["translated"] += 1
+    for token, rows_n in fields.items():
+        field = unquote(token) if token else None
+        try:
+            texts = store.fetch([ids[n] for n in rows_n], text_field=field).texts
+        except StoreError:
+            texts = [None] * len(rows_n)  # the field is gone: nothing is encoded from it
+        for n, text in zip(rows_n, texts):
+            p = rows.provenance[n]
+            ok = mark_state(p, None, field, text) == "encoded"
+            fp = parse_mark(p).fingerprint
+            if ok:
+                counts["encoders"][fp] = counts["encoders"].get(fp, 0) + 1
+            counts["encoded" if ok and (mine is None or fp == mine) else "stale"] += 1
+
+
+def _scan(store, field_name):
+    """(ids, provenance, texts) of every row, read in batches, texts from ``field_name``."""
     ids = list(store.ids())
-    prov = []
+    prov, texts = [], []
     for lo in range(0, len(ids), BATCH):
-        prov.extend(store.fetch(ids[lo:lo + BATCH]).provenance)
-    return ids, prov
+        rows = store.fetch(ids[lo:lo + BATCH], text_field=field_name)
+        prov.extend(rows.provenance)
+        texts.extend(rows.texts)
+    return ids, prov, texts
+
+
+def check_migration(source, output, continue_=False):
+    """The refusals of ``skalign migrate`` that need no encoder: run before anything is loaded,
+    read or encoded. Raises :class:`~skalign.exceptions.StoreError`.
+
+    The output may not be the source (nor, for file stores, one of its files); without
+    ``continue_`` an existing output must be this same migration's (a run killed after
+    publishing it: the same command finishes it), and with it the output must exist.
+    """
+    from ._stores.address import FILE_KINDS, parse_address
+
+    src, out = parse_address(source), parse_address(output, output=True)
+    same = src.identity == out.identity
+    if not same and src.kind in FILE_KINDS and out.kind in FILE_KINDS:
+        try:
+            same = src.path.resolve() == out.path.resolve() or src.path.samefile(out.path)
+        except OSError:
+            pass
+    if same:
+        raise StoreError(f"OUTPUT {out} is the SOURCE: skalign migrate writes a new store and "
+                         "never changes its source; name another OUTPUT (then `skalign "
+                         "migrate SOURCE OUTPUT --continue` to go on with it)")
+    stamp = _stamp_or_none(out)
+    if continue_:
+        if not isinstance(stamp, dict) or not isinstance(stamp.get("migration"), dict):
+            raise StoreError(f"{out} was not written by skalign migrate; run skalign migrate "
+                             "SOURCE OUTPUT first")
+        if stamp.get("source_identity") not in (None, repr(src.identity)):
+            raise StoreError(f"{out} was migrated from another source than {src}; continue "
+                             "it with the source it was migrated from")
+        return src, out, stamp
+    ours = stamp is not None and isinstance(stamp.get("migration"), dict) \
+        and stamp.get("source_identity") == repr(src.identity)
+    if not ours and _exists(out):
+        raise StoreError(f"OUTPUT {out} already exists; go on with a migration with `skalign "
+                         "migrate SOURCE OUTPUT --continue`, or name another OUTPUT")
+    return src, out, stamp
+
+
+def _exists(address):
+    """Whether a store is at ``address`` (an unreadable one counts)."""
+    from ._stores import open_live
+    from ._stores.address import FILE_KINDS
+    from .exceptions import StoreNotFoundError
+
+    if address.kind in FILE_KINDS:
+        return address.path.exists() or address.path.is_symlink()
+    try:
+        open_live(address).close()
+    except StoreNotFoundError:
+        return False
+    except StoreError:
+        return True
+    return True
 
 
 def migrate_store(source, output, encoder, budget, *, text_field=None, column=None,
                   methods=None, min_recall=0.0, anyway=False, random_state=0, cache=None,
-                  continue_=False, progress=False, batch_size=None):
+                  continue_=False, progress=False, batch_size=None, provenance_key=None):
     """Encode ``budget`` rows with ``encoder``, translate the rest: see the module docstring.
 
     Returns
@@ -156,17 +263,15 @@ def migrate_store(source, output, encoder, budget, *, text_field=None, column=No
     MigrationResult
     """
     from ._stores import open_live
-    from ._stores.address import parse_address
-    from ._stores.live import encoded_mark
     from .encoders import CachedEncoder
 
-    if int(budget) < 0:
+    if isinstance(budget, bool) or int(budget) < 0:
         raise ValueError(f"budget must be >= 0, got {budget!r}")
+    src_address, out_address, _ = check_migration(source, output, continue_)
     enc = encoder if isinstance(encoder, CachedEncoder) else CachedEncoder(
         encoder, cache=cache, progress=progress)
-    job = _Job(parse_address(source), parse_address(output, output=True), enc,
-               encoded_mark(enc.fingerprint), text_field, column, methods, min_recall,
-               random_state, batch_size, progress, enc.n_encoded)
+    job = _Job(src_address, out_address, enc, text_field, column, methods, min_recall,
+               random_state, batch_size, progress, provenance_key, enc.n_encoded)
     with open_live(job.src, column=column, text_field=text_field) as src:
         ids = list(src.ids())
         if not ids:
@@ -181,7 +286,7 @@ def migrate_store(source, output, encoder, budget, *, text_field=None, column=No
         if len(pos) == len(ids):
             raise ValueError(f"budget={budget} covers all {len(ids)} rows: re-embed the store "
                              "instead (nothing would be translated)")
-        X, Y = _encode_rows(job, src, [ids[i] for i in pos])
+        X, Y, texts = _encode_rows(job, src, [ids[i] for i in pos])
     _, method, model, estimate = _plan_and_fit(
         X, Y, len(ids), min_recall=min_recall, anyway=anyway, methods=methods,
         random_state=random_state)
@@ -190,7 +295,12 @@ def migrate_store(source, output, encoder, budget, *, text_field=None, column=No
     translated = 0
     if not (stamp and stamp.get("migration", {}).get("map") == fp):
         translated = int(_translate(job, ExactRowsModel(model, X, Y), replace=False))
-    _mark(job, [ids[i] for i in pos], Y)
+    with _open_out(job) as out:
+        field = out.text_source(job.text_field)
+        # rows of the fresh output have no mark; after a kill past publishing, the rows the
+        # killed run marked keep their marks (compare-and-set)
+        _write_back(out, [ids[i] for i in pos], Y, _marks(job, field, texts),
+                    [None] * len(pos))
     _record(job, fp, method, len(pos), len(ids), estimate)
     return MigrationResult(str(job.out), len(ids), job.n_encoded, int(len(pos)), method,
                            estimate, translated, "migrated")
@@ -201,7 +311,6 @@ class _Job:
     src: object
     out: object
     enc: object
-    mark: str
     text_field: str | None
     column: str | None
     methods: list | None
@@ -209,6 +318,7 @@ class _Job:
     random_state: int
     batch_size: int | None
     progress: bool
+    provenance_key: str | None
     n_before: int = 0
 
     @property
@@ -231,14 +341,41 @@ def _text_field(store, first_id, text_field, where):
                      "'document' tried); name the field that holds the texts with --text-field")
 
 
-def _encode_rows(job, src, ids):
-    """Old vectors and new (encoded) vectors of the rows ``ids`` of the source."""
+def _encode_rows(job, src, ids, texts_from=None):
+    """Old vectors (from the source), new vectors and the texts encoded of the rows ``ids``;
+    texts from ``texts_from`` (the output, whose texts are the current ones) or the source."""
     X, texts = [], []
     for lo in range(0, len(ids), BATCH):
-        rows = src.fetch(ids[lo:lo + BATCH], text_field=job.text_field)
+        part = ids[lo:lo + BATCH]
+        rows = src.fetch(part, text_field=None if texts_from is not None else job.text_field)
+        if texts_from is not None:
+            rows = replace(rows, texts=texts_from.fetch(part, text_field=job.text_field).texts)
         texts += _texts_or_refuse(rows, job.src, job.text_field)
         X.append(rows.vectors)
-    return np.concatenate(X).astype(np.float32, copy=False), job.enc.encode(texts)
+    return np.concatenate(X).astype(np.float32, copy=False), job.enc.encode(texts), texts
+
+
+def _marks(job, field, texts):
+    from ._stores.live import encoded_mark
+
+    return [encoded_mark(job.enc.fingerprint, field, t) for t in texts]
+
+
+def _open_out(job):
+    """The output opened live: its overlay (file stores) bound to the store now at its path
+    when that store has the same rows (this migration wrote it anew from the source)."""
+    from ._stores import open_live
+    from ._stores.live_overlay import rebinding
+
+    with rebinding():
+        out = open_live(job.out, column=job.column, text_field=job.text_field,
+                        provenance_key=job.provenance_key)
+    try:
+        out.check_provenance_key()
+    except BaseException:
+        out.close()
+        raise
+    return out
 
 
 def _translate(job, model, replace):
@@ -248,26 +385,25 @@ def _translate(job, model, replace):
                            batch_size=job.batch_size, progress=job.progress, replace=replace)
 
 
-def _write_back(out, ids, Y, mark):
+def _write_back(out, ids, Y, marks, expected=None):
+    """Write in batches; return how many rows were written (compare-and-set with
+    ``expected``)."""
+    written = 0
     for lo in range(0, len(ids), BATCH):
-        out.write_back(ids[lo:lo + BATCH], Y[lo:lo + BATCH], mark)
-
-
-def _mark(job, ids, Y):
-    """Mark the rows ``ids`` of the output as encoded, with their vectors ``Y``."""
-    from ._stores import open_live
-
-    with open_live(job.out, column=job.column, text_field=job.text_field) as out:
-        _write_back(out, ids, Y, job.mark)
+        done = out.write_back(ids[lo:lo + BATCH], Y[lo:lo + BATCH], marks[lo:lo + BATCH],
+                              None if expected is None else expected[lo:lo + BATCH])
+        written += int(np.sum(done))
+    return written
 
 
 def _stamp_or_none(address):
     from ._stores.provenance import read_stamp
 
     try:
-        return read_stamp(address)
+        stamp = read_stamp(address)
     except StoreError:
         return None
+    return stamp if isinstance(stamp, dict) else None
 
 
 def _record(job, fp, method, n_encoded, n_rows, estimate):
@@ -276,46 +412,53 @@ def _record(job, fp, method, n_encoded, n_rows, estimate):
     stamp = read_stamp(job.out) or {}
     stamp["migration"] = {"encoder": job.enc.fingerprint, "map": fp, "method": method,
                           "encoded_rows": int(n_encoded), "rows": int(n_rows),
-                          "estimate": estimate, "random_state": job.random_state}
+                          "estimate": estimate, "random_state": job.random_state,
+                          "text_field": job.text_field}
     write_stamp(job.out, stamp)
 
 
 def _continue(job, src, ids, budget):
-    from ._stores import open_live
     from ._stores.address import FILE_KINDS
     from ._stores.live import translated_mark
 
     stamp = _stamp_or_none(job.out)
-    if not stamp or "migration" not in stamp:
-        raise StoreError(f"{job.out} was not written by skalign migrate; run "
-                         "skalign migrate SOURCE OUTPUT first")
-    if stamp["migration"]["encoder"] != job.enc.fingerprint:
+    if stamp["migration"].get("encoder") != job.enc.fingerprint:
         raise StoreError(
             f"{job.out} was migrated with another encoder (fingerprint "
-            f"{stamp['migration']['encoder']}, this one {job.enc.fingerprint}); continue with "
-            "the same encoder")
-    with open_live(job.out, column=job.column, text_field=job.text_field) as out:
-        out_ids, prov = _scan(out)
-    if len(out_ids) != len(ids) or set(out_ids) != set(ids):
-        raise StoreError(f"{job.out} does not hold the same rows as {job.src} ({len(out_ids)} "
-                         f"and {len(ids)} rows); was one of them changed since the migration?")
-    done = np.flatnonzero([p == job.mark for p in prov])
-    pos = choose_rows(len(out_ids), budget, exclude=done,
-                      random_state=job.random_state + len(done))
-    if len(done) == len(out_ids):  # nothing left to encode: the output is final already
-        return MigrationResult(str(job.out), len(ids), 0, len(done), None, {}, 0, "complete")
-    encoded = np.union1d(done, pos)
-    enc_ids = [out_ids[i] for i in encoded]
-    X, Y = _encode_rows(job, src, enc_ids)  # the earlier rows' texts come from the cache
-    was = np.isin(encoded, done)  # rows of X and Y encoded by the earlier steps
-    rest = np.setdiff1d(np.arange(len(out_ids)), encoded)
+            f"{stamp['migration'].get('encoder')!r:.80}, this one {job.enc.fingerprint}); "
+            "continue with the same encoder")
+    with _open_out(job) as out:
+        field = out.text_source(job.text_field)
+        out_ids, prov, texts = _scan(out, job.text_field)
+        if len(out_ids) != len(ids) or set(out_ids) != set(ids):
+            raise StoreError(f"{job.out} does not hold the same rows as {job.src} "
+                             f"({len(out_ids)} and {len(ids)} rows); was one of them changed "
+                             "since the migration?")
+        from ._stores.live import mark_state
+
+        states = [mark_state(p, job.enc.fingerprint, field, t) for p, t in zip(prov, texts)]
+        done = np.flatnonzero([st == "encoded" for st in states])
+        if len(done) == len(out_ids):  # nothing left to encode: the output is final already
+            return MigrationResult(str(job.out), len(ids), 0, len(done), None, {}, 0,
+                                   "complete")
+        pos = choose_rows(len(out_ids), budget, exclude=done,
+                          random_state=job.random_state + len(done))
+        encoded = np.union1d(done, pos)
+        enc_ids = [out_ids[i] for i in encoded]
+        # the earlier rows' texts come from the cache; every text is the output's current one
+        X, Y, enc_texts = _encode_rows(job, src, enc_ids, texts_from=out)
+        was = np.isin(encoded, done)  # rows of X and Y encoded by the earlier steps
+        new_ids = [out_ids[i] for i in pos]
+        new_marks = _marks(job, field, [enc_texts[j] for j in np.flatnonzero(~was)])
+        new_expected = [prov[i] for i in pos]
+        rest = np.setdiff1d(np.arange(len(out_ids)), encoded)
+        if not len(rest) and job.out.kind not in FILE_KINDS:
+            _write_back(out, new_ids, Y[~was], new_marks, new_expected)
     if not len(rest):
         if job.out.kind in FILE_KINDS:
-            model = ExactRowsModel(_refit_old(job, stamp, X[was], Y[was]), X, Y)
-            _drop_previous(job, _translate(job, model, replace=True))
-            _mark(job, enc_ids, Y)
-        else:
-            _mark(job, [out_ids[i] for i in pos], Y[~was])
+            _republish(job, ExactRowsModel(_refit_old(job, stamp, X[was], Y[was]), X, Y))
+            with _open_out(job) as out:
+                _write_back(out, new_ids, Y[~was], new_marks, new_expected)
         _record(job, "", None, len(encoded), len(ids), {})
         return MigrationResult(str(job.out), len(ids), job.n_encoded, int(len(encoded)),
                                None, {}, 0, "complete")
@@ -326,36 +469,42 @@ def _continue(job, src, ids, budget):
     before = stamp["migration"].get("estimate", {}).get("recall_at_10", -1.0)
     better = estimate["recall_at_10"] > before
     retranslated, action = 0, "continued"
+    if not better:
+        method, estimate, fp = (stamp["migration"]["method"], stamp["migration"]["estimate"],
+                                stamp["migration"]["map"])
     if job.out.kind in FILE_KINDS:
         # a file cannot change rows in place under its readers: the output is written again
-        # (shadow, verification, publish), the previous migration kept as the backup only
-        # until the new one is published, since the source and the encode cache make it again
+        # (shadow, verification, publish) from the source, with the same rows in the same
+        # order, so its overlay (the rows every writer encoded, searchers' included) stays
         if not better:
-            method, estimate, fp = (stamp["migration"]["method"],
-                                    stamp["migration"]["estimate"], stamp["migration"]["map"])
             model = _refit_old(job, stamp, X[was], Y[was])
-        result = _translate(job, ExactRowsModel(model, X, Y), replace=True)
-        _drop_previous(job, result)
+        _republish(job, ExactRowsModel(model, X, Y))
         retranslated = len(rest) if better else 0
-        _mark(job, enc_ids, Y)
+        with _open_out(job) as out:
+            _write_back(out, new_ids, Y[~was], new_marks, new_expected)
     else:
-        with open_live(job.out, column=job.column, text_field=job.text_field) as out:
-            _write_back(out, [out_ids[i] for i in pos], Y[~was], job.mark)
+        with _open_out(job) as out:
+            _write_back(out, new_ids, Y[~was], new_marks, new_expected)
             if better:
                 tmark = translated_mark(fp)
                 for lo in range(0, len(rest), BATCH):
                     part = [out_ids[i] for i in rest[lo:lo + BATCH]]
                     V = np.asarray(model.transform(src.fetch(part).vectors), dtype=np.float32)
-                    _write_back(out, part, V, tmark)
-                    retranslated += len(part)
-        if not better:
-            method, estimate, fp = (stamp["migration"]["method"],
-                                    stamp["migration"]["estimate"], stamp["migration"]["map"])
+                    # a row a searcher encoded since the scan keeps its encoded vector
+                    retranslated += _write_back(out, part, V, [tmark] * len(part),
+                                                [prov[i] for i in rest[lo:lo + BATCH]])
     if better:
         action = "continued, retranslated"
     _record(job, fp, method, len(encoded), len(ids), estimate)
     return MigrationResult(str(job.out), len(ids), job.n_encoded, int(len(encoded)), method,
                            estimate, retranslated, action)
+
+
+def _republish(job, model):
+    """Write the file output anew through the pipeline (``--replace``), then remove the
+    previous file it kept as the backup, when its stamp says this migration wrote it from this
+    source (the source and the encode cache make it again). The overlay is kept."""
+    _drop_previous(job, _translate(job, model, replace=True))
 
 
 def _refit_old(job, stamp, X, Y):
@@ -367,9 +516,9 @@ def _refit_old(job, stamp, X, Y):
 
 
 def _drop_previous(job, result):
-    """Remove the previous migrated file ``replace`` kept as the backup, and the encoded-rows
-    overlay that described it; only when the backup's stamp says skalign migrate wrote it from
-    this same source (the source and the encode cache make it again)."""
+    """Remove the previous migrated file ``replace`` kept as the backup; only when the backup's
+    stamp says skalign migrate wrote it from this same source (the source and the encode cache
+    make it again). The output's overlay stays: it holds every writer's encoded rows."""
     import shutil
 
     from ._stores.address import parse_address
@@ -384,8 +533,7 @@ def _drop_previous(job, result):
     if "migration" not in stamp or stamp.get("source_identity") != repr(job.src.identity):
         return
     for path in (backup.path, sidecar_path(backup),
-                 backup.path.with_name(backup.path.name + OVERLAY_SUFFIX),
-                 job.out.path.with_name(job.out.path.name + OVERLAY_SUFFIX)):
+                 backup.path.with_name(backup.path.name + OVERLAY_SUFFIX)):
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
         elif path.exists() or path.is_symlink():

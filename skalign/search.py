@@ -70,6 +70,11 @@ class SearchStats:
         Candidates without a text, scored by their stored vector.
     written : int
         Rows whose encoded vector was written back to the store.
+    stale : int
+        Candidates marked encoded whose text (or text field) changed since: re-encoded.
+    conflicts : int
+        Rows not written back because another writer changed their provenance after this
+        searcher read it (compare-and-set: that writer's vector is kept).
     """
 
     queries: int = 0
@@ -79,6 +84,8 @@ class SearchStats:
     already_encoded: int = 0
     without_text: int = 0
     written: int = 0
+    stale: int = 0
+    conflicts: int = 0
 
     def as_dict(self):
         return dict(vars(self))
@@ -177,6 +184,10 @@ class Searcher:
         Write encoded vectors back to the store.
     write_batch : int, default=256
         Rows written back at a time (and at :meth:`flush` and :meth:`close`).
+    provenance_key : str, default=None
+        The metadata/payload key or column of each row's provenance (default
+        ``skalign_vector``); a store whose rows hold that key with values skalign did not
+        write is refused before any work.
     **store_options
         Options of the store's live backend (file stores: ``id_field``, ``metric``).
 
@@ -211,7 +222,7 @@ class Searcher:
 
     def __init__(self, store, encoder, *, k_candidates=100, plan=None, text_field=None,
                  column=None, cache=None, query_encoder=None, rescore="translated",
-                 write_back=True, write_batch=256, **store_options):
+                 write_back=True, write_batch=256, provenance_key=None, **store_options):
         from ._stores.live import LiveStore
         from .encoders import CachedEncoder, as_encoder
 
@@ -233,9 +244,15 @@ class Searcher:
             from ._stores import open_live
 
             self.store = open_live(store, column=column, text_field=text_field,
-                                   **store_options)
+                                   provenance_key=provenance_key, **store_options)
             self._owned = True
-        self.mark = f"encoded:{self.encoder.fingerprint}"
+        if self.write_back:
+            try:
+                self.store.check_provenance_key()
+            except BaseException:
+                if self._owned:
+                    self.store.close()
+                raise
         self.stats = SearchStats()
         self._pending = {}
         self._text_found = text_field is not None
@@ -311,13 +328,18 @@ class Searcher:
         fetch = [j for j, i in enumerate(ids) if i not in self._pending or self.rescore == "all"]
         for j, i in enumerate(ids):
             if i in self._pending:
-                V[j] = self._pending[i]
+                V[j] = self._pending[i][0]
         if not fetch:
             return V
+        from ._stores.live import encoded_mark
+
         rows = self._fetch([ids[j] for j in fetch])
         V[fetch] = rows.vectors
-        done = rows.encoded_by(self.encoder.fingerprint)
+        field = self.store.text_source(self.text_field)
+        states = rows.states(self.encoder.fingerprint, field)
+        done = np.array([st == "encoded" for st in states], dtype=bool)
         self.stats.already_encoded += int(done.sum())
+        self.stats.stale += sum(st == "stale" for st in states)
         todo = [n for n in range(len(fetch))
                 if (self.rescore == "all" or not done[n]) and rows.texts[n] is not None]
         no_text = sum(1 for n in range(len(fetch)) if rows.texts[n] is None and not done[n])
@@ -338,7 +360,11 @@ class Searcher:
         for n, e in zip(todo, E):
             V[fetch[n]] = e
             if self.write_back and not done[n]:
-                self._pending[ids[fetch[n]]] = e
+                # the mark binds the text encoded; the row is written only if its provenance
+                # is still the one read with that text (compare-and-set)
+                self._pending[ids[fetch[n]]] = (
+                    e, encoded_mark(self.encoder.fingerprint, field, rows.texts[n]),
+                    rows.provenance[n])
         return V
 
     def _fetch(self, ids):
@@ -362,8 +388,11 @@ class Searcher:
         if not self._pending:
             return
         ids = list(self._pending)
-        self.store.write_back(ids, np.stack([self._pending[i] for i in ids]), self.mark)
-        self.stats.written += len(ids)
+        pending = [self._pending[i] for i in ids]
+        written = self.store.write_back(ids, np.stack([p[0] for p in pending]),
+                                        [p[1] for p in pending], expected=[p[2] for p in pending])
+        self.stats.written += int(np.sum(written))
+        self.stats.conflicts += int(len(ids) - np.sum(written))
         self._pending = {}
 
     def close(self):

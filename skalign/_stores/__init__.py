@@ -12,7 +12,8 @@ pipeline, and importing one backend imports no other.
 """
 
 
-def open_live(address_or_text, *, column=None, text_field=None, **options):
+def open_live(address_or_text, *, column=None, text_field=None, provenance_key=None,
+              **options):
     """Open a published store for live search, reads by id and write-back.
 
     Parameters
@@ -24,6 +25,9 @@ def open_live(address_or_text, *, column=None, text_field=None, **options):
     text_field : str, default=None
         Where each row's text is: a column, metadata or payload key, or (``.npy`` and FAISS
         stores) a text file beside the store, one row's text a line.
+    provenance_key : str, default=None
+        The metadata/payload key or column of each row's provenance (engines that keep it in
+        the rows; default ``skalign_vector``). File stores keep it in their overlay.
     **options
         Options of the backend's live store (``id_field``, ``metric`` for file stores).
 
@@ -35,4 +39,7 @@ def open_live(address_or_text, *, column=None, text_field=None, **options):
     from .registry import live_class
 
     address = parse_address(address_or_text)
-    return live_class(address.kind)(address, column=column, text_field=text_field, **options)
+    cls = live_class(address.kind)
+    if cls.in_row_provenance:
+        options["provenance_key"] = provenance_key
+    return cls(address, column=column, text_field=text_field, **options)

@@ -37,21 +37,25 @@ import numpy as np
 from ..exceptions import StoreError
 from .chroma import ID_PAGE, Reader
 from .chroma_names import _edges
-from .live import PROVENANCE_KEY, LiveRows, LiveStore
+from .live import LiveRows, LiveStore
 from .live_input import (
     check_ids,
     check_k,
-    check_mark,
+    check_key_name,
     check_options,
     check_vectors,
+    check_write,
     database_lock,
     missing_id,
+    owned_key_or_refuse,
 )
 
 __all__ = ["ChromaLive"]
 
 #: Records per ``get`` and ``update`` (SQLite limits the variables of one statement)
 PAGE = 4096
+#: records whose provenance key is read before the first write-back
+KEY_SAMPLE = 2000
 
 #: Chroma's distance spaces → the store's metric
 _SPACES = {"cosine": "cosine", "ip": "ip", "l2": "l2"}
@@ -95,9 +99,12 @@ class ChromaLive(LiveStore):
     """
 
     kind = "chroma"
+    in_row_provenance = True
 
-    def __init__(self, address, column=None, text_field=None, **options):
+    def __init__(self, address, column=None, text_field=None, provenance_key=None, **options):
         check_options(address, options)
+        self.provenance_key = check_key_name(provenance_key, address)
+        self._key_checked = False
         if column is not None:
             raise StoreError(f"{address}: a Chroma collection holds one embedding per record; "
                              "leave the column out.")
@@ -182,26 +189,48 @@ class ChromaLive(LiveStore):
             texts = [r[1] for r in rows]
         else:
             texts = [None if m.get(field) is None else str(m[field]) for m in metas]
-        marks = [m.get(PROVENANCE_KEY) for m in metas]
+        marks = [m.get(self.provenance_key) for m in metas]
         return LiveRows(ids, vectors, texts,
                         [p if isinstance(p, str) else None for p in marks])
 
-    def write_back(self, ids, vectors, mark):
-        ids = self._ids(ids)
-        V = check_vectors(vectors, self._width(), self.address, "vectors")
-        mark = check_mark(mark, self.address)
-        if len(V) != len(ids):
-            raise StoreError(f"{self.address}: {len(ids)} ids but {len(V)} vectors; give one "
-                             "vector per id.")
-        if not ids:
+    def check_provenance_key(self):
+        """Refuse a collection whose records hold the provenance key with values skalign did
+        not write (read on the first :data:`KEY_SAMPLE` records; every write-back checks the
+        records it writes again)."""
+        if self._key_checked:
             return
-        step = min(PAGE, int(self._reader.client.get_max_batch_size()))
         with self._lock:
-            self._get(ids, [])  # Chroma's update skips an unknown id with a log line only
-            for lo in range(0, len(ids), step):
-                part = ids[lo:lo + step]
-                self._collection.update(ids=part, embeddings=V[lo:lo + step],
-                                        metadatas=[{PROVENANCE_KEY: mark} for _ in part])
+            got = self._collection.get(limit=KEY_SAMPLE, include=["metadatas"])
+        owned_key_or_refuse(self.address, self.provenance_key,
+                            [(m or {}).get(self.provenance_key) for m in got["metadatas"] or []])
+        self._key_checked = True
+
+    def write_back(self, ids, vectors, marks, expected=None):
+        ids = self._ids(ids)
+        ids, V, marks, expected = check_write(self.address, ids, vectors, marks, expected,
+                                              self._width())
+        if not ids:
+            return np.zeros(0, dtype=bool)
+        self.check_provenance_key()
+        step = min(PAGE, int(self._reader.client.get_max_batch_size()))
+        written = np.zeros(len(ids), dtype=bool)
+        with self._lock:
+            # Chroma's update skips an unknown id with a log line only: every id is read first,
+            # with its provenance now (compare-and-set, and a user's own key refused)
+            found = self._get(ids, ["metadatas"])
+            now = [(found[i][2] or {}).get(self.provenance_key) for i in ids]
+            owned_key_or_refuse(self.address, self.provenance_key, now)
+            if expected is not None:
+                written[:] = [a == b for a, b in zip(now, expected)]
+            else:
+                written[:] = True
+            take = np.flatnonzero(written)
+            for lo in range(0, len(take), step):
+                part = take[lo:lo + step]
+                self._collection.update(
+                    ids=[ids[j] for j in part], embeddings=V[part],
+                    metadatas=[{self.provenance_key: marks[j]} for j in part])
+        return written
 
     def close(self):
         self._reader.release()

@@ -31,6 +31,7 @@ class FaissLive(FileLiveStore):
     """
 
     kind = "faiss"
+    texts_in_lines = True
     exact = False
 
     def __init__(self, address, *, column=None, text_field=None, metric=None):

@@ -21,10 +21,11 @@ import numpy as np
 
 from ..exceptions import StoreError, StoreNotFoundError
 from .live import METRICS, LiveRows, LiveStore, similarity
-from .live_input import check_ids, check_k, check_mark, check_vectors, missing_id
+from .live_input import check_k, check_vectors, check_write, missing_id
 from .live_overlay import Overlay
 
-__all__ = ["FileLiveStore", "IdIndex", "LineTexts", "RowNumbers", "check_metric", "files_state"]
+__all__ = ["FileLiveStore", "IdIndex", "LineTexts", "RowNumbers", "check_metric", "files_state",
+           "ids_digest"]
 
 #: rows scored at a time by an exact search
 WINDOW_ROWS = 65536
@@ -139,11 +140,33 @@ class LineTexts:
 
 
 def files_state(path):
-    """What identifies the files of a store as they are: sizes and modification times."""
+    """What identifies the files of a store as they are: each file's device, inode, size and
+    modification time (a store replaced by another, even of the same size and time, has other
+    inodes)."""
     paths = [path] if not os.path.isdir(path) else sorted(
         os.path.join(root, f) for root, _, files in os.walk(path) for f in files)
-    return [[os.path.relpath(p, path) if p != path else "", os.path.getsize(p),
-             os.stat(p).st_mtime_ns] for p in paths]
+    out = []
+    for p in paths:
+        st = os.stat(p)
+        out.append([os.path.relpath(p, path) if p != path else "", st.st_size, st.st_mtime_ns,
+                    st.st_dev, st.st_ino])
+    return out
+
+
+def ids_digest(ids):
+    """A digest of a store's ids in row order (an :class:`IdIndex` or :class:`RowNumbers`)."""
+    import hashlib
+
+    if isinstance(ids, RowNumbers):
+        return f"rows:{ids.n}"
+    values = ids.ids
+    h = hashlib.sha256(str(values.dtype).encode())
+    if values.dtype.kind in "iuf":
+        h.update(np.ascontiguousarray(values).tobytes())
+    else:
+        for v in values.tolist():
+            h.update(repr(v).encode("utf-8", "surrogatepass") + b"\x00")
+    return h.hexdigest()[:32]
 
 
 def check_metric(metric, where):
@@ -162,8 +185,11 @@ class FileLiveStore(LiveStore):
 
     #: ranked exactly here (``True``) or by the engine's index
     exact = True
+    #: texts come from a text file beside the store (``.npy``, FAISS), not a column
+    texts_in_lines = False
 
     def _open_overlay(self, base):
+        base = {**base, "ids": ids_digest(self._ids)}
         self.overlay = Overlay(self.path, self.dim, base)
         self.overlay.refresh()
 
@@ -171,6 +197,14 @@ class FileLiveStore(LiveStore):
     def _rows(self, positions, text_field):
         """``(vectors, texts)`` of the store's own rows at ``positions`` (texts ``None``
         where ``text_field`` is ``None``)."""
+
+    def text_source(self, text_field=None):
+        field = text_field if text_field is not None else self.text_field
+        if field is None:
+            return None
+        if self.texts_in_lines:  # a text file: marks name it by its real path
+            return os.path.realpath(os.fspath(field))
+        return str(field)
 
     def _windows(self):
         """Yield ``(start, vectors)`` over every row, in order (exact stores)."""
@@ -265,13 +299,10 @@ class FileLiveStore(LiveStore):
         provenance = [str(state.marks[s]) if s >= 0 else None for s in slot]
         return LiveRows(ids=ids, vectors=vectors, texts=list(texts), provenance=provenance)
 
-    def write_back(self, ids, vectors, mark):
-        ids = check_ids(ids, self.address)
-        V = check_vectors(vectors, self.dim, self.address, "vectors")
-        mark = check_mark(mark, self.address)
-        if len(V) != len(ids):
-            raise StoreError(f"{self.address}: {len(ids)} ids but {len(V)} vectors; give one "
-                             "vector per id.")
+    def write_back(self, ids, vectors, marks, expected=None):
+        ids, V, marks, expected = check_write(self.address, ids, vectors, marks, expected,
+                                              self.dim)
         pos = self._ids.positions(ids, self.address)
-        if len(pos):
-            self.overlay.write(pos, V, [mark] * len(pos))
+        if not len(pos):
+            return np.zeros(0, dtype=bool)
+        return self.overlay.write(pos, V, marks, expected)

@@ -57,8 +57,10 @@ class LanceLive(FileLiveStore):
         self.text_field = text_field
         if text_field is not None:
             text_column(self._pa, r.schema, text_field, self.path)
+        st = self.path.stat()
         self._open_overlay({"rows": self.n_rows, "dim": self.dim,
-                            "version": int(self._table.version)})
+                            "version": int(self._table.version),
+                            "folder": [st.st_dev, st.st_ino]})
 
     def _id_column(self, name):
         table = self._table.search().select([name]).limit(max(self.n_rows, 1)).to_arrow()

@@ -8,21 +8,38 @@ opposite: a few rows at a time, by id, in the store as it is served. Each backen
 
 Row provenance: a row's vector is either *translated* (written by a map) or *encoded* (the new
 encoder's own output for the row's text). A live store records which, per row, in the engine's
-own place for row metadata (a Chroma metadata key, a Qdrant payload key, a column in a table, a
-sidecar file beside file stores), under the key :data:`PROVENANCE_KEY`, with the value
-``"encoded:<encoder fingerprint>"`` for encoded rows; a row without the key is translated (or
-original, in a store skalign never touched).
+own place for row metadata (a Chroma metadata key, a Qdrant payload key, a column in a table, the
+overlay beside file stores), under the key :data:`PROVENANCE_KEY` (or the one the user chose),
+with the value
+
+.. code-block:: text
+
+    encoded:<encoder fingerprint>:<text field, percent-encoded>:<sha256 of the text, 16 hex>
+
+for an encoded row (:func:`encoded_mark`): the mark binds what the vector was computed from. A
+reader re-checks it against the row's *current* text (:func:`mark_state`): a row whose text or
+text field changed since it was encoded is *stale*, and is counted, served and finished as a
+translated one. A row without the key, or with ``translated:<map>``, is translated (or original,
+in a store skalign never touched).
+
+Writers that share rows (the searcher's write-back, ``skalign migrate --continue``) write by
+compare-and-set: :meth:`LiveStore.write_back` with ``expected`` changes a row only where its
+provenance is still the value the writer read, so no writer reverts another's encoded row.
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from urllib.parse import quote
 
 import numpy as np
 
 __all__ = ["METRICS", "PROVENANCE_KEY", "TEXT_FIELDS", "LiveRows", "LiveStore", "encoded_mark",
-           "first_text_field", "similarity", "translated_mark"]
+           "field_token", "first_text_field", "is_mark", "mark_state", "parse_mark",
+           "similarity", "text_digest", "translated_mark"]
 
 #: the metadata/payload key or column name that holds a row's provenance
 PROVENANCE_KEY = "skalign_vector"
@@ -98,9 +115,81 @@ def first_text_field(store, ids, names=TEXT_FIELDS):
     return None
 
 
-def encoded_mark(fingerprint):
-    """The provenance value of a row whose vector the encoder ``fingerprint`` computed."""
-    return f"encoded:{fingerprint}"
+def text_digest(text):
+    """The first 16 hex digits of the SHA-256 of ``text`` (UTF-8): what a mark binds."""
+    return hashlib.sha256(str(text).encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def field_token(field):
+    """A text field as a mark names it: percent-encoded (no ``:`` or control character), ``""``
+    for the store's default field."""
+    return "" if field is None else quote(str(field), safe="")
+
+
+def encoded_mark(fingerprint, field, text):
+    """The provenance value of a row whose vector the encoder ``fingerprint`` computed from
+    ``text``, read from the text field ``field`` (``None``: the store's default field)."""
+    return f"encoded:{fingerprint}:{field_token(field)}:{text_digest(text)}"
+
+
+_ENCODED = re.compile(
+    r"encoded:(?P<fp>[^\x00-\x1f\x7f]+):(?P<field>[^:\s]*):(?P<digest>[0-9a-f]{16})")
+_TRANSLATED = re.compile(r"translated:(?P<fp>[^\x00-\x1f\x7f]+)")
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A parsed provenance value: ``kind`` (``"encoded"`` or ``"translated"``), the encoder's
+    or map's ``fingerprint``, and for an encoded row the ``field`` token and text ``digest``."""
+
+    kind: str
+    fingerprint: str
+    field: str | None = None
+    digest: str | None = None
+
+
+def parse_mark(value):
+    """The :class:`Mark` a provenance value holds; ``None`` for a value skalign did not write
+    (not text, or not of the forms above; marks of skalign before 0.5, ``encoded:<fp>``
+    without a digest, included: they cannot be checked)."""
+    if not isinstance(value, str) or len(value) > 4096:
+        return None
+    m = _ENCODED.fullmatch(value)
+    if m is not None:
+        return Mark("encoded", m["fp"], m["field"], m["digest"])
+    m = _TRANSLATED.fullmatch(value)
+    if m is not None:
+        return Mark("translated", m["fp"])
+    return None
+
+
+def is_mark(value):
+    """Whether ``value`` can be skalign's: ``None`` (no mark) or a value :func:`parse_mark`
+    reads, or an ``encoded:``/``translated:`` value of an earlier version."""
+    return value is None or (isinstance(value, str) and (
+        parse_mark(value) is not None or re.fullmatch(r"(encoded|translated):[^\x00-\x1f]+",
+                                                      value) is not None))
+
+
+def mark_state(value, fingerprint, field, text):
+    r"""What a row's provenance ``value`` says of its vector now, given its current ``text`` in
+    ``field``: ``"encoded"`` (the encoder ``fingerprint`` computed it from exactly this text
+    in this field), ``"stale"`` (an encoded mark whose encoder, field or text no longer
+    matches: the vector is not this encoder's output of the current text) or ``"translated"``
+    (no encoded mark).
+
+    ``fingerprint=None`` accepts any encoder."""
+    mark = parse_mark(value)
+    if mark is None:
+        return "stale" if isinstance(value, str) and value.startswith("encoded:") \
+            else "translated"
+    if mark.kind != "encoded":
+        return "translated"
+    if (fingerprint is not None and mark.fingerprint != fingerprint) \
+            or mark.field != field_token(field) or not isinstance(text, str) \
+            or mark.digest != text_digest(text):
+        return "stale"
+    return "encoded"
 
 
 @dataclass(frozen=True)
@@ -124,10 +213,15 @@ class LiveRows:
     texts: list
     provenance: list
 
-    def encoded_by(self, fingerprint):
-        """Boolean mask: the rows whose stored vector ``fingerprint`` encoded."""
-        mark = encoded_mark(fingerprint)
-        return np.array([p == mark for p in self.provenance], dtype=bool)
+    def states(self, fingerprint, field):
+        """Each row's :func:`mark_state` against its text here (read from ``field``)."""
+        return [mark_state(p, fingerprint, field, t)
+                for p, t in zip(self.provenance, self.texts)]
+
+    def encoded_by(self, fingerprint, field):
+        """Boolean mask: the rows whose stored vector ``fingerprint`` encoded from their
+        current text in ``field`` (rows fetched with that text field)."""
+        return np.array([s == "encoded" for s in self.states(fingerprint, field)], dtype=bool)
 
 
 class LiveStore(ABC):
@@ -147,6 +241,21 @@ class LiveStore(ABC):
 
     kind = None
     metric = "cosine"
+    #: the metadata/payload key or column holding each row's provenance
+    provenance_key = PROVENANCE_KEY
+    #: whether the provenance is kept in the rows (under :attr:`provenance_key`)
+    in_row_provenance = False
+
+    def text_source(self, text_field=None):
+        """The text field, as marks name it, that :meth:`fetch` reads with ``text_field``
+        (``None``: the store's own default)."""
+        field = text_field if text_field is not None else getattr(self, "text_field", None)
+        return None if field is None else str(field)
+
+    def check_provenance_key(self):
+        """Refuse (:class:`~skalign.exceptions.StoreError`) a provenance key that holds a user's
+        own data, before anything is written; engines that keep provenance beside the store
+        (file stores' overlay) have nothing to check."""
 
     @abstractmethod
     def top_k(self, queries, k):
@@ -180,11 +289,27 @@ class LiveStore(ABC):
         :class:`~skalign.exceptions.StoreNotFoundError` naming it (masked by the caller)."""
 
     @abstractmethod
-    def write_back(self, ids, vectors, mark):
-        """Replace the vectors of rows ``ids`` and set their provenance to ``mark``.
+    def write_back(self, ids, vectors, marks, expected=None):
+        """Replace the vectors of rows ``ids`` and set their provenance to ``marks``.
 
         Each row changes atomically for a concurrent reader: it sees either the old vector and
         provenance or the new ones, never a mix. Every other field of the row is kept.
+
+        Parameters
+        ----------
+        ids : list
+        vectors : ndarray of shape (len(ids), dim)
+        marks : str or list of str
+            The provenance of each row (one value: every row's).
+        expected : list of (str or None), default=None
+            Compare-and-set: row ``i`` is written only where its provenance is still
+            ``expected[i]`` (``None``: it has none), as one step with the write; ``None``
+            writes every row.
+
+        Returns
+        -------
+        written : ndarray of bool
+            Which rows were written (all of them without ``expected``).
         """
 
     def close(self):

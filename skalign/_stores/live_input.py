@@ -8,6 +8,8 @@ process's lock of a database whose engine does not replace a row's vector and me
 from __future__ import annotations
 
 import numbers
+import os
+import stat
 import threading
 import uuid
 
@@ -16,7 +18,7 @@ import numpy as np
 from ..exceptions import StoreError, StoreNotFoundError
 
 __all__ = ["check_ids", "check_k", "check_mark", "check_options", "check_vectors",
-           "database_lock", "missing_id"]
+           "check_key_name", "check_write", "database_lock", "missing_id", "owned_key_or_refuse"]
 
 #: a database's identity (its folder or server) -> the lock of :func:`database_lock`
 _LOCKS = {}
@@ -25,11 +27,67 @@ _LOCKS_LOCK = threading.Lock()
 
 def database_lock(address):
     """The lock every live store of ``address``'s database (a local folder, a server; the
-    identity without the collection: an alias and its collection share it) takes in this
-    process around its reads and write-backs, where the engine applies a row's new vector and
-    its new metadata in two steps a concurrent read can fall between."""
+    identity without the collection: an alias and its collection share it) takes around its
+    reads and write-backs, where the engine applies a row's new vector and its new metadata in
+    two steps a concurrent read can fall between, and where a compare-and-set write-back
+    re-reads the rows' provenance before it writes.
+
+    Re-entrant in a thread; across threads of the process a lock, and across processes of the
+    machine an exclusive ``flock`` on a file named by a digest of the identity, in a folder
+    of the user's own (mode 0700: ``$XDG_RUNTIME_DIR/skalign-locks``, else
+    ``~/.cache/skalign/locks``)."""
     with _LOCKS_LOCK:
-        return _LOCKS.setdefault(address.identity[:-1], threading.RLock())
+        return _LOCKS.setdefault(address.identity[:-1], _DatabaseLock(address.identity[:-1]))
+
+
+class _DatabaseLock:
+    def __init__(self, identity):
+        import hashlib
+
+        self._lock = threading.RLock()
+        self._depth = 0
+        self._fd = None
+        self._name = hashlib.sha256(repr(identity).encode()).hexdigest()[:32] + ".lock"
+
+    def _file(self):
+        runtime = os.environ.get("XDG_RUNTIME_DIR")
+        folder = os.path.join(runtime, "skalign-locks") if runtime else \
+            os.path.join(os.path.expanduser("~"), ".cache", "skalign", "locks")
+        try:
+            os.makedirs(folder, 0o700, exist_ok=True)
+            st = os.lstat(folder)
+        except OSError:
+            return None
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+            return None  # not a private folder of ours: the process's lock only
+        try:
+            return os.open(os.path.join(folder, self._name), os.O_RDWR | os.O_CREAT
+                           | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), 0o600)
+        except OSError:
+            return None
+
+    def __enter__(self):
+        import fcntl
+
+        self._lock.acquire()
+        if self._depth == 0:
+            try:
+                self._fd = self._file()
+                if self._fd is not None:
+                    fcntl.flock(self._fd, fcntl.LOCK_EX)
+            except BaseException:
+                self._lock.release()
+                raise
+        self._depth += 1
+        return self
+
+    def __exit__(self, *exc):
+        self._depth -= 1
+        if self._depth == 0 and self._fd is not None:
+            os.close(self._fd)  # releases the flock
+            self._fd = None
+        self._lock.release()
+        return False
 
 
 def check_options(address, options):
@@ -102,6 +160,43 @@ def check_mark(mark, address):
     return mark
 
 
+def check_key_name(name, address, limit=255):
+    """The provenance key: :data:`~skalign._stores.live.PROVENANCE_KEY` by default, else a
+    name of at most ``limit`` characters without control characters."""
+    from .live import PROVENANCE_KEY
+
+    if name is None:
+        return PROVENANCE_KEY
+    if not isinstance(name, str) or not name or len(name) > limit or any(
+            ord(c) < 32 or 127 <= ord(c) < 160 for c in name):
+        raise StoreError(f"{address}: the provenance key must be a name of 1 to {limit} "
+                         f"characters without control characters, got {_shown(name)}.")
+    return name
+
+
+def check_write(address, ids, vectors, marks, expected, dim):
+    """A write-back's input checked once: ``(ids, vectors, marks, expected)`` with ``marks`` a
+    list of one value per row (one value given is every row's) and ``expected`` ``None`` or a
+    list of one value per row (text, or ``None`` for a row without provenance)."""
+    ids = check_ids(ids, address)
+    V = check_vectors(vectors, dim, address, "vectors")
+    if len(V) != len(ids):
+        raise StoreError(f"{address}: {len(ids)} ids but {len(V)} vectors; give one vector per "
+                         "id.")
+    if isinstance(marks, str) or marks is None:
+        marks = [check_mark(marks, address)] * len(ids)
+    else:
+        marks = [check_mark(m, address) for m in marks]
+        if len(marks) != len(ids):
+            raise StoreError(f"{address}: {len(ids)} ids but {len(marks)} provenance marks.")
+    if expected is not None:
+        expected = list(expected)
+        if len(expected) != len(ids) or not all(e is None or isinstance(e, str)
+                                                for e in expected):
+            raise StoreError(f"{address}: expected provenance must be one text or None per id.")
+    return ids, V, marks, expected
+
+
 def _shown(value):
     """A value as a message shows it: its ``repr``, cut to 80 characters."""
     text = repr(value)
@@ -112,3 +207,19 @@ def missing_id(address, ident):
     """The error for an id the store does not hold."""
     return StoreNotFoundError(f"{address}: no row with id {_shown(ident)}; ids are the "
                               "store's own, as top_k returns them.")
+
+
+def owned_key_or_refuse(address, key, values):
+    """Refuse, before anything is written, a provenance ``key`` whose stored ``values`` (those
+    read from some rows) are not all skalign's marks: the key is the user's own."""
+    from .live import is_mark
+
+    foreign = next((v for v in values if not is_mark(v)), _NONE)
+    if foreign is not _NONE:
+        raise StoreError(
+            f"{address}: its rows already hold a {key!r} that skalign did not write (e.g. "
+            f"{_shown(foreign)}); skalign keeps each row's provenance under that key and never "
+            "overwrites a user's data: choose another key with --provenance-key NAME.")
+
+
+_NONE = object()

@@ -13,14 +13,27 @@ every :data:`COMPACT_SEGMENTS` segments, the writer merges them into one (writte
 under the next number, then the older ones removed: a reader that finds a segment gone
 loads the folder again).
 
-``base.json`` in the folder records the store's state when the first row was written (rows,
-width and the files' sizes and times, or a LanceDB table's version); a store changed since
-(translated again with ``--replace``, restored) no longer matches its encoded rows and is
-refused with a message naming the folder to remove.
+``base.json`` in the folder records the identity of the store the rows belong to, one another
+store cannot share: rows, width, a digest of the ids in row order, and the files' devices,
+inodes, sizes and times (a LanceDB table: its folder's device and inode and its version). A
+store changed since (translated again with ``--replace``, restored, another table moved into
+its place) no longer matches its encoded rows and is refused with one line naming the folder.
+Every segment is checked as it is loaded (positions inside the store, finite vectors of its
+width, text marks): a planted or truncated one is refused, never merged.
+
+A write-back with ``expected`` provenance is a compare-and-set under the folder's lock: rows
+whose mark changed since the writer read it are left as they are. ``skalign migrate
+--continue``, which writes a file store anew from the same source (the same ids in the same
+order), keeps the overlay: inside :func:`rebinding` the overlay of a store whose rows and ids
+are those it recorded is bound to the store now at the path (``base.json`` replaced under the
+lock), so every row another writer wrote meanwhile stays, and a kill between publishing the
+new store and rebinding is finished by the next ``--continue``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import os
 import re
@@ -34,7 +47,22 @@ from ..exceptions import StoreError
 from .journal import fsync_dir, write_durably
 from .shadow import create_file, output_modes
 
-__all__ = ["COMPACT_SEGMENTS", "OVERLAY_SUFFIX", "Overlay", "OverlayState"]
+__all__ = ["COMPACT_SEGMENTS", "OVERLAY_SUFFIX", "Overlay", "OverlayState", "rebinding"]
+
+#: set by :func:`rebinding`: overlays opened meanwhile follow their store's rewrite
+_REBIND = contextvars.ContextVar("skalign_overlay_rebind", default=False)
+
+
+@contextlib.contextmanager
+def rebinding():
+    """Inside, an overlay whose recorded store had the same rows, width and ids as the store
+    now at its path is bound to that store instead of refused (``skalign migrate --continue``
+    rewrote it from the same source); outside, any change of the store is refused."""
+    token = _REBIND.set(True)
+    try:
+        yield
+    finally:
+        _REBIND.reset(token)
 
 #: the overlay folder's name is the store's name with this suffix
 OVERLAY_SUFFIX = ".skalign-live"
@@ -135,20 +163,48 @@ class Overlay:
             return  # no row written yet
         except (OSError, ValueError):
             recorded = None
+        if recorded != self.base and self._rebind(recorded):
+            self._checked = True
+            return
         if recorded != self.base:
             raise StoreError(
                 f"{self.store_path}: the store changed since the encoded rows in {self.folder} "
-                "were written (translated again, restored or edited); remove that folder to "
+                "were written (translated again, restored or edited). If `skalign migrate "
+                "--continue` was interrupted, run it again; otherwise remove that folder to "
                 "search the store as it is now.")
         self._checked = True
 
+    def _rebind(self, recorded):
+        """Within :func:`rebinding`, bind an overlay of the same rows to this store."""
+        same = ("rows", "dim", "ids")
+        if not _REBIND.get() or not isinstance(recorded, dict) \
+                or any(recorded.get(k) != self.base.get(k) for k in same):
+            return False
+        # an atomic replace: rebinding writers write the same identity (no lock taken here, as
+        # a writer calls this while holding the folder's lock)
+        write_durably(self.folder / "base.json", json.dumps(self.base, sort_keys=True).encode())
+        return True
+
     def _load(self, name):
-        with np.load(self.folder / name, allow_pickle=False) as z:
-            P, V, M = z["positions"], z["vectors"], z["marks"]
-        if V.ndim != 2 or V.shape != (len(P), self.dim) or len(M) != len(P):
-            raise StoreError(f"{self.folder / name}: not a segment of this {self.dim}-d store; "
-                             f"remove {self.folder} to search the store as it is.")
-        return P, V, M
+        bad = (f"{self.folder / name}: not a segment of this {self.dim}-d store of "
+               f"{self.base.get('rows')} rows ({{}}); remove {self.folder} to search the store "
+               "as it is.")
+        try:
+            with np.load(self.folder / name, allow_pickle=False) as z:
+                P, V, M = z["positions"], z["vectors"], z["marks"]
+        except FileNotFoundError:
+            raise
+        except (OSError, ValueError, KeyError, EOFError) as exc:
+            raise StoreError(bad.format(f"unreadable: {type(exc).__name__}")) from None
+        if P.ndim != 1 or P.dtype.kind not in "iu" or V.dtype.kind != "f" or M.dtype.kind != "U" \
+                or V.ndim != 2 or V.shape != (len(P), self.dim) or M.shape != P.shape:
+            raise StoreError(bad.format("wrong shapes or types"))
+        rows = self.base.get("rows")
+        if len(P) and (P.min() < 0 or (isinstance(rows, int) and P.max() >= rows)):
+            raise StoreError(bad.format("a position outside the store"))
+        if not np.isfinite(V).all() or (len(V) and np.abs(V).max() > 3e30):
+            raise StoreError(bad.format("a vector that is not finite"))
+        return P.astype(np.int64), V.astype(np.float32, copy=False), M
 
     def refresh(self):
         """Load the segments written since the last call; return the current state."""
@@ -171,8 +227,7 @@ class Overlay:
             raise StoreError(f"{self.folder}: segments kept changing while read; try again.")
 
     # ----------------------------------------------------------------------------- writing
-    def write(self, positions, vectors, marks):
-        """Add one segment with these rows (durably, atomically for readers)."""
+    def _folder_for_writing(self):
         file_mode, dir_mode = output_modes(self.store_path)
         if self.folder.is_symlink():
             raise StoreError(f"{self.folder}: is a symbolic link; remove it (encoded rows are "
@@ -181,22 +236,49 @@ class Overlay:
             os.mkdir(self.folder, dir_mode)
         except FileExistsError:
             pass
+        return file_mode
+
+    def write(self, positions, vectors, marks, expected=None):
+        """Add one segment with these rows (durably, atomically for readers).
+
+        With ``expected`` (one provenance value or ``None`` per row), a compare-and-set under
+        the folder's lock: only rows whose mark is still the expected one are written.
+
+        Returns
+        -------
+        written : ndarray of bool
+        """
+        file_mode = self._folder_for_writing()
+        positions = np.asarray(positions, dtype=np.int64)
+        marks = np.asarray(marks, dtype=str)
         with _Flock(self.folder / ".lock"):
             self._check_base()
             if not (self.folder / "base.json").exists():
                 write_durably(self.folder / "base.json",
                               json.dumps(self.base, sort_keys=True).encode())
                 self._checked = True
-            names = self._segments()
-            last = int(_SEGMENT.fullmatch(names[-1]).group(1)) if names else 0
-            self._write_segment(last + 1, positions, vectors, marks, file_mode)
-            if len(names) + 1 >= COMPACT_SEGMENTS:
+            written = np.ones(len(positions), dtype=bool)
+            if expected is not None:
                 state = self.refresh()
-                self._write_segment(last + 2, state.positions, state.vectors, state.marks,
-                                    file_mode)
-                for name in names + [f"seg-{last + 1:012d}.npz"]:
-                    (self.folder / name).unlink(missing_ok=True)
-                fsync_dir(self.folder)
+                slot = state.lookup(positions)
+                now = [str(state.marks[j]) if j >= 0 else None for j in slot]
+                written = np.array([a == b for a, b in zip(now, expected)], dtype=bool)
+            if written.any():
+                self._append(positions[written], np.asarray(vectors)[written],
+                             marks[written], file_mode)
+        return written
+
+    def _append(self, positions, vectors, marks, file_mode):
+        names = self._segments()
+        last = int(_SEGMENT.fullmatch(names[-1]).group(1)) if names else 0
+        self._write_segment(last + 1, positions, vectors, marks, file_mode)
+        if len(names) + 1 >= COMPACT_SEGMENTS:
+            state = self.refresh()
+            self._write_segment(last + 2, state.positions, state.vectors, state.marks,
+                                file_mode)
+            for name in names + [f"seg-{last + 1:012d}.npz"]:
+                (self.folder / name).unlink(missing_ok=True)
+            fsync_dir(self.folder)
 
     def _write_segment(self, number, positions, vectors, marks, file_mode):
         tmp = self.folder / f".seg-{os.getpid()}-{secrets.token_hex(4)}.tmp"

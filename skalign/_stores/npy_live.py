@@ -36,6 +36,7 @@ class NpyLive(FileLiveStore):
     """
 
     kind = "npy"
+    texts_in_lines = True
 
     def __init__(self, address, *, column=None, text_field=None, metric="cosine"):
         if column is not None:

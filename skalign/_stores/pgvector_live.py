@@ -39,8 +39,16 @@ from __future__ import annotations
 import numpy as np
 
 from ..exceptions import StoreError
-from .live import PROVENANCE_KEY, LiveRows, LiveStore
-from .live_input import check_ids, check_k, check_mark, check_options, check_vectors, missing_id
+from .live import LiveRows, LiveStore
+from .live_input import (
+    check_ids,
+    check_k,
+    check_key_name,
+    check_options,
+    check_vectors,
+    check_write,
+    missing_id,
+)
 from .pg_indexes import _mapped
 from .pgvector import Reader, _stack
 
@@ -56,6 +64,8 @@ TEXT_COLUMNS = ("text", "document")
 MAX_EF_SEARCH = 1000
 #: Rows per ``fetch`` and ``UPDATE`` statement
 PAGE = 4096
+#: the comment skalign sets on the provenance column it adds (what says the column is its own)
+OWNED_COMMENT = "skalign: each row's provenance (encoded or translated)"
 
 
 def _index_metric(conn, oid, column):
@@ -119,10 +129,14 @@ class PgvectorLive(LiveStore):
     """
 
     kind = "pgvector"
+    in_row_provenance = True
 
-    def __init__(self, address, column=None, text_field=None, metric=None, **options):
+    def __init__(self, address, column=None, text_field=None, metric=None,
+                 provenance_key=None, **options):
         check_options(address, options)
         self.address, self.text_field = address, text_field
+        self.provenance_key = check_key_name(provenance_key, address, 63)
+        self._key_checked = False
         self._reader = r = Reader(address, column)
         try:
             if len(r.key) != 1:
@@ -140,7 +154,7 @@ class PgvectorLive(LiveStore):
                 raise StoreError(f"{address}: the index {index!r} ranks by {found}, not "
                                  f"{metric}; leave the metric out or build the index for it.")
             self.metric = found or metric or "cosine"
-            self._has_mark = PROVENANCE_KEY in r.names
+            self._has_mark = self.provenance_key in r.names
         except BaseException:
             r.conn.close()
             raise
@@ -209,7 +223,7 @@ class PgvectorLive(LiveStore):
         if not self._has_mark:
             self._has_mark = self._conn.execute(
                 "SELECT true FROM pg_attribute WHERE attrelid = %s AND attname = %s AND "
-                "attnum > 0 AND NOT attisdropped", (self._reader.oid, PROVENANCE_KEY)
+                "attnum > 0 AND NOT attisdropped", (self._reader.oid, self.provenance_key)
             ).fetchone() is not None
         return self._has_mark
 
@@ -230,7 +244,8 @@ class PgvectorLive(LiveStore):
                     table=self._reader.ident, ids=self._key_type,
                     text=sql.SQL("skalign_t.{}::text").format(self._ident(text))
                     if text is not None else sql.SQL("NULL::text"),
-                    mark=sql.SQL("skalign_t.{}::text").format(self._ident(PROVENANCE_KEY))
+                    mark=sql.SQL("skalign_t.{}::text").format(
+                        self._ident(self.provenance_key))
                     if has_mark else sql.SQL("NULL::text"))
             cur = self._conn.cursor(binary=True)
             got = {}
@@ -244,37 +259,79 @@ class PgvectorLive(LiveStore):
         return LiveRows(ids, _stack([r[0] for r in rows]), [r[1] for r in rows],
                         [r[2] for r in rows])
 
-    def write_back(self, ids, vectors, mark):
+    def check_provenance_key(self):
+        """The provenance column is skalign's (its comment says so, or it is text holding
+        nothing but skalign's marks, an earlier version's column: then adopted) or absent;
+        otherwise refused before anything is written."""
         from psycopg import sql
 
-        ids = check_ids(ids, self.address)
-        V = check_vectors(vectors, self.dim, self.address, "vectors")
-        mark = check_mark(mark, self.address)
-        if len(V) != len(ids):
-            raise StoreError(f"{self.address}: {len(ids)} ids but {len(V)} vectors; give one "
-                             "vector per id.")
-        if not ids:
+        if self._key_checked:
             return
+        with _mapped(self.address, "cannot read the table's columns"):
+            row = self._conn.execute(
+                "SELECT format_type(atttypid, atttypmod), col_description(attrelid, attnum) "
+                "FROM pg_attribute WHERE attrelid = %s AND attname = %s AND attnum > 0 AND NOT "
+                "attisdropped", (self._reader.oid, self.provenance_key)).fetchone()
+            if row is None or row[1] == OWNED_COMMENT:
+                self._key_checked = True
+                return
+            foreign = [f"a column of type {row[0]}"] if row[0] != "text" else []
+            if not foreign:
+                foreign = [r[0] for r in self._conn.execute(sql.SQL(
+                    "SELECT {col} FROM {table} WHERE {col} IS NOT NULL AND {col} !~ "
+                    "'^(encoded|translated):' LIMIT 1").format(
+                        col=self._ident(self.provenance_key), table=self._reader.ident))]
+        if foreign:
+            shown = foreign[0] if row[0] != "text" else f"e.g. {str(foreign[0])[:40]!r}"
+            raise StoreError(f"{self.address}: the table already has a column "
+                             f"{self.provenance_key!r} that skalign did not add ({shown}); "
+                             "skalign never overwrites a user's data: choose another column "
+                             "for each row's provenance with --provenance-key NAME.")
+        self._key_checked = True
+
+    def write_back(self, ids, vectors, marks, expected=None):
+        from psycopg import sql
+
+        ids, V, marks, expected = check_write(self.address, ids, vectors, marks, expected,
+                                              self.dim)
+        if not ids:
+            return np.zeros(0, dtype=bool)
+        self.check_provenance_key()
         table, key = self._reader.ident, self._ident(self.key)
+        mark_col = self._ident(self.provenance_key)
         update = sql.SQL(
-            "UPDATE {table} AS skalign_t SET {col} = skalign_u.v, {mark} = %s FROM "
-            "unnest(%s::{ids}[], %s::vector[]) AS skalign_u(id, v) WHERE skalign_t.{key} = "
-            "skalign_u.id RETURNING skalign_u.id").format(
-                table=table, col=self._ident(self.column), mark=self._ident(PROVENANCE_KEY),
-                key=key, ids=self._key_type)
+            "UPDATE {table} AS skalign_t SET {col} = skalign_u.v, {mark} = skalign_u.m FROM "
+            "unnest(%s::{ids}[], %s::vector[], %s::text[], %s::text[]) AS "
+            "skalign_u(id, v, m, e) WHERE skalign_t.{key} = skalign_u.id AND (NOT %s OR "
+            "skalign_t.{mark} IS NOT DISTINCT FROM skalign_u.e) RETURNING skalign_u.id").format(
+                table=table, col=self._ident(self.column), mark=mark_col, key=key,
+                ids=self._key_type)
+        exists = sql.SQL("SELECT {key} FROM {table} WHERE {key} = ANY(%s::{ids}[])").format(
+            key=key, table=table, ids=self._key_type)
+        cas = expected is not None
+        written = np.zeros(len(ids), dtype=bool)
         with _mapped(self.address, "cannot write the vectors back", "the address's user needs "
                      "UPDATE on the table (and, for the first write-back, to own it: it adds "
-                     f"the column {PROVENANCE_KEY})"), self._conn.transaction():
+                     f"the column {self.provenance_key})"), self._conn.transaction():
             if not self._mark_column():
                 self._conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} text")
-                                   .format(table, self._ident(PROVENANCE_KEY)))
+                                   .format(table, mark_col))
+                self._conn.execute(sql.SQL("COMMENT ON COLUMN {}.{} IS {}").format(
+                    table, mark_col, sql.Literal(OWNED_COMMENT)))
             for lo in range(0, len(ids), PAGE):
                 part = ids[lo:lo + PAGE]
-                done = {r[0] for r in self._conn.execute(
-                    update, (mark, part, list(V[lo:lo + PAGE]))).fetchall()}
+                done = {r[0] for r in self._conn.execute(update, (
+                    part, list(V[lo:lo + PAGE]), marks[lo:lo + PAGE],
+                    expected[lo:lo + PAGE] if cas else [None] * len(part), cas)).fetchall()}
+                written[lo:lo + len(part)] = [i in done for i in part]
                 if len(done) != len(part):
-                    raise missing_id(self.address, next(i for i in part if i not in done))
+                    held = {r[0] for r in self._conn.execute(
+                        exists, ([i for i in part if i not in done],)).fetchall()}
+                    lost = [i for i in part if i not in done and i not in held]
+                    if lost:
+                        raise missing_id(self.address, lost[0])
         self._has_mark = True
+        return written
 
     def close(self):
         self._reader.conn.close()

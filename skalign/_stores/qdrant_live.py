@@ -28,22 +28,23 @@ that reads the folder through qdrant-client directly, in another thread, still c
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 from dataclasses import replace
 
 import numpy as np
 
 from ..exceptions import StoreError
-from .live import PROVENANCE_KEY, LiveRows, LiveStore
+from .live import LiveRows, LiveStore
 from .live_input import (
     check_ids,
     check_k,
-    check_mark,
+    check_key_name,
     check_options,
     check_vectors,
+    check_write,
     database_lock,
     missing_id,
+    owned_key_or_refuse,
 )
 from .qdrant import Reader, unit_rows
 from .qdrant_names import _edges
@@ -52,6 +53,9 @@ __all__ = ["QdrantLive"]
 
 #: Queries per ``query_batch_points`` request, points per ``retrieve`` and ``upsert``
 PAGE = 512
+
+#: points whose provenance key is read before the first write-back
+KEY_SAMPLE = 2000
 
 #: Payload keys of a row's text, in order, when no ``text_field`` is given
 TEXT_KEYS = ("text", "document")
@@ -96,11 +100,14 @@ class QdrantLive(LiveStore):
     """
 
     kind = "qdrant"
+    in_row_provenance = True
 
-    def __init__(self, address, column=None, text_field=None, **options):
+    def __init__(self, address, column=None, text_field=None, provenance_key=None, **options):
         from qdrant_client import models
 
         check_options(address, options)
+        self.provenance_key = check_key_name(provenance_key, address)
+        self._key_checked = False
         if column is not None and address.column is None:
             address = replace(address, column=column)
         elif column is not None and column != address.column:
@@ -119,8 +126,7 @@ class QdrantLive(LiveStore):
                              "search needs Cosine, Dot or Euclid.")
         self.metric, self.vector = metric, self._reader.vector
         self.dim, self.n_rows = self._reader.dim, self._reader.n_rows
-        self._lock = database_lock(address) if address.path is not None \
-            else contextlib.nullcontext()
+        self._lock = database_lock(address)
 
     @property
     def _client(self):
@@ -186,27 +192,59 @@ class QdrantLive(LiveStore):
         if self.metric == "cosine":
             vectors = unit_rows(vectors)
         payloads = [p.payload or {} for p in points]
-        marks = [pl.get(PROVENANCE_KEY) for pl in payloads]
+        marks = [pl.get(self.provenance_key) for pl in payloads]
         return LiveRows(ids, vectors, [self._text(pl, field) for pl in payloads],
                         [p if isinstance(p, str) else None for p in marks])
 
-    def write_back(self, ids, vectors, mark):
-        ids = check_ids(ids, self.address)
-        V = check_vectors(vectors, self.dim, self.address, "vectors")
-        mark = check_mark(mark, self.address)
-        if len(V) != len(ids):
-            raise StoreError(f"{self.address}: {len(ids)} ids but {len(V)} vectors; give one "
-                             "vector per id.")
+    def check_provenance_key(self):
+        """Refuse a collection whose points hold the provenance key with values skalign did not
+        write (read on up to :data:`KEY_SAMPLE` points that hold the key; every write-back
+        checks the points it writes again)."""
+        if self._key_checked:
+            return
         m = self._models
+        holds = m.Filter(must_not=[m.IsEmptyCondition(is_empty=m.PayloadField(
+            key=self.provenance_key))])
+        with self._lock:
+            points, _ = self._client.scroll(self.address.name, scroll_filter=holds,
+                                            limit=KEY_SAMPLE, with_payload=True,
+                                            with_vectors=False)
+        owned_key_or_refuse(self.address, self.provenance_key,
+                            [(p.payload or {}).get(self.provenance_key) for p in points])
+        self._key_checked = True
+
+    def write_back(self, ids, vectors, marks, expected=None):
+        ids, V, marks, expected = check_write(self.address, ids, vectors, marks, expected,
+                                              self.dim)
+        if not ids:
+            return np.zeros(0, dtype=bool)
+        self.check_provenance_key()
+        m = self._models
+        written = np.zeros(len(ids), dtype=bool)
         with self._lock:
             for lo in range(0, len(ids), PAGE):
-                points = self._points(ids[lo:lo + PAGE], True)
-                new = []
-                for p, v in zip(points, V[lo:lo + PAGE].tolist()):
-                    vector = {**p.vector, self.vector: v} if self.vector else v
-                    new.append(m.PointStruct(id=p.id, vector=vector,
-                                             payload={**(p.payload or {}), PROVENANCE_KEY: mark}))
-                self._client.upsert(self.address.name, points=new, wait=True)
+                points = self._points(ids[lo:lo + PAGE], False)
+                now = [(p.payload or {}).get(self.provenance_key) for p in points]
+                owned_key_or_refuse(self.address, self.provenance_key, now)
+                ok = [True] * len(points) if expected is None else \
+                    [a == b for a, b in zip(now, expected[lo:lo + PAGE])]
+                written[lo:lo + len(points)] = ok
+                take = [j for j, keep in enumerate(ok) if keep]
+                if not take:
+                    continue
+                # the vector first, then the mark: a reader in between sees the new vector
+                # marked as before (never an old vector marked encoded), and every other
+                # payload key, which an application may be changing meanwhile, is not touched
+                ops = [m.UpdateVectorsOperation(update_vectors=m.UpdateVectors(points=[
+                    m.PointVectors(id=points[j].id,
+                                   vector={self.vector: V[lo + j].tolist()} if self.vector
+                                   else V[lo + j].tolist()) for j in take]))]
+                ops += [m.SetPayloadOperation(set_payload=m.SetPayload(
+                    payload={self.provenance_key: marks[lo + j]}, points=[points[j].id]))
+                    for j in take]
+                self._client.batch_update_points(self.address.name, update_operations=ops,
+                                                 wait=True)
+        return written
 
     def close(self):
         """Nothing to release: the folder's or server's client is shared by the process (a
