@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["add_search_command", "cmd_search", "read_queries", "write_results"]
+__all__ = ["add_search_command", "check_output", "cmd_search", "read_candidates", "read_queries",
+           "write_results"]
 
 SEARCH_EPILOG = """\
 QUERIES (Q):
@@ -21,6 +21,9 @@ QUERIES (Q):
 RESULTS:
   R.jsonl          one line per query, in order: {"ids": [...], "scores": [...]}
   R.parquet        the same two columns
+  written under a temporary name and published whole; refused before any work when it is the
+  store, one of its files (stamp, overlay, shards), its text file, the queries, the plan or the
+  encode cache; an existing file needs --overwrite
 TEXTS (--text-field):
   a column (Parquet, LanceDB, PostgreSQL), a metadata or payload key (Chroma, Qdrant), or,
   for .npy and FAISS stores, a text file with row i's text on line i (.txt or .jsonl);
@@ -53,7 +56,10 @@ def add_search_command(sub, positive_int):
                    help="candidates per query: a number, or a plan file (JSON with "
                    "{\"rerank\": {\"k_candidates\": K}}) (default 100)")
     p.add_argument("--output", required=True, metavar="RESULTS",
-                   help="results file: .jsonl or .parquet")
+                   help="results file: .jsonl or .parquet; never the store, its files, its "
+                   "texts or an input")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace RESULTS if it exists (default: refuse)")
     p.add_argument("--text-field", metavar="NAME", help="where each row's text is (see TEXTS)")
     p.add_argument("--column", metavar="NAME", help="vector column or named vector")
     p.add_argument("--id-field", metavar="NAME", help="id column of a Parquet or LanceDB store "
@@ -69,8 +75,11 @@ def add_search_command(sub, positive_int):
 
 
 def read_queries(path):
-    """Query vectors (``.npy``) or texts (one a line; ``.jsonl``: JSON strings or objects
-    with a ``"text"``)."""
+    """Query vectors (``.npy``, finite numbers) or texts (one a line; ``.jsonl``: JSON strings
+    or objects with a ``"text"``, each line bounded in depth by
+    :func:`~skalign._input_files.loads_bounded`)."""
+    from ._input_files import InputFileError, loads_bounded
+
     if str(path).endswith(".npy"):
         try:
             Q = np.load(path, allow_pickle=False)
@@ -79,14 +88,21 @@ def read_queries(path):
         if Q.ndim != 2 or Q.dtype.kind not in "fiu":
             raise ValueError(f"{path}: query vectors must be a 2-D array of numbers, got "
                              f"{Q.dtype} of shape {Q.shape}.")
-        return Q.astype(np.float32)
+        Q = Q.astype(np.float32)
+        if not np.isfinite(Q).all():
+            row = int(np.flatnonzero(~np.isfinite(Q).all(axis=1))[0])
+            raise ValueError(f"{path}: query {row} holds a NaN or infinite number (or one "
+                             "beyond float32's range).")
+        return Q
     with open(path, encoding="utf-8") as f:
         lines = [line.rstrip("\r\n") for line in f]
     if str(path).endswith(".jsonl"):
         texts = []
         for n, line in enumerate(lines, 1):
             try:
-                value = json.loads(line)
+                value = loads_bounded(line, f"{path}, line {n}")
+            except InputFileError:
+                raise
             except ValueError:
                 raise ValueError(f"{path}: line {n} is not JSON.") from None
             value = value.get("text") if isinstance(value, dict) else value
@@ -100,34 +116,83 @@ def read_queries(path):
     return lines
 
 
-def write_results(path, result):
-    """Write ``result`` (:class:`~skalign.search.SearchResult`) to ``.jsonl`` or ``.parquet``,
-    under a temporary name renamed into place."""
-    from ._stores.shadow import create_file, tmp_sibling
+def read_candidates(path):
+    """The number of candidates a plan file recommends (``{"rerank": {"k_candidates": K}}``),
+    read with bounded depth and finite numbers only."""
+    from ._input_files import InputFileError, loads_bounded
+
+    try:
+        with open(path, "rb") as f:
+            data = f.read(1 << 24)
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read the plan ({exc.strerror}).") from None
+    try:
+        plan = loads_bounded(data, f"--candidates {path}")
+    except InputFileError:
+        raise
+    except ValueError:
+        raise ValueError(f"{path}: not a JSON plan file (skalign plan --json).") from None
+    rerank = plan.get("rerank") if isinstance(plan, dict) else None
+    k = rerank.get("k_candidates") if isinstance(rerank, dict) else None
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"{path}: the plan holds no rerank estimate "
+                         "({\"rerank\": {\"k_candidates\": K}}); give the number of candidates "
+                         "instead.")
+    return k
+
+
+def write_results(path, result, *, overwrite=False, mode=0o666):
+    """Write ``result`` (:class:`~skalign.search.SearchResult`) to ``.jsonl`` or ``.parquet``:
+    created exclusively under a temporary name, fsynced, then published at ``path``
+    (:func:`~skalign._results_files.write_output_file`; a file already there only with
+    ``overwrite``)."""
+    from ._results_files import write_output_file
 
     path = Path(path)
     if path.suffix not in (".parquet", ".jsonl"):
         raise ValueError(f"{path}: RESULTS must end in .jsonl or .parquet.")
-    suffix = path.suffix
-    tmp = tmp_sibling(path, suffix)
-    fd = create_file(tmp, 0o666)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            if suffix == ".jsonl":
-                for ids, scores in zip(result.ids, result.scores):
-                    f.write((json.dumps({"ids": ids, "scores": [float(s) for s in scores]})
-                             + "\n").encode())
-            else:
-                import pyarrow as pa
-                import pyarrow.parquet as pq
 
-                pq.write_table(pa.table({"ids": result.ids,
-                                         "scores": [np.asarray(s, np.float32)
-                                                    for s in result.scores]}), f)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    def write(f):
+        if path.suffix == ".jsonl":
+            for ids, scores in zip(result.ids, result.scores):
+                f.write((json.dumps({"ids": ids, "scores": [float(s) for s in scores]})
+                         + "\n").encode())
+        else:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            pq.write_table(pa.table({"ids": result.ids,
+                                     "scores": [np.asarray(s, np.float32)
+                                                for s in result.scores]}), f)
+
+    return write_output_file(path, write, overwrite=overwrite, mode=mode)
+
+
+def check_output(args, candidates_file):
+    """Refuse ``--output`` before any work: the store or any of its files, its text file,
+    the queries, the plan, the encode cache, an existing file without ``--overwrite``
+    (:func:`~skalign._results_files.check_output_file`). Returns the file's permission bits:
+    no looser than the store's and the queries'."""
+    from ._results_files import (
+        check_output_file,
+        input_guards,
+        output_file_mode,
+        store_file,
+        store_guards,
+    )
+    from .encoders._cache import default_cache_path
+
+    cache = args.encode_cache if args.encode_cache is not None else default_cache_path()
+    texts = args.text_field if getattr(args.store, "kind", None) in ("npy", "faiss") else None
+    guards = [*store_guards(args.store),
+              *input_guards("the --queries file", args.queries),
+              *input_guards("the --candidates plan", candidates_file),
+              *input_guards("the store's text file (--text-field)", texts),
+              *input_guards("the encode cache", cache, sqlite=True)]
+    check_output_file(args.output, "--output", overwrite=args.overwrite, guards=guards,
+                      suffixes=(".jsonl", ".parquet"))
+    return output_file_mode((store_file(args.store), args.queries, texts),
+                            args.output if args.overwrite else None)
 
 
 def cmd_search(args, out):
@@ -141,6 +206,9 @@ def cmd_search(args, out):
             raise ValueError("--candidates must be at least 1.")
     if not str(args.output).endswith((".jsonl", ".parquet")):
         raise ValueError(f"{args.output}: RESULTS must end in .jsonl or .parquet.")
+    mode = check_output(args, None if isinstance(candidates, int) else candidates)
+    if not isinstance(candidates, int):
+        candidates = read_candidates(candidates)
     queries = read_queries(args.queries)
     options = {k: v for k, v in (("id_field", args.id_field), ("metric", args.metric))
                if v is not None}
@@ -148,7 +216,7 @@ def cmd_search(args, out):
     with Searcher(args.store, encoder, k_candidates=candidates, text_field=args.text_field,
                   column=args.column, write_back=not args.no_write_back, **options) as s:
         result = s.search(queries, k=args.k)
-    write_results(args.output, result)
+    write_results(args.output, result, overwrite=args.overwrite, mode=mode)
     if not args.quiet:
         st = s.stats
         out(f"{st.queries} queries, {s.k_candidates_} candidates each: {st.encoded} texts "

@@ -172,6 +172,7 @@ def cmd_restore(args, out):
 def cmd_info(args, out):
     from ._stores.pipeline import open_reader
     from ._stores.provenance import read_stamp
+    from ._terminal import escape_control
 
     stamp = read_stamp(args.address)
     reader = open_reader(args.address)
@@ -181,25 +182,32 @@ def cmd_info(args, out):
         from ._migrate import count_provenance
 
         info["vectors"] = count_provenance(args.address)
-    if args.json:
+    if args.json:  # json.dumps escapes every control character (and all non-ASCII)
         out(json.dumps(info, sort_keys=True))
         return 0
-    out(f"{info['store']}: {info['kind']}, {info['rows']} rows of {info['dim']}-d vectors")
+
+    def say(line):  # stamps and stores hold whatever their writers chose: escape controls
+        out(escape_control(line))
+
+    say(f"{info['store']}: {info['kind']}, {info['rows']} rows of {info['dim']}-d vectors")
     if stamp is None:
-        out("no provenance stamp: not written by skalign (or by a version before 0.x stamps)")
+        say("no provenance stamp: not written by skalign (or by a version before 0.x stamps)")
         return 0
-    out(f"translated by skalign {stamp.get('skalign')} on {stamp.get('written')} from "
+    say(f"translated by skalign {stamp.get('skalign')} on {stamp.get('written')} from "
         f"{stamp.get('source')} ({stamp.get('rows')} rows, {stamp.get('d_in')}-d -> "
         f"{stamp.get('d_out')}-d), model {stamp.get('model')}")
     rows = info.get("vectors")
     if rows and rows["encoded"]:
         share = rows["encoded"] / max(rows["rows"], 1)
-        out(f"{rows['encoded']} of {rows['rows']} rows ({share:.1%}) hold their text's vector "
+        say(f"{rows['encoded']} of {rows['rows']} rows ({share:.1%}) hold their text's vector "
             f"by the new encoder (encoder {', '.join(rows['encoders'])}); the others are "
             "translations")
+    if rows and rows.get("stale"):
+        say(f"{rows['stale']} rows are marked encoded but their text, text field or encoder "
+            "changed since: they count as translations")
     migration = stamp.get("migration")
     if migration and migration.get("method"):
         est = migration.get("estimate") or {}
-        out(f"migrated: the other rows translated by {migration['method']}, estimated "
+        say(f"migrated: the other rows translated by {migration['method']}, estimated "
             f"recall@10 {est.get('recall_at_10')} at {est.get('store_size')} rows")
     return 0

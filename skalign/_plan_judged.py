@@ -27,7 +27,6 @@ The collection is the pairs' items: nDCG@k is for that collection, not carried t
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -35,34 +34,78 @@ import numpy as np
 from ._plan_options import _unit
 
 
+def _relevance(value, where):
+    """A relevance label: a finite number; below 0 counts as 0, as ``trec_eval`` counts it."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{where}: relevance {value!r} is not a number.")
+    value = float(value)
+    if not np.isfinite(value):
+        raise ValueError(f"{where}: relevance {value} is not finite.")
+    return max(value, 0.0)
+
+
+def _row(text, where):
+    """A query or document row: a non-negative integer, as text or a JSON integer."""
+    if isinstance(text, str) and text.strip().isascii() and text.strip().isdigit() \
+            and len(text.strip()) <= 18:
+        return int(text)
+    raise ValueError(f"{where}: row {text!r} is not a non-negative integer.")
+
+
 def read_qrels(path):
     """Relevance labels from a TREC qrels file (``QUERY-ROW 0 DOC-ROW RELEVANCE`` per line) or
     a JSON object ``{query row: {doc row: relevance}}``.
 
+    Rows are non-negative integers, relevance labels finite numbers; a label below 0 counts
+    as 0 (as ``trec_eval`` counts it). JSON is read with bounded nesting
+    (:func:`~skalign._input_files.loads_bounded`).
+
     Returns
     -------
     qrels : dict of int to dict of int to float
+
+    Raises
+    ------
+    ValueError
+        A file that is not qrels; the message is one line naming the file and the line or
+        entry.
     """
+    from ._input_files import InputFileError, loads_bounded
+
     text = Path(path).read_text(encoding="utf-8")
     if text.lstrip().startswith("{"):
+        shape = "a JSON object {query row: {doc row: relevance}}"
         try:
-            raw = json.loads(text)
-            return {int(q): {int(d): float(r) for d, r in docs.items()}
-                    for q, docs in raw.items()}
-        except (ValueError, AttributeError, TypeError) as exc:
-            raise ValueError(f"{path}: not a JSON object {{query row: {{doc row: relevance}}}}"
-                             f" ({exc}).") from None
+            raw = loads_bounded(text, f"--qrels {path}")
+        except InputFileError:
+            raise
+        except ValueError as exc:
+            raise ValueError(f"{path}: not {shape} ({exc}).") from None
+        if not isinstance(raw, dict):
+            raise ValueError(f"{path}: not {shape}.")
+        qrels = {}
+        for q, docs in raw.items():
+            if not isinstance(docs, dict):
+                raise ValueError(f"{path}: query {q!r} maps to a {type(docs).__name__}, not "
+                                 f"{{doc row: relevance}} ({shape}).")
+            where = f"{path}, query {q!r}"
+            qrels[_row(q, path)] = {_row(d, where): _relevance(r, f"{where}, doc {d!r}")
+                                    for d, r in docs.items()}
+        return qrels
     qrels = {}
     for i, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         parts = line.split()
+        where = f"{path}, line {i}"
         try:
             q, _, d, r = parts
-            qrels.setdefault(int(q), {})[int(d)] = float(r)
+            q, d = _row(q, where), _row(d, where)
+            r = float(r)
         except ValueError:
-            raise ValueError(f"{path}, line {i}: expected 'QUERY-ROW 0 DOC-ROW RELEVANCE' with "
-                             f"integer rows, got {line.strip()!r}.") from None
+            raise ValueError(f"{where}: expected 'QUERY-ROW 0 DOC-ROW RELEVANCE' with "
+                             f"integer rows, got {line.strip()[:200]!r}.") from None
+        qrels.setdefault(q, {})[d] = _relevance(r, where)
     return qrels
 
 

@@ -7,10 +7,12 @@ import numpy as np
 __all__ = ["write_report"]
 
 
-def write_report(plan, path):
+def write_report(plan, path, *, overwrite=False, mode=0o666):
     """Write the plan's curves and estimates as a PNG, or an HTML page embedding it.
 
-    Needs matplotlib (the ``docs`` extra); the suffix of ``path`` picks the format.
+    Needs matplotlib (the ``docs`` extra); the suffix of ``path`` picks the format. The file
+    is created exclusively under a temporary name beside ``path``, fsynced and published
+    whole (:func:`skalign._results_files.write_output_file`).
 
     Parameters
     ----------
@@ -18,6 +20,11 @@ def write_report(plan, path):
         What :func:`plan_migration` returned.
     path : str or path-like
         ``.png`` or ``.html``.
+    overwrite : bool, default=False
+        Replace a file already at ``path``; without it such a file is left alone and
+        a ``ValueError`` raised.
+    mode : int, default=0o666
+        The file's permission bits (less the umask).
 
     Returns
     -------
@@ -29,9 +36,12 @@ def write_report(plan, path):
     import io
     from pathlib import Path
 
+    from ._results_files import check_output_file, write_output_file
+
     path = Path(path)
     if path.suffix.lower() not in (".png", ".html", ".htm"):
         raise ValueError(f"report {path}: the suffix must be .png or .html.")
+    check_output_file(path, "report", overwrite=overwrite)
     try:
         import matplotlib
 
@@ -76,14 +86,12 @@ def write_report(plan, path):
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
-    tmp = path.with_name(f".{path.name}.tmp")
     if path.suffix.lower() == ".png":
-        tmp.write_bytes(buf.getvalue())
+        data = buf.getvalue()
     else:
         img = base64.b64encode(buf.getvalue()).decode()
         body = html.escape("\n".join(plan.summary()))
-        tmp.write_text(f"<!doctype html><meta charset='utf-8'><title>skalign plan</title>"
-                       f"<img alt='curves' src='data:image/png;base64,{img}'>"
-                       f"<pre>{body}</pre>\n", encoding="utf-8")
-    tmp.replace(path)
-    return path
+        data = (f"<!doctype html><meta charset='utf-8'><title>skalign plan</title>"
+                f"<img alt='curves' src='data:image/png;base64,{img}'>"
+                f"<pre>{body}</pre>\n").encode("utf-8")
+    return write_output_file(path, lambda f: f.write(data), overwrite=overwrite, mode=mode)

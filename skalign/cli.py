@@ -560,8 +560,39 @@ def _plan_parser(sub):
     pl.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
     pl.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     pl.add_argument("--report", metavar="FILE", help="also write the curves and estimates as a "
-                    ".png or an .html page (needs matplotlib)")
+                    ".png or an .html page (needs matplotlib); never one of the inputs")
+    pl.add_argument("--overwrite", action="store_true",
+                    help="replace the --report file if it exists (default: refuse)")
     _column_args(pl)
+
+
+def _check_report(args):
+    """Refuse ``--report`` before any work when it is one of the inputs (a store or any of its
+    files, the judged queries, the qrels), a folder, in a missing folder, or an existing file
+    without ``--overwrite``; return its permission bits, no looser than the inputs'."""
+    from ._results_files import (
+        check_output_file,
+        input_guards,
+        output_file_mode,
+        store_file,
+        store_guards,
+    )
+
+    inputs = {"--source": args.source, "--target": args.target,
+              "--unpaired-source": args.unpaired_source,
+              "--unpaired-target": args.unpaired_target,
+              "--queries-source": args.queries_source, "--queries-target": args.queries_target}
+    guards = [g for flag, store in inputs.items() if store is not None
+              for g in store_guards(store, f"the {flag} store")]
+    files = {"--queries-source": args.queries_source, "--queries-target": args.queries_target,
+             "--qrels": args.qrels}
+    guards += [g for flag, path in files.items() for g in input_guards(f"the {flag} file", path)]
+    try:
+        check_output_file(args.report, "--report", overwrite=args.overwrite, guards=guards)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+    return output_file_mode([store_file(s) for s in inputs.values()],
+                            args.report if args.overwrite else None)
 
 
 def cmd_plan(args, out):
@@ -577,12 +608,12 @@ def cmd_plan(args, out):
         if unknown:
             raise CommandError(f"--methods: unknown method {unknown[0]!r}; choose from "
                                f"{', '.join(candidate_methods())}.")
+    report_mode = None
     if args.report:
         report = Path(args.report)
         if report.suffix.lower() not in (".png", ".html", ".htm"):
             raise CommandError(f"--report {report}: the file name must end in .png or .html.")
-        if not report.parent.is_dir():
-            raise CommandError(f"--report {report}: folder {report.parent} does not exist.")
+        report_mode = _check_report(args)
         try:
             import matplotlib  # noqa: F401
         except ImportError:
@@ -590,6 +621,15 @@ def cmd_plan(args, out):
                                "matplotlib (or skalign[docs]), or drop --report.") from None
     if not 0 <= args.min_recall <= 1:
         raise CommandError(f"--min-recall must be in [0, 1], got {args.min_recall}.")
+    judged = (args.queries_source, args.queries_target, args.qrels)
+    if any(judged) and not all(judged):
+        raise CommandError("judged queries need all three of --queries-source, "
+                           "--queries-target and --qrels.")
+    qrels = None
+    if all(judged):
+        from ._plan_judged import read_qrels
+
+        qrels = read_qrels(args.qrels)
     X, Y = _pairs(args, out, "plan", min_pairs=2)
     pool = None
     if args.unpaired_source or args.unpaired_target:
@@ -598,17 +638,10 @@ def cmd_plan(args, out):
         Q = _read(args.unpaired_target, args.target_column, "--unpaired-target") \
             if args.unpaired_target else None
         pool = UnpairedPool(X=P, y=Q)
-    judged = (args.queries_source, args.queries_target, args.qrels)
-    queries = qrels = None
-    if any(judged) and not all(judged):
-        raise CommandError("judged queries need all three of --queries-source, "
-                           "--queries-target and --qrels.")
+    queries = None
     if all(judged):
-        from ._plan_judged import read_qrels
-
         queries = (_read(args.queries_source, args.source_column, "--queries-source"),
                    _read(args.queries_target, args.target_column, "--queries-target"))
-        qrels = read_qrels(args.qrels)
     sides = ("document", "query") if args.sides == "both" else (args.sides,)
     import warnings
 
@@ -623,7 +656,7 @@ def cmd_plan(args, out):
         if str(w.message) in plan.notes:
             print(f"skalign plan: warning: {w.message}", file=sys.stderr)
     if args.report:
-        write_report(plan, args.report)
+        write_report(plan, args.report, overwrite=args.overwrite, mode=report_mode)
     if args.json:
         out(json.dumps(plan.to_dict()))
     else:
@@ -684,11 +717,15 @@ def main(argv=None, default_command=None):
 
 def _scrubbed_print(*parts, secrets=(), file=None):
     """``print``, with any password given in an address replaced by ``***`` (the messages
-    already render addresses masked; this also covers text an engine quoted back)."""
+    already render addresses masked; this also covers text an engine quoted back), and every
+    control character but newlines and tabs escaped (messages quote stored text: a stamp's
+    source, an engine's error)."""
+    from ._terminal import escape_control
+
     text = " ".join(str(p) for p in parts)
     for secret in secrets:
         text = text.replace(secret, "***")
-    print(text, file=file)
+    print(escape_control(text, keep="\n\t"), file=file)
 
 
 if __name__ == "__main__":  # pragma: no cover
