@@ -8,9 +8,16 @@ import inspect
 
 import numpy as np
 
+from .._terminal import escape_control
 from ..exceptions import EncoderError
 
-__all__ = ["CallableEncoder", "Encoder", "check_embeddings"]
+__all__ = ["CallableEncoder", "Encoder", "check_embeddings", "describe_error"]
+
+#: the largest magnitude an embedding value may have: beyond it a row's squared norm can overflow
+#: float32 (3.4e38) at widths up to 10**8, and every score computed from it would be inf or nan
+MAX_ABS = 1e15
+#: an error message quoted in one of ours is cut at this many characters
+_QUOTE = 300
 
 
 class Encoder:
@@ -59,7 +66,9 @@ class Encoder:
         Raises
         ------
         EncoderError
-            If the model returns anything but one finite row of a fixed width per text.
+            If the model fails (any exception but :class:`KeyboardInterrupt` and
+            :class:`SystemExit`, quoted in one line), or returns anything but one row of a fixed
+            width per text with every value finite and of magnitude at most ``1e15``.
         """
         texts = check_texts(texts)
         if not texts:
@@ -67,7 +76,8 @@ class Encoder:
         parts, dim = [], None
         for lo in range(0, len(texts), self.batch_size):
             batch = texts[lo:lo + self.batch_size]
-            out = check_embeddings(self._encode_batch(batch), len(batch), self.name, dim)
+            out = check_embeddings(call_encoder(self._encode_batch, batch, self.name),
+                                   len(batch), self.name, dim)
             dim = out.shape[1]
             parts.append(out)
         return np.concatenate(parts) if len(parts) > 1 else parts[0]
@@ -88,16 +98,47 @@ def check_texts(texts):
     return texts
 
 
+def describe_error(exc):
+    """An exception as one printable line: its type, then its message with runs of whitespace
+    made one space, control characters escaped and the whole cut at 300 characters."""
+    try:
+        message = " ".join(str(exc).split())
+    except Exception:  # noqa: BLE001 - a hostile __str__ must not replace the error we report
+        message = "(a message that cannot be printed)"
+    if len(message) > _QUOTE:
+        message = message[:_QUOTE] + "..."
+    message = escape_control(message)
+    kind = escape_control(type(exc).__name__)
+    return f"{kind}: {message}" if message else kind
+
+
+def call_encoder(func, texts, name):
+    """``func(texts)``, with any failure of the model as one :class:`EncoderError` line that
+    names the encoder and the batch; :class:`KeyboardInterrupt` and :class:`SystemExit` pass."""
+    try:
+        return func(texts)
+    except EncoderError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - whatever the user's model raises, said in one line
+        raise EncoderError(f"the encoder {escape_control(name)} failed on a batch of "
+                           f"{len(texts)} texts: {describe_error(exc)}") from exc
+
+
 def check_embeddings(out, n, name, dim=None):
     """The output of an encoder for ``n`` texts as a float32 ``(n, d)`` array, or an
-    :class:`~skalign.exceptions.EncoderError` that says what is wrong with it."""
-    if hasattr(out, "detach"):
-        out = out.detach().cpu().numpy()
+    :class:`~skalign.exceptions.EncoderError` that says what is wrong with it.
+
+    A value must be finite and of magnitude at most ``1e15`` (:data:`MAX_ABS`): beyond it, norms
+    and scores overflow float32.
+    """
+    name = escape_control(name)
     try:
+        if hasattr(out, "detach"):
+            out = out.detach().cpu().numpy()
         arr = np.asarray(out, dtype=np.float32)
-    except (TypeError, ValueError) as exc:
-        raise EncoderError(
-            f"encoder {name} returned something that is not an array: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - an object of the user's that will not convert
+        raise EncoderError(f"encoder {name} returned something that is not an array: "
+                           f"{describe_error(exc)}") from None
     if arr.ndim != 2 or arr.shape[0] != n:
         raise EncoderError(
             f"encoder {name} returned an array of shape {arr.shape} for {n} texts; "
@@ -112,7 +153,19 @@ def check_embeddings(out, n, name, dim=None):
         raise EncoderError(
             f"encoder {name} returned non-finite values for {int(bad.sum())} of {n} texts "
             f"(first: text {int(np.flatnonzero(bad)[0])} of the batch)")
+    huge = (np.abs(arr) > MAX_ABS).any(axis=1)
+    if huge.any():
+        raise EncoderError(
+            f"encoder {name} returned values of magnitude above {MAX_ABS:g} for "
+            f"{int(huge.sum())} of {n} texts (first: text {int(np.flatnonzero(huge)[0])} of the "
+            "batch); no embedding is that large, and its scores would overflow")
     return np.ascontiguousarray(arr)
+
+
+def valid_rows(arr):
+    """A boolean per row of a 2-d array: every value finite and of magnitude at most ``1e15``."""
+    with np.errstate(invalid="ignore"):
+        return np.isfinite(arr).all(axis=1) & (np.abs(arr) <= MAX_ABS).all(axis=1)
 
 
 def _qualname(func):
@@ -145,7 +198,7 @@ class CallableEncoder(Encoder):
             raise TypeError(f"an encoder must be callable, got {type(func).__name__}")
         self.func = func
         self.batch_size = _positive(batch_size, "batch_size")
-        self.name = name or _qualname(func)
+        self.name = escape_control(name or _qualname(func))
         if fingerprint is None:
             fingerprint = getattr(func, "fingerprint", None)
         if fingerprint is None:
@@ -166,17 +219,40 @@ def _positive(value, name):
 
 
 def import_callable(spec):
-    """The object ``"package.module:attr.attr"`` names; :class:`EncoderError` if there is none."""
+    """The object ``"package.module:attr.attr"`` names.
+
+    Parameters
+    ----------
+    spec : str
+        ``"package.module:attr.attr"``.
+
+    Returns
+    -------
+    object
+        The attribute.
+
+    Raises
+    ------
+    EncoderError
+        One line, if the spec is malformed, the module cannot be imported (missing, or failing
+        as it runs: any exception, a :class:`SyntaxError` included) or lacks the attribute.
+    """
+    shown = escape_control(repr(spec))
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
-        raise EncoderError(f"encoder {spec!r} is not of the form 'module:callable'")
+        raise EncoderError(f"encoder {shown} is not of the form 'module:callable'")
     try:
         obj = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise EncoderError(f"encoder {spec!r}: cannot import {module_name!r} ({exc})") from None
+    except Exception as exc:  # noqa: BLE001 - the user's module failing as it is imported
+        raise EncoderError(f"encoder {shown}: cannot import {escape_control(repr(module_name))} "
+                           f"({describe_error(exc)})") from None
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
         except AttributeError:
-            raise EncoderError(f"encoder {spec!r}: {module_name!r} has no {attr!r}") from None
+            raise EncoderError(f"encoder {shown}: {escape_control(repr(module_name))} has no "
+                               f"{escape_control(repr(attr))}") from None
+        except Exception as exc:  # noqa: BLE001 - a module __getattr__ or property failing
+            raise EncoderError(f"encoder {shown}: reading {escape_control(repr(attr))} failed "
+                               f"({describe_error(exc)})") from None
     return obj

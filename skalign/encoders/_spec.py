@@ -6,8 +6,9 @@ import os
 import re
 from pathlib import Path
 
+from .._terminal import escape_control
 from ..exceptions import EncoderError
-from ._base import CallableEncoder, Encoder, import_callable
+from ._base import CallableEncoder, Encoder, describe_error, import_callable
 
 __all__ = ["as_encoder", "load_encoder"]
 
@@ -44,7 +45,10 @@ def load_encoder(spec, *, device="auto", batch_size=64, normalize=None, prefix="
     Raises
     ------
     EncoderError
-        If ``spec`` names nothing that can be loaded.
+        One line, if ``spec`` names nothing that can be loaded: a module that cannot be
+        imported (missing, raising or not compiling as it is imported), an attribute it lacks,
+        a class that fails as it is created, a model that is neither a folder nor in the local
+        Hugging Face cache (nothing is ever downloaded).
     MissingDependencyError
         A model name or folder without sentence-transformers installed.
 
@@ -65,15 +69,25 @@ def load_encoder(spec, *, device="auto", batch_size=64, normalize=None, prefix="
         raise EncoderError(f"an encoder spec must be a str, a path or a callable, "
                            f"got {type(spec).__name__}")
     text = os.fspath(spec)
-    if _CALLABLE.match(text) and not Path(text).exists():
+    if not isinstance(text, str) or "\0" in text or not text.strip():
+        raise EncoderError(f"the encoder spec {escape_control(repr(text))} is not a model "
+                           "folder, a model name or 'module:callable'")
+    if _CALLABLE.match(text) and not _exists(text):
         obj = import_callable(text)
         if isinstance(obj, Encoder):
             return obj
-        if isinstance(obj, type):
-            obj = obj()
-        fingerprint = getattr(obj, "fingerprint", None)
-        return CallableEncoder(_callable_of(obj), fingerprint=fingerprint,
-                               batch_size=batch_size, name=text)
+        try:
+            if isinstance(obj, type):
+                obj = obj()
+            fingerprint = getattr(obj, "fingerprint", None)
+            func = _callable_of(obj)
+        except EncoderError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the user's class failing as it is set up
+            raise EncoderError(f"encoder {escape_control(repr(text))}: setting it up failed "
+                               f"({describe_error(exc)})") from None
+        return CallableEncoder(func, fingerprint=fingerprint, batch_size=batch_size,
+                               name=text)
     from ._sentence_transformers import SentenceTransformerEncoder
 
     return SentenceTransformerEncoder(text, device=device, batch_size=batch_size,
@@ -96,6 +110,14 @@ def as_encoder(obj):
     return load_encoder(obj)
 
 
+def _exists(text):
+    """Whether a file or folder ``text`` exists (a name too long to be a path is none)."""
+    try:
+        return Path(text).exists()
+    except (OSError, ValueError):
+        return False
+
+
 def _callable_of(obj):
     """An object with an ``encode`` method is used through it, anything else called."""
     encode = getattr(obj, "encode", None)
@@ -103,4 +125,5 @@ def _callable_of(obj):
         return encode
     if callable(obj):
         return obj
-    raise EncoderError(f"{obj!r} is neither callable nor has an encode method")
+    raise EncoderError(f"an encoder must be callable or have an encode method; got a "
+                       f"{escape_control(type(obj).__name__)}")
