@@ -469,6 +469,8 @@ def _continue(job, src, ids, budget):
     before = stamp["migration"].get("estimate", {}).get("recall_at_10", -1.0)
     better = estimate["recall_at_10"] > before
     retranslated, action = 0, "continued"
+    if not better and not stamp["migration"].get("method"):
+        better = True  # the previous step left no translated row: nothing to keep
     if not better:
         method, estimate, fp = (stamp["migration"]["method"], stamp["migration"]["estimate"],
                                 stamp["migration"]["map"])
@@ -508,10 +510,12 @@ def _republish(job, model):
 
 
 def _refit_old(job, stamp, X, Y):
-    """The map of the previous step, fitted again on its own rows ``X``, ``Y`` (deterministic)."""
+    """The map of the previous step, fitted again on its own rows ``X``, ``Y`` (deterministic);
+    after a step that left no translated row (rows have gone stale since: their texts
+    changed), the linear map."""
     from ._plan_candidates import make_candidate
 
-    return make_candidate(stamp["migration"]["method"], n_pairs=len(X),
+    return make_candidate(stamp["migration"].get("method") or "linear", n_pairs=len(X),
                           random_state=job.random_state).fit(X, Y)
 
 

@@ -96,27 +96,46 @@ class LineTexts:
     """
 
     def __init__(self, path, n_rows, where):
-        self.path = path = os.fspath(path)
-        self.json = path.endswith(".jsonl")
+        self.path = os.fspath(path)
+        self.json = self.path.endswith(".jsonl")
+        self.n_rows, self.where = n_rows, where
+        self._ident = None
+        with self._open() as f:
+            self._index(f)
+
+    def _open(self):
         try:
-            size = os.path.getsize(path)
-            data = np.memmap(path, dtype=np.uint8, mode="r") if size else np.empty(0, np.uint8)
+            return open(self.path, "rb")
         except OSError as exc:
-            raise StoreError(f"{path}: cannot read the texts of {where} ({exc.strerror}).") \
-                from None
+            raise StoreError(f"{self.path}: cannot read the texts of {self.where} "
+                             f"({exc.strerror}).") from None
+
+    def _index(self, f):
+        """The offsets of the lines of the open file ``f``, unless they are known for it
+        already (the same file, unchanged: an application may replace the text file while a
+        live store is open, and its texts are then read from the new file)."""
+        st = os.fstat(f.fileno())
+        ident = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        if ident == self._ident:
+            return
+        size = st.st_size
+        data = np.memmap(f, dtype=np.uint8, mode="r") if size else np.empty(0, np.uint8)
         ends = np.flatnonzero(data == 10)
         if size and data[-1] != 10:
             ends = np.append(ends, size)
         del data
-        if len(ends) != n_rows:
-            raise StoreError(f"{path}: {len(ends)} lines for the {n_rows} rows of {where}; the "
-                             "text file must hold one line per row, in the store's order.")
+        if len(ends) != self.n_rows:
+            raise StoreError(f"{self.path}: {len(ends)} lines for the {self.n_rows} rows of "
+                             f"{self.where}; the text file must hold one line per row, in the "
+                             "store's order.")
         self._ends = ends
         self._starts = np.concatenate([[0], ends[:-1] + 1]) if len(ends) else ends
+        self._ident = ident
 
     def get(self, positions):
         out = []
-        with open(self.path, "rb") as f:
+        with self._open() as f:
+            self._index(f)
             for p in positions:
                 start = int(self._starts[p])
                 f.seek(start)

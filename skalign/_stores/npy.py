@@ -17,6 +17,20 @@ from .shadow import FileShadow, open_file, restore_file
 __all__ = ["NpyReader", "NpyShadow", "create_npy"]
 
 
+def _map(f):
+    """The array of the ``.npy`` file open as ``f``, memory-mapped through that descriptor."""
+    fmt = np.lib.format
+    version = fmt.read_magic(f)
+    if version not in ((1, 0), (2, 0), (3, 0)):
+        raise ValueError(f"unsupported .npy format version {version}")
+    read = {(1, 0): fmt.read_array_header_1_0}.get(version, fmt.read_array_header_2_0)
+    shape, fortran, dtype = read(f)
+    if dtype.hasobject:
+        raise ValueError("the array holds Python objects")
+    return np.memmap(f, dtype=dtype, mode="r", shape=shape, offset=f.tell(),
+                     order="F" if fortran else "C")
+
+
 class NpyReader(StoreReader):
     kind = "npy"
 
@@ -25,7 +39,10 @@ class NpyReader(StoreReader):
         if not path.is_file():
             raise StoreError(f"{path}: no such file; check the path.")
         try:
-            mm = np.load(path, mmap_mode="r", allow_pickle=False)
+            # the file opened once, mapped and read through that one descriptor: a store
+            # replaced under its name later (--replace, --continue) is read as it was opened
+            self._file = open(path, "rb")  # noqa: SIM115  (kept for the reader's life)
+            mm = _map(self._file)
         except (ValueError, OSError) as exc:
             msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise StoreError(
@@ -54,7 +71,7 @@ class NpyReader(StoreReader):
                 # a fresh mapping per window: unmapped when dropped, so the pages read so far
                 # leave the resident set instead of accumulating over the whole file
                 window = np.memmap(
-                    self.path, dtype=self.dtype, mode="r",
+                    self._file, dtype=self.dtype, mode="r",
                     offset=mm.offset + rows.start * row_bytes,
                     shape=(rows.stop - rows.start, self.dim),
                 )
@@ -69,6 +86,9 @@ class NpyReader(StoreReader):
 
     def read_all(self):
         return self._mm
+
+    def close(self):
+        self._file.close()
 
 
 

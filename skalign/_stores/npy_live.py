@@ -67,3 +67,6 @@ class NpyLive(FileLiveStore):
         if key not in self._texts:
             self._texts[key] = LineTexts(text_field, self.n_rows, self.path)
         return vectors, self._texts[key].get(positions)
+
+    def close(self):
+        self._reader.close()
