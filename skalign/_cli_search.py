@@ -70,6 +70,9 @@ def add_search_command(sub, positive_int):
                    "~/.cache/skalign/encodings.sqlite)")
     p.add_argument("--no-write-back", action="store_true",
                    help="do not write encoded vectors back to the store")
+    p.add_argument("--provenance-key", metavar="NAME", help="the column, metadata or payload "
+                   "key of each row's provenance (default: skalign_vector; a key holding data "
+                   "skalign did not write is refused before any work)")
     p.add_argument("--quiet", action="store_true", help="no summary line")
     return p
 
@@ -214,7 +217,8 @@ def cmd_search(args, out):
                if v is not None}
     encoder = CachedEncoder(load_encoder(args.encoder), cache=EncodeCache(args.encode_cache))
     with Searcher(args.store, encoder, k_candidates=candidates, text_field=args.text_field,
-                  column=args.column, write_back=not args.no_write_back, **options) as s:
+                  column=args.column, write_back=not args.no_write_back,
+                  provenance_key=args.provenance_key, **options) as s:
         result = s.search(queries, k=args.k)
     write_results(args.output, result, overwrite=args.overwrite, mode=mode)
     if not args.quiet:

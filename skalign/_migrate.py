@@ -441,8 +441,7 @@ def _continue(job, src, ids, budget):
         if len(done) == len(out_ids):  # nothing left to encode: the output is final already
             return MigrationResult(str(job.out), len(ids), 0, len(done), None, {}, 0,
                                    "complete")
-        pos = choose_rows(len(out_ids), budget, exclude=done,
-                          random_state=job.random_state + len(done))
+        pos = _next_rows(states, budget, done, job.random_state)
         encoded = np.union1d(done, pos)
         enc_ids = [out_ids[i] for i in encoded]
         # the earlier rows' texts come from the cache; every text is the output's current one
@@ -471,35 +470,48 @@ def _continue(job, src, ids, budget):
     retranslated, action = 0, "continued"
     if not better and not stamp["migration"].get("method"):
         better = True  # the previous step left no translated row: nothing to keep
+    stale = rest[[states[i] == "stale" for i in rest]]
     if not better:
         method, estimate, fp = (stamp["migration"]["method"], stamp["migration"]["estimate"],
                                 stamp["migration"]["map"])
+        if job.out.kind in FILE_KINDS or len(stale):
+            model = _refit_old(job, stamp, X[was], Y[was])
+    # rows written in place with the map: every remaining row when the map is better, else the
+    # stale ones only (their vector is an old text's: they are finished as translated). A file
+    # store is written anew, but its overlay, which wins, still holds the stale rows' vectors.
+    redo = rest if better and job.out.kind not in FILE_KINDS else stale
     if job.out.kind in FILE_KINDS:
         # a file cannot change rows in place under its readers: the output is written again
         # (shadow, verification, publish) from the source, with the same rows in the same
         # order, so its overlay (the rows every writer encoded, searchers' included) stays
-        if not better:
-            model = _refit_old(job, stamp, X[was], Y[was])
         _republish(job, ExactRowsModel(model, X, Y))
         retranslated = len(rest) if better else 0
-        with _open_out(job) as out:
-            _write_back(out, new_ids, Y[~was], new_marks, new_expected)
-    else:
-        with _open_out(job) as out:
-            _write_back(out, new_ids, Y[~was], new_marks, new_expected)
-            if better:
-                tmark = translated_mark(fp)
-                for lo in range(0, len(rest), BATCH):
-                    part = [out_ids[i] for i in rest[lo:lo + BATCH]]
-                    V = np.asarray(model.transform(src.fetch(part).vectors), dtype=np.float32)
-                    # a row a searcher encoded since the scan keeps its encoded vector
-                    retranslated += _write_back(out, part, V, [tmark] * len(part),
-                                                [prov[i] for i in rest[lo:lo + BATCH]])
+    with _open_out(job) as out:
+        _write_back(out, new_ids, Y[~was], new_marks, new_expected)
+        tmark = translated_mark(fp)
+        for lo in range(0, len(redo), BATCH):
+            part = [out_ids[i] for i in redo[lo:lo + BATCH]]
+            V = np.asarray(model.transform(src.fetch(part).vectors), dtype=np.float32)
+            # a row a searcher encoded since the scan keeps its encoded vector
+            n = _write_back(out, part, V, [tmark] * len(part),
+                            [prov[i] for i in redo[lo:lo + BATCH]])
+            retranslated += n if job.out.kind not in FILE_KINDS else 0
     if better:
         action = "continued, retranslated"
     _record(job, fp, method, len(encoded), len(ids), estimate)
     return MigrationResult(str(job.out), len(ids), job.n_encoded, int(len(encoded)), method,
                            estimate, retranslated, action)
+
+
+def _next_rows(states, budget, done, random_state):
+    """The rows ``--continue`` encodes next: the stale ones first (they hold an old text's
+    vector), then rows drawn uniformly (seeded) from those not encoded."""
+    stale = np.flatnonzero([st == "stale" for st in states])
+    if len(stale) >= budget:
+        return stale[:budget]
+    more = choose_rows(len(states), budget - len(stale), exclude=np.union1d(done, stale),
+                       random_state=random_state + len(done))
+    return np.union1d(stale, more)
 
 
 def _republish(job, model):
