@@ -231,9 +231,12 @@ def test_fetch_texts_vectors_provenance(engine, X):
         assert rows.provenance == [None] * len(order)
         assert rows.vectors.dtype == np.float32 and rows.vectors.shape == (len(order), D)
         np.testing.assert_allclose(rows.vectors, _stored(engine, X, "cosine")[order], rtol=1e-5)
-        other = {"chroma": "title", "qdrant": "k", "pgvector": "meta"}[engine.name]
-        texts = store.fetch([engine.key(3)], text_field=other).texts
-        assert texts == [{"chroma": "t3", "qdrant": "3", "pgvector": '{"k": 3}'}[engine.name]]
+        if engine.name == "chroma":
+            assert store.fetch([engine.key(3)], text_field="title").texts == ["t3"]
+        # a number (metadata, payload) or a jsonb column is not a text: refused by its name
+        other = {"chroma": "k", "qdrant": "k", "pgvector": "meta"}[engine.name]
+        with pytest.raises(StoreError, match=f"'{other}'.*not text"):
+            store.fetch([engine.key(3)], text_field=other)
         empty = store.fetch([])
         assert empty.ids == [] and empty.vectors.shape == (0, D)
         with pytest.raises(StoreNotFoundError, match="no row with id"):

@@ -13,7 +13,9 @@ better), the scores of :func:`~skalign._stores.live.similarity`:
 
 (Chroma's ``l2`` distance is the squared one).
 
-A row's text is its document, or the metadata key ``text_field`` names; its provenance is the
+A row's text is its document, or the metadata key ``text_field`` names, which must hold a
+string (a record whose value there is of another type is refused by its id, the key and the
+type; a record without the key has no text); its provenance is the
 metadata key :data:`~skalign._stores.live.PROVENANCE_KEY`. A write-back is one ``update`` of the
 embeddings and that one metadata key per batch: Chroma merges the metadata given into each
 record's, so every other key, and the document, is kept.
@@ -188,10 +190,20 @@ class ChromaLive(LiveStore):
         if field is None:
             texts = [r[1] for r in rows]
         else:
-            texts = [None if m.get(field) is None else str(m[field]) for m in metas]
+            texts = [self._text(i, m, field) for i, m in zip(ids, metas)]
         marks = [m.get(self.provenance_key) for m in metas]
         return LiveRows(ids, vectors, texts,
                         [p if isinstance(p, str) else None for p in marks])
+
+    def _text(self, ident, meta, field):
+        """The text of the record ``ident`` under the metadata key ``field``: ``None`` where
+        it has none, refused where it holds another type (a number is not a text to encode)."""
+        value = meta.get(field)
+        if value is None or isinstance(value, str):
+            return value
+        raise StoreError(f"{self.address}: record {ident!r:.80} holds {type(value).__name__} "
+                         f"{value!r:.40} under the metadata key {field!r}, not text; a record's "
+                         "text must be a string: name the key that holds it with --text-field.")
 
     def check_provenance_key(self):
         """Refuse a collection whose records hold the provenance key with values skalign did

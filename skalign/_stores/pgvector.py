@@ -97,10 +97,17 @@ def _connect(address, autocommit=True):
 
 
 def _columns(conn, oid):
+    """Each column's name, type oid, type as ``format_type`` writes it, typmod, and the oid of
+    the type its values are sent as: a domain's base type (followed through domains over
+    domains), else its own."""
     return conn.execute(
-        "SELECT attname, atttypid::int, format_type(atttypid, atttypmod), atttypmod FROM "
-        "pg_attribute WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
-        (oid,)).fetchall()
+        "SELECT a.attname, a.atttypid::int, format_type(a.atttypid, a.atttypmod), a.atttypmod, "
+        "(WITH RECURSIVE chain(typid, typtype, base, depth) AS (SELECT t.oid, t.typtype, "
+        "t.typbasetype, 0 FROM pg_type t WHERE t.oid = a.atttypid UNION ALL SELECT t.oid, "
+        "t.typtype, t.typbasetype, c.depth + 1 FROM chain c JOIN pg_type t ON t.oid = c.base "
+        "WHERE c.typtype = 'd' AND c.depth < 32) SELECT typid::int FROM chain ORDER BY depth "
+        "DESC LIMIT 1) FROM pg_attribute a WHERE a.attrelid = %s AND a.attnum > 0 AND NOT "
+        "a.attisdropped ORDER BY a.attnum", (oid,)).fetchall()
 
 
 def _primary_key(conn, oid):
@@ -115,6 +122,15 @@ def _stack(vectors):
     """pgvector's binary loader gives ``Vector`` objects (or arrays in older versions)."""
     return np.asarray(np.stack([v.to_numpy() if hasattr(v, "to_numpy") else v
                                 for v in vectors]), dtype=np.float32)
+
+
+def _binary_loader(conn, oid, fmt):
+    """psycopg's loader of values of the type ``oid`` (a base type: a domain's values are sent
+    as its base type's), else its loader of unknown types, as a cursor picks them: a row
+    decoded from the ``COPY`` stream equals the same row read by a query."""
+    adapters = conn.adapters
+    cls = adapters.get_loader(oid, fmt) or adapters.get_loader(0, fmt)  # 0: unknown types
+    return cls(oid, conn)
 
 
 class Reader(StoreReader):
@@ -283,7 +299,7 @@ class Reader(StoreReader):
         from psycopg.pq import Format
 
         if not hasattr(self, "_loaders"):
-            self._loaders = [self.conn.adapters.get_loader(c[1], Format.BINARY)(c[1], self.conn)
+            self._loaders = [_binary_loader(self.conn, c[4], Format.BINARY)
                              for c in self.columns]
         buf, (start, _, _, _) = raw.buf, raw.spans[k]
         (nf,) = struct.unpack_from(">h", buf, start)

@@ -22,12 +22,25 @@ All queries run in one statement, a ``LATERAL`` join of each query's ``ORDER BY 
 ``hnsw.ef_search`` to ``k`` where it is lower (an HNSW scan returns at most ``ef_search`` rows).
 An IVFFlat index is searched with the session's ``ivfflat.probes``.
 
-A row's text is the column ``text_field`` names (default: ``text``, else ``document``); its
+A row's text is the column ``text_field`` names (default: ``text``, else ``document``), which
+must be of a text type (:data:`TEXT_TYPES`: ``text``, ``varchar``, ``char(n)``, ``citext``, or a
+domain over one of them): a column of another type is refused by its name and catalog type when
+the store opens or when ``fetch`` first names it, before any row is read. Its
 provenance is the column ``skalign_vector`` (:data:`~skalign._stores.live.PROVENANCE_KEY`), added
 (``ALTER TABLE … ADD COLUMN IF NOT EXISTS``, type ``text``) by the first write-back, in the
 same transaction. A write-back is one ``UPDATE … FROM unnest(ids, vectors)`` setting the vector
 and the provenance column: each row's new version holds both, so a concurrent reader sees the
 old pair or the new one, and every other column is kept.
+
+Row ids are the primary key's values: ``int`` for a key whose type is (a domain over)
+``smallint``, ``integer`` or ``bigint``, ``str`` for (a domain over) a text type, and for a key of
+any other type (``uuid``, ``numeric``, ``date``, ``bytea``, …) its text form as PostgreSQL writes
+it, with the session's ``DateStyle`` set to ISO, ``TimeZone`` to UTC, ``bytea_output`` to hex
+and floats written exactly, so that it does not depend on the server's defaults: ids a results
+file can hold, that name the same row when given back (each is cast to the key's type in the
+statement; one that is not a value of the type names no row). A key whose type has no array
+type (an array, for one) cannot be sent as a list of ids and is refused by name when the store
+opens.
 
 Every name (schema, table, columns, the key) is passed as an identifier and every value as a
 parameter; the operator classes read from the catalog only select one of the three operators
@@ -38,9 +51,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..exceptions import StoreError
+from ..exceptions import StoreError, StoreNotFoundError
 from .live import LiveRows, LiveStore
 from .live_input import (
+    _shown,
     check_ids,
     check_k,
     check_key_name,
@@ -60,6 +74,10 @@ OPCLASSES = {"vector_cosine_ops": "cosine", "vector_ip_ops": "ip", "vector_l2_op
 OPERATORS = {"cosine": "<=>", "ip": "<#>", "l2": "<->"}
 #: Column names of each row's text, in order, when no ``text_field`` is given
 TEXT_COLUMNS = ("text", "document")
+#: The base types of a text column (and ``citext``, in whatever schema its extension is)
+TEXT_TYPES = {("pg_catalog", "text"), ("pg_catalog", "varchar"), ("pg_catalog", "bpchar")}
+#: The base types of keys whose ids are ``int``
+INT_TYPES = {("pg_catalog", "int2"), ("pg_catalog", "int4"), ("pg_catalog", "int8")}
 #: pgvector's largest ``hnsw.ef_search``
 MAX_EF_SEARCH = 1000
 #: Rows per ``fetch`` and ``UPDATE`` statement
@@ -86,16 +104,49 @@ def _index_metric(conn, oid, column):
     return None, None
 
 
-def _column_type(conn, oid, column):
-    """``schema.type`` of ``column`` as an identifier (the ids' array is cast to its array
-    type: psycopg sends a list of text as an array of unknown type)."""
-    from psycopg import sql
+def _column_types(conn, oid):
+    """Each column's type, as :class:`_Type`, by its name: as declared (domains included) and
+    the base type under its domains."""
+    rows = conn.execute(
+        "WITH RECURSIVE chain(name, typid, depth) AS (SELECT attname, atttypid, 0 FROM "
+        "pg_attribute WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped UNION ALL "
+        "SELECT c.name, t.typbasetype, c.depth + 1 FROM chain c JOIN pg_type t ON t.oid = "
+        "c.typid WHERE t.typtype = 'd' AND c.depth < 32), base AS (SELECT DISTINCT ON (name) "
+        "name, typid FROM chain ORDER BY name, depth DESC) "
+        "SELECT a.attname, format_type(a.atttypid, a.atttypmod), dn.nspname, d.typname, "
+        "d.typarray <> 0, bn.nspname, b.typname, b.oid::int FROM pg_attribute a "
+        "JOIN base ON base.name = a.attname JOIN pg_type d ON d.oid = a.atttypid "
+        "JOIN pg_namespace dn ON dn.oid = d.typnamespace JOIN pg_type b ON b.oid = base.typid "
+        "JOIN pg_namespace bn ON bn.oid = b.typnamespace "
+        "WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped", (oid, oid)).fetchall()
+    return {r[0]: _Type(*r[1:]) for r in rows}
 
-    schema, name = conn.execute(
-        "SELECT n.nspname, t.typname FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid "
-        "JOIN pg_namespace n ON n.oid = t.typnamespace WHERE a.attrelid = %s AND a.attname = %s",
-        (oid, column)).fetchone()
-    return sql.Identifier(schema, name)
+
+class _Type:
+    """A column's type: ``shown`` (``format_type``), the declared type's schema and name (a
+    domain's own), whether it has an array type, and the base type's schema, name and oid."""
+
+    def __init__(self, shown, schema, name, has_array, base_schema, base_name, base_oid):
+        self.shown, self.has_array = shown, has_array
+        self.declared, self.base = (schema, name), (base_schema, base_name)
+        self.base_oid = base_oid
+
+    @property
+    def ident(self):
+        """The declared type as an identifier (``schema.name``)."""
+        from psycopg import sql
+
+        return sql.Identifier(*self.declared)
+
+    @property
+    def is_text(self):
+        """Whether values of the type are text (:data:`TEXT_TYPES`)."""
+        return self.base in TEXT_TYPES or self.base[1] == "citext"
+
+    @property
+    def loads_natively(self):
+        """Whether psycopg loads values of the type as ``int`` or ``str`` (ids as they come)."""
+        return self.base in INT_TYPES or self.is_text
 
 
 class PgvectorLive(LiveStore):
@@ -146,7 +197,10 @@ class PgvectorLive(LiveStore):
             self.key, self.column, self.dim, self.n_rows = r.key[0], r.column, r.dim, r.n_rows
             with _mapped(address, "cannot read the table's indexes"):
                 found, index = _index_metric(r.conn, r.oid, r.column)
-                self._key_type = _column_type(r.conn, r.oid, self.key)
+                self._types = _column_types(r.conn, r.oid)
+            self._key_type, self._key_text = self._key_form()
+            if text_field is not None:
+                self._text_column(None)
             if metric is not None and metric not in OPERATORS:
                 raise StoreError(f"{address}: metric {metric!r} is not one of cosine, ip or "
                                  "l2.")
@@ -162,6 +216,30 @@ class PgvectorLive(LiveStore):
     @property
     def _conn(self):
         return self._reader.conn
+
+    def _key_form(self):
+        """The key's type as an identifier (the ids' array is cast to its array type: psycopg
+        sends a list of text as an array of unknown type), and whether ids are the key's text
+        form (a type psycopg would load as another Python type than ``int`` or ``str``: on this
+        connection it is loaded as its text, in forms set for the session)."""
+        from psycopg.types.string import TextLoader
+
+        typ = self._types.get(self.key)
+        if typ is None or not typ.has_array:
+            shown = typ.shown if typ is not None else "a type that cannot be read"
+            raise StoreError(f"{self.address}: the primary key {self.key!r} is {shown}, which "
+                             "has no array type; a live store looks rows up by a list of "
+                             "ids: give the table a primary key of a scalar type.")
+        if typ.loads_natively:
+            return typ.ident, False
+        with _mapped(self.address, "cannot set the session's output formats"):
+            self._conn.execute(
+                "SELECT set_config('datestyle', 'ISO, YMD', false), set_config("
+                "'intervalstyle', 'postgres', false), set_config('bytea_output', 'hex', false), "
+                "set_config('timezone', 'UTC', false), set_config('extra_float_digits', '3', "
+                "false)")
+        self._conn.adapters.register_loader(typ.base_oid, TextLoader)
+        return typ.ident, True
 
     def _ident(self, name):
         from psycopg import sql
@@ -208,13 +286,23 @@ class PgvectorLive(LiveStore):
                 self._ident(self.key), self._reader.ident)).fetchall()]
 
     def _text_column(self, text_field):
+        """The column of the rows' texts (``None``: no text), refused unless it is of a text
+        type (:data:`TEXT_TYPES`): another column's values are not texts to encode."""
         names = self._reader.names
         field = self.text_field if text_field is None else text_field
         if field is None:
-            return next((c for c in TEXT_COLUMNS if c in names), None)
-        if field not in names:
+            field = next((c for c in TEXT_COLUMNS if c in names), None)
+            if field is None:
+                return None
+        elif field not in names:
             raise StoreError(f"{self.address}: no column {field!r} for the texts (columns: "
                              f"{', '.join(map(repr, names))}); fix the text field.")
+        typ = self._types.get(field)
+        if typ is None or not typ.is_text:
+            shown = typ.shown if typ is not None else "of a type that cannot be read"
+            raise StoreError(f"{self.address}: column {field!r} is {shown}, not text; a row's "
+                             "text must be a column of type text, varchar, char(n), citext or "
+                             "a domain over one of them: name one with --text-field.")
         return field
 
     def _mark_column(self):
@@ -228,12 +316,15 @@ class PgvectorLive(LiveStore):
         return self._has_mark
 
     def fetch(self, ids, text_field=None):
+        import psycopg
         from psycopg import sql
 
         ids = check_ids(ids, self.address)
         text = self._text_column(text_field)
         if not ids:
             return LiveRows([], np.empty((0, self.dim), np.float32), [], [])
+        # a key's text form is sent as text, cast to its type in the statement
+        keys = [str(i) for i in ids] if self._key_text else ids
         with _mapped(self.address, "cannot read the table"):
             has_mark = self._mark_column()
             query = sql.SQL(
@@ -250,7 +341,11 @@ class PgvectorLive(LiveStore):
             cur = self._conn.cursor(binary=True)
             got = {}
             for lo in range(0, len(ids), PAGE):
-                for n, v, t, p in cur.execute(query, (ids[lo:lo + PAGE],)).fetchall():
+                try:
+                    found = cur.execute(query, (keys[lo:lo + PAGE],)).fetchall()
+                except (psycopg.DataError, psycopg.errors.CheckViolation) as exc:
+                    raise self._not_a_key(exc) from None
+                for n, v, t, p in found:
                     got[lo + n - 1] = (v, t, p)
         for pos, ident in enumerate(ids):
             if pos not in got:
@@ -258,6 +353,15 @@ class PgvectorLive(LiveStore):
         rows = [got[pos] for pos in range(len(ids))]
         return LiveRows(ids, _stack([r[0] for r in rows]), [r[1] for r in rows],
                         [r[2] for r in rows])
+
+    def _not_a_key(self, exc):
+        """The error for ids that are not values of the key's type (PostgreSQL could not cast
+        one, or a domain's check refused it): no row has them."""
+        text = " ".join((getattr(exc.diag, "message_primary", None) or str(exc)).split())
+        return StoreNotFoundError(
+            f"{self.address}: no row with these ids: the primary key {self.key!r} is "
+            f"{self._types[self.key].shown} ({_shown(text)}); ids are the store's own, as "
+            "top_k returns them.")
 
     def check_provenance_key(self):
         """The provenance column is skalign's (its comment says so, or it is text holding

@@ -8,8 +8,10 @@ The collection's distance is the store's metric: ``Cosine`` → ``"cosine"``, ``
 whose score is the distance :math:`\lVert q - x \rVert_2`, :math:`-\lVert q - x \rVert_2^2`. A
 cosine field's vectors are read as directions, as Qdrant keeps them.
 
-A row's text is the payload key ``text_field`` names (default: ``text``, else ``document``);
-its provenance is the payload key :data:`~skalign._stores.live.PROVENANCE_KEY`.
+A row's text is the payload key ``text_field`` names (default: ``text``, else ``document``),
+which must hold a string (a point whose value there is of another type, an object or a number,
+is refused by its id, the key and the type; a point without the key has no text); its
+provenance is the payload key :data:`~skalign._stores.live.PROVENANCE_KEY`.
 
 Write-back: Qdrant's ``update_vectors`` and ``set_payload`` are two operations, and a reader
 between them sees a new vector with the old provenance. Each point is instead read whole
@@ -172,13 +174,18 @@ class QdrantLive(LiveStore):
                 raise missing_id(self.address, i)
         return [found[key] for key in keys]
 
-    def _text(self, payload, field):
+    def _text(self, ident, payload, field):
+        """The text of the point ``ident``: the payload key ``field`` (``None``: the first of
+        :data:`TEXT_KEYS` it holds); ``None`` where it has none, refused where the value is of
+        another type (an object or a number is not a text to encode)."""
         if field is None:
-            value = next((payload[key] for key in TEXT_KEYS if payload.get(key) is not None),
-                         None)
-        else:
-            value = payload.get(field)
-        return None if value is None else value if isinstance(value, str) else str(value)
+            field = next((key for key in TEXT_KEYS if payload.get(key) is not None), None)
+        value = None if field is None else payload.get(field)
+        if value is None or isinstance(value, str):
+            return value
+        raise StoreError(f"{self.address}: point {ident!r:.80} holds {type(value).__name__} "
+                         f"{value!r:.40} under the payload key {field!r}, not text; a point's "
+                         "text must be a string: name the key that holds it with --text-field.")
 
     def fetch(self, ids, text_field=None):
         ids = check_ids(ids, self.address)
@@ -193,7 +200,7 @@ class QdrantLive(LiveStore):
             vectors = unit_rows(vectors)
         payloads = [p.payload or {} for p in points]
         marks = [pl.get(self.provenance_key) for pl in payloads]
-        return LiveRows(ids, vectors, [self._text(pl, field) for pl in payloads],
+        return LiveRows(ids, vectors, [self._text(i, pl, field) for i, pl in zip(ids, payloads)],
                         [p if isinstance(p, str) else None for p in marks])
 
     def check_provenance_key(self):
