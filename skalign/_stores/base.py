@@ -10,8 +10,9 @@ A translation's life on the writer: :meth:`StoreWriter.lock` (one writer per out
 afresh; returns the rows already committed), :meth:`~StoreWriter.write_unit` per batch (given
 what :meth:`~StoreWriter.encode_unit` made of the batch where ``encodes`` is true),
 :meth:`~StoreWriter.finish` (the row count), :meth:`~StoreWriter.fetch` (rows read back for the
-verification), :meth:`~StoreWriter.publish` (the shadow renamed into place, an existing output
-kept as the backup) — or :meth:`~StoreWriter.discard` (the shadow removed) — and
+verification), :meth:`~StoreWriter.publish` (the shadow renamed into place with its stamp, an
+existing output kept as the backup) and :meth:`~StoreWriter.end_publish` (the publish's record
+removed) — or :meth:`~StoreWriter.discard` (the shadow removed) — and
 :meth:`~StoreWriter.close`.
 """
 
@@ -100,6 +101,9 @@ class StoreWriter(ABC):
     #: why a crashed run's shadow of this same job was not resumed (``None``: it was, or there
     #: was none)
     restarted = None
+    #: set by :meth:`publish` once its record is written: from then on an error leaves the
+    #: shadow to the rerun that finishes the publish, never discards it
+    publishing = False
 
     @abstractmethod
     def lock(self):
@@ -130,8 +134,15 @@ class StoreWriter(ABC):
         """``(vectors, rows)`` of the shadow at ``positions`` (``rows``: the source's)."""
 
     @abstractmethod
-    def publish(self, replace):
-        """Rename the shadow into place; return the backup's address (``None``: none)."""
+    def publish(self, replace, stamp=None):
+        """Rename the shadow into place with ``stamp`` as its provenance, recorded first (with
+        the shadow where the engine allows: the rename carries it) and marked as a publish
+        under way (:data:`~skalign._stores.journal.PUBLISHING`, or the journal's phase) until
+        :meth:`end_publish`; return the backup's address (``None``: none)."""
+
+    def end_publish(self, stamp):
+        """The publish's last step: the record that it is under way removed (``stamp``, as
+        given to :meth:`publish`: what the output's stamp becomes)."""
 
     @abstractmethod
     def discard(self):

@@ -18,7 +18,11 @@ in memory at a time, not the source's and the output's together.
 
 The provenance stamp (:mod:`.provenance`) is JSON text under the key ``skalign`` of the
 collection's metadata (the other keys, ``hnsw:*`` included, kept as they are); it travels with
-the collection through the renames of ``--replace`` and ``restore``.
+the collection through the renames of ``--replace`` and ``restore``. The translation's stamp is
+written in the shadow's metadata before the renames, marked
+:data:`~skalign._stores.journal.PUBLISHING` until the steps after them are done: the output never
+appears without its stamp, and the same command run again after a kill between the renames or
+after them finishes the publish (:func:`recover_publish`).
 
 Reading never creates anything: a folder without Chroma's ``chroma.sqlite3`` or a collection its
 catalogue does not list is refused before a client is opened (a client creates the catalogue).
@@ -31,6 +35,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -38,10 +44,13 @@ from ..exceptions import AddressError, StoreError, StoreNotFoundError
 from .base import StoreReader, StoreWriter
 from .chroma_names import (
     _RULE,
+    DEFAULT_DATABASE,
+    DEFAULT_TENANT,
     FOLDER,
     LISTED_NAMES,
     STAMP_KEY,
     _breaks_rule,
+    _catalogue,
     _catalogued_names,
     _check_store,
     _edge,
@@ -64,10 +73,17 @@ from .dbcommon import (
     shadow_name,
     shadow_prefix,
 )
-from .journal import CommitClock
+from .journal import (
+    PUBLISHING,
+    CommitClock,
+    Interrupted,
+    final_stamp,
+    kill_point,
+    pending_stamp,
+)
 
-__all__ = ["STAMP_KEY", "Reader", "Writer", "drop_collection", "read_stamp", "restore",
-           "segment_folders", "torn_index", "vector_segments", "write_stamp"]
+__all__ = ["STAMP_KEY", "Reader", "Writer", "drop_collection", "read_stamp", "recover_publish",
+           "restore", "segment_folders", "torn_index", "vector_segments", "write_stamp"]
 
 #: The key of the collection's metadata that holds the provenance stamp (JSON text)
 _INCLUDE = ["embeddings", "documents", "metadatas"]
@@ -490,18 +506,32 @@ class Writer(_Handles, StoreWriter):
         vecs = np.asarray(got["embeddings"], dtype=np.float32)[order]
         return vecs, [self.src.row(got, k) for k in order]
 
-    def publish(self, replace):
+    def publish(self, replace, stamp=None):
+        """The shadow stamped (its metadata, marked :data:`PUBLISHING`), then an existing output
+        renamed to the backup, then the shadow to the output."""
         name, bname = self.address.name, backup_name(self.address.name)
         backup = None
-        if self.exists():
-            if not replace:
-                raise StoreError(f"{self.display}: exists; pass --replace.")
+        exists = self.exists()
+        if exists and not replace:
+            raise StoreError(f"{self.display}: exists; pass --replace.")
+        if stamp is not None:
+            _stamp_collection(self.client, self.shadow, pending_stamp(stamp, exists))
+        self.publishing = True
+        kill_point("publishing")
+        if exists:
             if bname in _names(self.client):
                 drop_collection(self.client, self.address, bname)
             self.client.get_collection(name, embedding_function=None).modify(name=bname)
             backup = self.address.with_name(bname)
-        self.collection.modify(name=name)
+            kill_point("backed-up")
+        self.client.get_collection(self.shadow, embedding_function=None).modify(name=name)
+        self._collection = None  # opened again by its new name where needed
+        self._name = name
         return backup
+
+    def end_publish(self, stamp):
+        """The output's stamp without its :data:`PUBLISHING` mark."""
+        _stamp_collection(self.client, self.address.name, final_stamp(stamp))
 
     def discard(self):
         shadow = getattr(self, "shadow", None)
@@ -579,7 +609,16 @@ def read_stamp(address):
 @_edge
 def write_stamp(address, stamp):
     """Record ``stamp`` (JSON text under :data:`STAMP_KEY`) in the metadata of the collection at
-    ``address``, its other keys kept.
+    ``address``, its other keys kept (:func:`_stamp_collection`)."""
+    client = _client(address)
+    try:
+        _stamp_collection(client, address.name, stamp)
+    finally:
+        _close(client)
+
+
+def _stamp_collection(client, name, stamp):
+    """Record ``stamp`` in the metadata of the collection ``name``, its other keys kept.
 
     Chroma's ``modify`` replaces the whole metadata and its Python client refuses any metadata
     holding ``hnsw:space``, even unchanged (``CollectionCommon._validate_modify_request``), while
@@ -587,23 +626,97 @@ def write_stamp(address, stamp):
     what ``collection.metadata`` says. Where the metadata holds it, it is kept unchanged and
     written with the call ``modify`` makes after that check (the client's ``_modify``, the same
     request to the Rust core or the server); a client without one records no stamp."""
-    client = _client(address)
+    collection = client.get_collection(name, embedding_function=None)
+    metadata = dict(collection.metadata or {})
+    metadata[STAMP_KEY] = json.dumps(stamp, sort_keys=True)
+    if "hnsw:space" not in metadata:
+        collection.modify(metadata=metadata)
+        return
+    modify = getattr(client, "_modify", None)
+    if modify is None:
+        return
     try:
-        collection = client.get_collection(address.name, embedding_function=None)
-        metadata = dict(collection.metadata or {})
-        metadata[STAMP_KEY] = json.dumps(stamp, sort_keys=True)
-        if "hnsw:space" not in metadata:
-            collection.modify(metadata=metadata)
-            return
-        modify = getattr(client, "_modify", None)
-        if modify is None:
-            return
+        from chromadb.api.types import validate_metadata
+    except ImportError:
+        pass
+    else:
+        validate_metadata(metadata)
+    modify(id=collection.id, new_metadata=metadata)
+
+
+def _pending(text):
+    """The stamp in the metadata value ``text`` where it is marked :data:`PUBLISHING`."""
+    try:
+        stamp = json.loads(text) if isinstance(text, str) else None
+    except (ValueError, RecursionError):
+        return None
+    return stamp if isinstance(stamp, dict) and isinstance(stamp.get(PUBLISHING), dict) \
+        else None
+
+
+def _is_shadow(address, name):
+    prefix = shadow_prefix(address.name)
+    return name.startswith(prefix) and re.fullmatch("[0-9a-f]{12}", name[len(prefix):])
+
+
+def _pending_stamps(client, address):
+    """``{name: stamp}`` of the output's collection and its shadows whose stamps are marked
+    :data:`PUBLISHING`: a local folder's read from its catalogue (no client opened), a server's
+    through ``client``."""
+    if client is None:
+        rows = _catalogue(address.path, "SELECT c.name, m.str_value FROM collections c JOIN "
+                          "collection_metadata m ON m.collection_id = c.id JOIN databases d ON "
+                          "c.database_id = d.id WHERE d.name = ? AND d.tenant_id = ? AND "
+                          "m.key = ?", (DEFAULT_DATABASE, DEFAULT_TENANT, STAMP_KEY)) or []
+    else:
+        rows = [(n, (client.get_collection(n, embedding_function=None).metadata or {})
+                 .get(STAMP_KEY)) for n in _names(client)
+                if n == address.name or _is_shadow(address, n)]
+    found = {}
+    for name, text in rows:
+        stamp = _pending(text) if name == address.name or _is_shadow(address, name) else None
+        if stamp is not None:
+            found[str(name)] = stamp
+    return found
+
+
+@contextmanager
+@_edge
+def recover_publish(address, match):
+    """Under the output's lock, finish a publish a killed run left (its stamp, in the shadow's
+    or the output's metadata, marked :data:`PUBLISHING`): a shadow so stamped where no
+    collection has the output's name is renamed to it (the backup was kept before). Yield an
+    :class:`~skalign._stores.journal.Interrupted` where that stamp satisfies ``match`` (the
+    caller finishes), else ``None`` (another job's publish is finished here)."""
+    if address.path is not None and not _is_store(address.path):
+        yield None
+        return
+    if address.path is not None and not _pending_stamps(None, address):
+        yield None  # the common case: nothing read but the catalogue, no lock, no client
+        return
+    with FOLDER.writer_lock(address):
+        client = _client(address)
         try:
-            from chromadb.api.types import validate_metadata
-        except ImportError:
-            pass
-        else:
-            validate_metadata(metadata)
-        modify(id=collection.id, new_metadata=metadata)
-    finally:
-        _close(client)
+            found = _pending_stamps(client, address)
+            name = address.name
+            if name not in found and found and not _has(client, name):
+                shadow = next((n for n, st in found.items() if match(st)), next(iter(found)))
+                client.get_collection(shadow, embedding_function=None).modify(name=name)
+                found = {name: found[shadow]}
+            stamp = found.get(name)
+            if stamp is None:
+                yield None
+                return
+            backup = address.with_name(backup_name(name)) if stamp[PUBLISHING].get("backup") \
+                else None
+
+            def finish(final):
+                _stamp_collection(client, name, final)
+
+            if match(stamp):
+                yield Interrupted(stamp, backup, finish)
+            else:
+                finish(final_stamp(stamp))
+                yield None
+        finally:
+            _close(client)

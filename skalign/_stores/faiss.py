@@ -283,11 +283,9 @@ class _BuildWriter(NpyShadow):
     def fetch(self, positions, rows=None):
         return _fetch(self.partial_index, positions)
 
-    def publish(self, replace):
-        self.partial = self.partial_index
-        backup = super().publish(replace)
-        self.vectors.unlink(missing_ok=True)
-        return backup
+    def publish(self, replace, stamp=None):
+        self.partial = self.partial_index  # the vectors' .npy: removed by the publish's steps
+        return super().publish(replace, stamp)
 
 
 #: ``skalign restore``: swap the index and its backup

@@ -2,6 +2,11 @@
 rows committed so far in the shadow output, and the fingerprint that says whether a leftover
 shadow belongs to the same job (then it is resumed) or to another one (then it is removed).
 
+The publish is the last step that can be interrupted: the output's stamp is written with the
+shadow, before it goes in place, marked :data:`PUBLISHING` until the steps after the publish are
+done (a file store's journal in a publish phase says the same), so that the same command run
+again after a kill anywhere finishes them (:func:`skalign._stores.pipeline.translate_store`).
+
 No skalign module is imported here, so the store modules and the connectors can both use it.
 """
 
@@ -11,13 +16,61 @@ import hashlib
 import json
 import os
 import pickle
+import signal
 import time
 from pathlib import Path
+from typing import Any, Callable, NamedTuple
 
 from ..exceptions import StoreLockedError
 
-__all__ = ["COMMIT_SECONDS", "CommitClock", "FileLock", "fingerprint", "model_fingerprint",
-           "read_journal", "write_journal", "write_durably"]
+__all__ = ["COMMIT_SECONDS", "KILL_AT_ENV", "PUBLISHING", "CommitClock", "FileLock",
+           "Interrupted", "final_stamp", "fingerprint", "kill_point", "model_fingerprint",
+           "pending_stamp", "read_journal", "write_journal", "write_durably"]
+
+#: The key of a stamp written before its output's publish, removed once every step after the
+#: publish is done: a store whose stamp holds it had its publish interrupted (its value: what
+#: the rest needs, ``{"backup": bool}``, whether the publish kept an earlier output as backup)
+PUBLISHING = "publishing"
+
+#: Test hook, never set in use: ``SKALIGN_TEST_KILL_AT=STEP`` makes ``skalign translate`` kill
+#: itself (``SIGKILL``) at that step of its publish (:func:`kill_point`): ``publishing`` (the
+#: stamp recorded with the shadow, nothing moved yet), ``backed-up`` (an existing output moved
+#: to its backup, the translation not yet in place; ``--replace`` only) and ``published`` (the
+#: translation in place, the steps after it not done). The kill tests
+#: (``tests/test_publish_window.py``) set it in the process they kill.
+KILL_AT_ENV = "SKALIGN_TEST_KILL_AT"
+
+
+def kill_point(step):
+    """The test hook :data:`KILL_AT_ENV`: ``SIGKILL`` this process at ``step`` where the
+    variable names it (nothing else, and nothing at all where it is unset)."""
+    if os.environ.get(KILL_AT_ENV) == step:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def pending_stamp(stamp, backup):
+    """``stamp`` marked :data:`PUBLISHING` (``backup``: whether the publish keeps the existing
+    output as the backup)."""
+    return {**stamp, PUBLISHING: {"backup": bool(backup)}}
+
+
+def final_stamp(stamp):
+    """``stamp`` without the :data:`PUBLISHING` mark."""
+    return {k: v for k, v in stamp.items() if k != PUBLISHING}
+
+
+class Interrupted(NamedTuple):
+    """A publish a killed run left with its output in place (what a backend's
+    ``recover_publish`` yields for the same command to finish)."""
+
+    #: the stamp recorded for the output (with the :data:`PUBLISHING` mark where the engine
+    #: holds it)
+    stamp: dict
+    #: the backup's :class:`~skalign._stores.address.Address` that publish kept (``None``: none)
+    backup: Any
+    #: ``finish(stamp)``: the last step, ``stamp`` (without the mark) as the output's stamp and
+    #: the publish's record (the mark, the journal) removed
+    finish: Callable[[dict], None]
 
 #: Seconds of work between two durable commits (fsync of the data, then of the journal). A
 #: crash loses at most this much work plus one batch; committing every batch instead would

@@ -16,9 +16,13 @@ again from the catalog's facts, never its SQL text, under short hashed names, an
 (:mod:`.pg_indexes`: an index on an expression or a partial one is skipped with a warning), and
 renamed into place in one transaction; with ``--replace`` the existing ``OUTPUT`` is renamed to
 ``OUTPUT_skalign_backup`` (a name cut to fit 63 bytes with a hash where it would not) in that
-same transaction. A session-level advisory lock keyed on the output keeps a second run out
-(PostgreSQL drops it when the session ends, also after SIGKILL). Errors are one line naming the
-address (password masked) and the fix; a lost connection leaves the shadow to resume.
+same transaction, and the provenance stamp set as the shadow's ``COMMENT`` in that same
+transaction too (so the table is never in place without its stamp), marked
+:data:`~skalign._stores.journal.PUBLISHING` until the steps after the publish are done: a run
+killed after the commit is finished by the same command run again (:func:`recover_publish`).
+A session-level advisory lock keyed on the output keeps a second run out (PostgreSQL drops it
+when the session ends, also after SIGKILL). Errors are one line naming the address (password
+masked) and the fix; a lost connection leaves the shadow to resume.
 """
 
 from __future__ import annotations
@@ -32,8 +36,9 @@ import numpy as np
 from ..exceptions import StoreError
 from .base import StoreReader, StoreWriter
 from .dbcommon import consecutive_runs, resume_point
+from .journal import PUBLISHING, Interrupted, final_stamp, kill_point, pending_stamp
 
-__all__ = ["Reader", "Writer", "restore"]
+__all__ = ["Reader", "Writer", "recover_publish", "restore"]
 
 # the binary COPY stream's parsing, and the catalog's names, lookups, errors and
 # indexes, live in modules of their own
@@ -358,12 +363,7 @@ class Writer(StoreWriter):
     def lock(self):
         conn = _connect(self.address)
         try:
-            got = conn.execute("SELECT pg_try_advisory_lock(%s)",
-                               (lock_key(self.address, self.pg_schema, self.table),)).fetchone()[0]
-            if not got:
-                raise StoreError(f"{self.display}: another skalign translate is writing this "
-                                 "table; wait for it to finish (or stop it, then run the same "
-                                 "command again to resume).")
+            _advisory_lock(conn, self.address, self.pg_schema, self.table)
             yield self
         finally:
             conn.close()  # ends the session, so releases the lock
@@ -526,7 +526,9 @@ class Writer(StoreWriter):
         vecs = _stack([r[self.src.vindex] for r in got])
         return vecs, [self.src.row(got, k) for k in range(len(got))]
 
-    def publish(self, replace):
+    def publish(self, replace, stamp=None):
+        """Rename the shadow into place, in one transaction with the backup's rename and the
+        shadow's stamp (``COMMENT``, marked :data:`PUBLISHING`)."""
         from psycopg import sql
 
         from ..exceptions import StoreExistsError
@@ -542,9 +544,18 @@ class Writer(StoreWriter):
                 self.conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(
                     self._named(self.table), sql.Identifier(bname)))
                 backup = self.address.with_name(self._table(bname))
+            if stamp is not None:
+                _comment(self.conn, self._shadow_id, pending_stamp(stamp, backup is not None))
+            kill_point("publishing")  # (rolled back with the transaction)
             self.conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(
                 self._shadow_id, sql.Identifier(self.table)))
+        self.publishing = True
         return backup
+
+    def end_publish(self, stamp):
+        """The stamp without its :data:`PUBLISHING` mark."""
+        with _mapped(self.display, "cannot stamp the output table"):
+            _comment(self.conn, self._named(self.table), final_stamp(stamp))
 
     def discard(self):
         """Drop the shadow; where the connection broke, on a new one (best effort: the error
@@ -630,8 +641,6 @@ def read_stamp(address):
 
 def write_stamp(address, stamp):
     """Record ``stamp`` as the table's ``COMMENT`` (a literal: never SQL)."""
-    import json
-
     from psycopg import sql
 
     conn = _connect(address)
@@ -639,8 +648,86 @@ def write_stamp(address, stamp):
         with _mapped(address, "cannot stamp the output table"):
             schema, table = _split(address.name, address)
             schema, _ = _schema_of(conn, schema, address)
-            conn.execute(sql.SQL("COMMENT ON TABLE {} IS {}").format(
-                sql.Identifier(schema, table),
-                sql.Literal(STAMP_PREFIX + json.dumps(stamp, sort_keys=True))))
+            _comment(conn, sql.Identifier(schema, table), stamp)
+    finally:
+        conn.close()
+
+
+def _comment(conn, ident, stamp):
+    """``stamp`` as the ``COMMENT`` of the table ``ident`` (a literal: never SQL)."""
+    import json
+
+    from psycopg import sql
+
+    conn.execute(sql.SQL("COMMENT ON TABLE {} IS {}").format(
+        ident, sql.Literal(STAMP_PREFIX + json.dumps(stamp, sort_keys=True))))
+
+
+def _advisory_lock(conn, address, schema, table):
+    """Take the output's advisory lock on ``conn``'s session, or fail at once."""
+    got = conn.execute("SELECT pg_try_advisory_lock(%s)",
+                       (lock_key(address, schema, table),)).fetchone()[0]
+    if not got:
+        raise StoreError(f"{address.display}: another skalign translate is writing this "
+                         "table; wait for it to finish (or stop it, then run the same "
+                         "command again to resume).")
+
+
+@contextmanager
+def recover_publish(address, match):
+    """Under the output's advisory lock: the table at ``address`` where its stamp is still
+    marked :data:`PUBLISHING` (a run killed after its publish committed) and satisfies
+    ``match``, as an :class:`~skalign._stores.journal.Interrupted` for the caller to finish;
+    ``None`` otherwise (another job's mark is removed here: its publish is complete). Nothing
+    can be half published: the publish is one transaction."""
+    import json
+
+    from psycopg import sql
+
+    try:
+        conn = _connect(address)
+    except StoreError:  # said again by the translation's own checks
+        yield None
+        return
+    try:
+        try:
+            with _mapped(address, "cannot read the output table's comment"):
+                given, table = _split(address.name, address)
+                schema, _ = _schema_of(conn, given, address)
+                oid = _table_oid(conn, schema, table)
+                text = None if oid is None else conn.execute(
+                    "SELECT obj_description(%s, 'pg_class')", (oid,)).fetchone()[0]
+        except StoreError:
+            text = None
+        try:
+            stamp = json.loads(text[len(STAMP_PREFIX):]) \
+                if text and text.startswith(STAMP_PREFIX) else None
+        except (ValueError, RecursionError):
+            stamp = None
+        if isinstance(stamp, dict) and isinstance(stamp.get(PUBLISHING), dict):
+            with _mapped(address, "cannot finish the output's publish"):
+                _advisory_lock(conn, address, schema, table)
+                fresh = conn.execute("SELECT obj_description(%s, 'pg_class')",
+                                     (oid,)).fetchone()[0]
+            if fresh != text:  # finished by another run meanwhile
+                stamp = None
+        if not isinstance(stamp, dict) or not isinstance(stamp.get(PUBLISHING), dict):
+            yield None
+            return
+        ident = sql.Identifier(schema, table)
+        backup = None
+        if stamp[PUBLISHING].get("backup"):
+            bname = derived_name(table, "backup")
+            backup = address.with_name(f"{given}.{bname}" if given else bname)
+
+        def finish(final):
+            with _mapped(address, "cannot stamp the output table"):
+                _comment(conn, ident, final)
+
+        if match(stamp):
+            yield Interrupted(stamp, backup, finish)
+        else:
+            finish(final_stamp(stamp))
+            yield None
     finally:
         conn.close()

@@ -1,6 +1,14 @@
 """The translation of a store: checks before anything is written, the streamed translation
-into the shadow, the verification, the publish and the provenance stamp; and the restore of a
+into the shadow, the verification, the publish with the provenance stamp; and the restore of a
 backup.
+
+Recoverable at every instant: a kill while the shadow is written leaves committed batches the
+same command resumes from; the stamp is recorded before the publish (with the shadow where the
+engine allows: a PostgreSQL ``COMMENT`` in the publish's transaction, Chroma's shadow metadata,
+Qdrant's sidecar or metadata bound to the shadow; a file store's journal, the sidecar written
+before the rename) and marked as a publish under way until every step after it is done, so
+that the same command run again after a kill between the publish and those steps finishes them
+(:func:`translate_store`, the backends' ``recover_publish``) and exits with the normal summary.
 
 Backends (:mod:`skalign._stores.registry`) provide readers and writers with the protocol of
 :mod:`skalign._stores.base`; this module only calls that protocol. Every store is an
@@ -26,8 +34,8 @@ from .address import FILE_KINDS, Address, parse_address
 from .backups import backup_address, is_backup
 from .base import ENCODE_DEPTH
 from .direct_io import BLOCK
-from .journal import fingerprint, model_fingerprint
-from .provenance import make_stamp, move_stamp, read_stamp, write_stamp
+from .journal import PUBLISHING, final_stamp, fingerprint, kill_point, model_fingerprint
+from .provenance import make_stamp, move_stamp, read_stamp
 from .registry import backend_module, reader_class, writer_class
 from .streaming import BatchTranslator, WriteBehind, blas_threads_beside
 from .verify import keep_sample, verification_positions, verify
@@ -186,7 +194,7 @@ def _check_backup_free(job):
 
 
 def prepare_translation(model, src, dst, *, column=None, batch_size=None, replace=False,
-                        force=False):
+                        force=False, model_fp=None):
     """Open ``src`` and check a translation into ``dst`` before anything is written.
 
     The one place where input format, vector column, output format, "output is the input",
@@ -194,6 +202,9 @@ def prepare_translation(model, src, dst, *, column=None, batch_size=None, replac
     output as input), the output's folder and the vectors' width against
     ``model.n_features_in_`` are checked; :func:`translate_store` and
     :func:`skalign.parallel.translate_parquet` both start here.
+
+    ``model_fp``: :func:`~skalign._stores.journal.model_fingerprint` of ``model`` where the
+    caller has it already.
 
     Returns
     -------
@@ -221,7 +232,7 @@ def prepare_translation(model, src, dst, *, column=None, batch_size=None, replac
         batch_size = _default_batch(dst.kind, d_in, d_out)
     job = Translation(src, dst, reader, dst.kind, d_in, d_out, batch_size,
                       column or reader.column or "vector")
-    model_fp = model_fingerprint(model)
+    model_fp = model_fingerprint(model) if model_fp is None else model_fp
     noop = _check_safety(model_fp, src, dst, reader, same, replace, force)
     exists = same or _output_exists(job)
     if exists and not replace:
@@ -246,19 +257,98 @@ def _default_batch(kind, d_in, d_out):
     return batch_size
 
 
+#: the fields of a stamp that describe the translation (:func:`make_stamp`); ``stamp_extra``
+#: adds others
+STAMP_FIELDS = ("skalign", "model", "source", "source_identity", "rows", "d_in", "d_out",
+                "written")
+
+
+def _check_extra(stamp_extra):
+    """``stamp_extra`` as a dict of JSON fields other than the stamp's own; ``ValueError``
+    otherwise (a programming error of the caller)."""
+    import json
+
+    if stamp_extra is None:
+        return {}
+    if not isinstance(stamp_extra, dict) or not all(isinstance(k, str) for k in stamp_extra):
+        raise ValueError("stamp_extra must be a dict with str keys")
+    clash = sorted(set(stamp_extra) & {*STAMP_FIELDS, PUBLISHING})
+    if clash:
+        raise ValueError(f"stamp_extra may not set the stamp's own fields {clash}")
+    try:
+        json.dumps(stamp_extra, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"stamp_extra must be JSON ({exc})") from None
+    return dict(stamp_extra)
+
+
+def _recover_publish(address):
+    """The backend's ``recover_publish`` (:func:`skalign._stores.shadow.recover_publish` for
+    the file stores)."""
+    if address.kind in FILE_KINDS:
+        from .shadow import recover_publish
+
+        return recover_publish
+    return backend_module(address).recover_publish
+
+
+def _finish_interrupted(model_fp, src, dst, extra, after_publish):
+    """Finish the publish of ``dst`` that a killed run left, if any: up to the output in place
+    with its stamp (whatever job it was), then, where it was this job (the same model and
+    source), the steps after the publish; return the result then (``None`` otherwise: the
+    translation goes on, another job's publish finished)."""
+    source_identity = repr(src.identity)
+
+    def same_job(stamp):
+        return stamp.get("model") == model_fp and stamp.get("source_identity") == source_identity
+
+    with _recover_publish(dst)(dst, same_job) as found:
+        if found is None:
+            return None
+        kill_point("published")
+        if after_publish is not None:
+            after_publish(dst)
+        found.finish(final_stamp({**found.stamp, **extra}))
+    rows = int(found.stamp.get("rows") or 0)
+    return TranslationResult(rows, str(found.backup) if found.backup is not None else None,
+                             rows)
+
+
 def translate_store(model, src, dst, *, column=None, batch_size=None, progress=False,
-                    replace=False, force=False):
+                    replace=False, force=False, stamp_extra=None, after_publish=None):
     """Stream the store ``src`` through ``model.transform`` into ``dst``; return the row count.
 
     The output is written in the shadow (a temporary file, table or collection), committed batch
     by batch, verified (row count; the rows of :func:`verification_positions`, rows a crashed
     run committed included, translated again from the input and compared together with their
-    ids and other fields), published under its name and stamped with its provenance. The same
-    call after a crash resumes from the last committed batch; a second concurrent call on the
-    same output fails at once. See :func:`skalign.io.translate` for the formats and guarantees.
+    ids and other fields), published under its name with its provenance stamp recorded before
+    (see the module's docstring). The same call after a crash resumes from the last committed
+    batch, or, after a crash during or after the publish, finishes the publish and the steps
+    after it (the result then says ``resumed_from`` = every row); a second concurrent call on
+    the same output fails at once. See :func:`skalign.io.translate` for the formats and
+    guarantees.
+
+    Parameters
+    ----------
+    stamp_extra : dict, default=None
+        More fields of the output's stamp (JSON; not the stamp's own fields, ``STAMP_FIELDS``),
+        recorded with the rest before the publish: e.g. ``skalign migrate``'s ``migration``
+        record. A rerun that finishes an interrupted publish merges its own ``stamp_extra``
+        over the recorded one. Unused when nothing is to be done (``noop``).
+    after_publish : callable, default=None
+        ``after_publish(dst)`` (the output's :class:`Address`): steps of the caller's after the
+        output is in place, e.g. per-row marks, done before the publish's record is removed. A
+        kill or an error in it leaves the record: the same call run again finishes the publish
+        and calls it again, so it must be harmless to repeat.
     """
+    src, dst = parse_address(src), parse_address(dst, output=True)
+    extra = _check_extra(stamp_extra)
+    model_fp = model_fingerprint(model)
+    done = _finish_interrupted(model_fp, src, dst, extra, after_publish)
+    if done is not None:
+        return done
     job = prepare_translation(model, src, dst, column=column, batch_size=batch_size,
-                              replace=replace, force=force)
+                              replace=replace, force=force, model_fp=model_fp)
     if job.noop is not None:
         return TranslationResult(0, noop=job.noop)
     reader, batch_size = job.reader, job.batch_size
@@ -287,17 +377,21 @@ def translate_store(model, src, dst, *, column=None, batch_size=None, progress=F
             behind.wait()
             n = writer.finish()
             verify(job, writer, model, n, sample, kept)
-            backup = _as_address(job.dst, writer.publish(replace))
-            if backup is not None:
-                move_stamp(job.dst, backup)
-            write_stamp(job.dst, make_stamp(job.model_fp, job.src, reader.n_rows, job.d_in,
-                                            job.d_out))
+            stamp = {**extra, **make_stamp(job.model_fp, job.src, reader.n_rows, job.d_in,
+                                           job.d_out)}
+            backup = _as_address(job.dst, writer.publish(replace, stamp))
+            kill_point("published")
+            if after_publish is not None:
+                after_publish(job.dst)
+            writer.end_publish(stamp)
         except StoreError as exc:
             batches.close()  # a reader may hold a file, a server-side read, a read-ahead thread
             behind.close()
             writer.close()
-            if not isinstance(exc, StoreConnectionError):  # a lost server: resumable
-                writer.discard()  # bad data or a failed verification: nothing is resumable
+            # a lost server: resumable; a publish under way: finished by the rerun; otherwise
+            # bad data or a failed verification: nothing is resumable
+            if not isinstance(exc, StoreConnectionError) and not writer.publishing:
+                writer.discard()
             raise
         finally:
             batches.close()

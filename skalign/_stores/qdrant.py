@@ -21,6 +21,15 @@ two, with the aliases. On a server the stamp is JSON text under the key ``skalig
 collection's metadata (Qdrant 1.16 on; older servers and clients keep none), and travels with
 the collection behind the aliases.
 
+The translation's stamp is written before the alias switch that publishes it: a local
+folder's sidecar of ``OUTPUT`` bound to the shadow (valid once ``OUTPUT`` resolves to it; the
+replaced output's stamp written first for the backup's name, bound to its collection), a
+server's in the shadow's metadata; it is marked :data:`~skalign._stores.journal.PUBLISHING`
+until the steps after the publish are done, so that the same command run again after a kill
+at any instant finishes them (:func:`recover_publish`). A backup copy
+(``OUTPUT_skalign_backup_<job>``) is never dropped as a leftover: it may be the only copy of a
+replaced collection.
+
 Reading never creates anything: a folder without Qdrant's ``meta.json`` or a collection it does
 not list is refused before a client is opened (a client creates ``meta.json`` and ``.lock``). An
 output's new folder is created when its translation starts (:meth:`Writer.lock`). Errors of
@@ -33,6 +42,8 @@ from __future__ import annotations
 import atexit
 import inspect
 import json
+import re
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -47,6 +58,7 @@ from .dbcommon import (
     shadow_name,
     shadow_prefix,
 )
+from .journal import PUBLISHING, Interrupted, final_stamp, kill_point, pending_stamp
 from .qdrant_names import (
     _EDGE,
     FOLDER,
@@ -54,20 +66,20 @@ from .qdrant_names import (
     STAMP_KEY,
     _catalogue,
     _check_store,
-    _drop_sidecar,
     _edge,
     _edges,
     _is_store,
     _move_sidecar,
     _not_found,
     _one_line,
+    _sidecar,
     _write_sidecar,
     check_name,
     sidecar_stamp,
 )
 
-__all__ = ["STAMP_FOLDER", "STAMP_KEY", "Reader", "Writer", "read_stamp", "restore",
-           "write_stamp"]
+__all__ = ["STAMP_FOLDER", "STAMP_KEY", "Reader", "Writer", "read_stamp", "recover_publish",
+           "restore", "write_stamp"]
 
 _CLIENTS = {}
 
@@ -420,10 +432,15 @@ class Writer(StoreWriter):
         return _exists(self.client, self.address.name)
 
     def _drop_leftovers(self, keep=None):
+        """Drop the shadows of other jobs; never a backup copy (``OUTPUT_skalign_backup_<job>``,
+        which a run killed between dropping the replaced collection and the alias switch left
+        with no alias: the only copy of that collection)."""
         live = set(_aliases(self.client).values())
         prefix = shadow_prefix(self.address.name)
+        copies = backup_name(self.address.name) + "_"
         for c in self.client.get_collections().collections:
-            if c.name.startswith(prefix) and c.name != keep and c.name not in live:
+            if c.name.startswith(prefix) and c.name != keep and c.name not in live \
+                    and not c.name.startswith(copies):
                 self.client.delete_collection(c.name)
 
     def begin(self, fp):
@@ -500,25 +517,42 @@ class Writer(StoreWriter):
             raise StoreError(f"{self.display}: copying {name} for the backup lost points; "
                              "nothing was replaced.")
 
-    def publish(self, replace):
+    def publish(self, replace, stamp=None):
+        """The stamps first (the replaced output's for the backup's name; this one's, marked
+        :data:`PUBLISHING`, bound to the shadow), then the backup (an alias, or a copy of a
+        real collection, which is then dropped), then one alias switch."""
         m, name = self.models, self.address.name
         bname = backup_name(name)
         aliases = _aliases(self.client)
         ops, backup, drop = [], None, []
-        # the local mode's stamp of the output, which becomes the backup's
-        stamp = _sidecar_stamp(self.address, name) if self.address.path is not None else None
-        old = None
-        if name in aliases or self.client.collection_exists(name):
-            if not replace:
-                raise StoreError(f"{self.display}: exists; pass --replace.")
-            if name in aliases:
-                old = aliases[name]
-            else:  # a real collection: copied, then dropped so that the name can be an alias
-                old = f"{bname}_{self.shadow.rsplit('_', 1)[1]}"
+        local = self.address.path is not None
+        exists = name in aliases or self.client.collection_exists(name)
+        if exists and not replace:
+            raise StoreError(f"{self.display}: exists; pass --replace.")
+        # the replaced collection: an alias's target, or the copy a real collection gets
+        old = (aliases[name] if name in aliases else f"{bname}_{self.shadow.rsplit('_', 1)[1]}") \
+            if exists else None
+        if local and exists:  # its stamp, for the backup's name (valid once that resolves to
+            # it; read back from there where an interrupted run wrote it already)
+            _move_sidecar(self.address, bname, old, sidecar_stamp(
+                self.address, name, old if name in aliases else name)
+                or sidecar_stamp(self.address, bname, old))
+        if stamp is not None:
+            mark = pending_stamp(stamp, exists)
+            if local:  # valid once the name resolves to the shadow
+                _write_sidecar(self.address, name, self.shadow, mark)
+            else:
+                _server_stamp(self.client, self.shadow, mark)
+        self.publishing = True
+        kill_point("publishing")
+        if exists:
+            if name not in aliases:  # a real collection: copied, then dropped so that the name
+                # can be an alias
                 if self.client.collection_exists(old):
                     self.client.delete_collection(old)
                 self._copy(name, old)
                 self.client.delete_collection(name)
+                kill_point("backed-up")
             if bname in aliases:
                 ops.append(m.DeleteAliasOperation(delete_alias=m.DeleteAlias(alias_name=bname)))
                 if aliases[bname] not in (old, self.shadow):
@@ -531,13 +565,13 @@ class Writer(StoreWriter):
         ops.append(m.CreateAliasOperation(create_alias=m.CreateAlias(
             collection_name=self.shadow, alias_name=name)))
         self.client.update_collection_aliases(change_aliases_operations=ops)
-        if self.address.path is not None:  # the stamps follow their collections' names
-            _drop_sidecar(self.address, name)  # the pipeline stamps the new output
-            if backup is not None:
-                _move_sidecar(self.address, bname, old, stamp)
         for c in drop:  # the backup of an earlier --replace: one backup is kept
             self.client.delete_collection(c)
         return backup
+
+    def end_publish(self, stamp):
+        """The output's stamp without its :data:`PUBLISHING` mark."""
+        _finish_stamp(self.client, self.address, self.shadow, final_stamp(stamp))
 
     def discard(self):
         if getattr(self, "shadow", None) and self.client.collection_exists(self.shadow):
@@ -616,12 +650,125 @@ def write_stamp(address, stamp):
         _write_sidecar(address, address.name, target, stamp)
         return
     client = _client(address)
+    _server_stamp(client, _aliases(client).get(address.name, address.name), stamp)
+
+
+def _server_stamp(client, collection, stamp):
+    """A server's ``stamp`` in the metadata of ``collection`` (nothing where the client or the
+    server has no collection metadata)."""
     if not _supports_metadata(client):
         return
-    target = _aliases(client).get(address.name, address.name)
     try:
-        client.update_collection(target, metadata={STAMP_KEY: json.dumps(stamp, sort_keys=True)})
+        client.update_collection(collection,
+                                 metadata={STAMP_KEY: json.dumps(stamp, sort_keys=True)})
     except Exception as exc:
         if getattr(exc, "status_code", None) in (400, 422):  # a server without metadata
             return
         raise
+
+
+def _finish_stamp(client, address, collection, stamp):
+    """``stamp`` as the output's, ``collection`` the one its name resolves to."""
+    if address.path is not None:
+        _write_sidecar(address, address.name, collection, stamp)
+    else:
+        _server_stamp(client, collection, stamp)
+
+
+def _marked(stamp):
+    return stamp if isinstance(stamp, dict) and isinstance(stamp.get(PUBLISHING), dict) \
+        else None
+
+
+def _local_pending(address):
+    """``(shadow, stamp)`` of a local folder's sidecar of the output where its stamp is marked
+    :data:`PUBLISHING` and bound to one of the output's shadows, else ``None`` (read without
+    a client)."""
+    try:
+        with open(_sidecar(address, address.name), "rb") as f:
+            doc = json.loads(f.read(1 << 16))
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(doc, dict) or doc.get("name") != address.name:
+        return None
+    shadow, stamp = doc.get("collection"), _marked(doc.get("stamp"))
+    if stamp is None or not isinstance(shadow, str) or not _is_shadow(address, shadow):
+        return None
+    return shadow, stamp
+
+
+def _is_shadow(address, name):
+    prefix = shadow_prefix(address.name)
+    return name.startswith(prefix) and re.fullmatch("[0-9a-f]{12}", name[len(prefix):]) is not None
+
+
+def _server_pending(client, address):
+    """``{shadow: stamp}`` of the output's shadows on a server whose stamps are marked
+    :data:`PUBLISHING`."""
+    found = {}
+    for c in client.get_collections().collections:
+        if _is_shadow(address, c.name):
+            metadata = getattr(client.get_collection(c.name).config, "metadata", None) or {}
+            try:
+                stamp = _marked(json.loads(metadata.get(STAMP_KEY) or "null"))
+            except (TypeError, ValueError, AttributeError, RecursionError):
+                stamp = None
+            if stamp is not None:
+                found[c.name] = stamp
+    return found
+
+
+@contextmanager
+@_edge
+def recover_publish(address, match):
+    """Under the output's lock, finish a publish a killed run left (the stamp bound to a shadow
+    and marked :data:`PUBLISHING`): where the output's name resolves to nothing (a real
+    collection replaced was dropped after its copy), the alias switch is done (the backup's
+    alias to the copy, the name's to the shadow). Yield an
+    :class:`~skalign._stores.journal.Interrupted` where the output's name resolves to that
+    shadow and the stamp satisfies ``match`` (the caller finishes), else ``None`` (another
+    job's publish is finished here)."""
+    local = address.path is not None
+    if local and (not _is_store(address.path) or _local_pending(address) is None):
+        yield None  # the common case: one file read, no lock, no client
+        return
+    from qdrant_client import models as m
+
+    name, bname = address.name, backup_name(address.name)
+    with FOLDER.writer_lock(address):
+        client = _client(address)
+        if local:
+            got = _local_pending(address)
+            found = {got[0]: got[1]} if got and client.collection_exists(got[0]) else {}
+        else:
+            found = _server_pending(client, address)
+        aliases = _aliases(client)
+        target = aliases.get(name) or (name if client.collection_exists(name) else None)
+        if target is None and found:
+            shadow = next((c for c, st in found.items() if match(st)), next(iter(found)))
+            old = f"{bname}_{shadow.rsplit('_', 1)[1]}"
+            ops = []
+            if client.collection_exists(old) and old not in aliases.values():
+                if bname in aliases:
+                    ops.append(m.DeleteAliasOperation(delete_alias=m.DeleteAlias(
+                        alias_name=bname)))
+                ops.append(m.CreateAliasOperation(create_alias=m.CreateAlias(
+                    collection_name=old, alias_name=bname)))
+            ops.append(m.CreateAliasOperation(create_alias=m.CreateAlias(
+                collection_name=shadow, alias_name=name)))
+            client.update_collection_aliases(change_aliases_operations=ops)
+            target = shadow
+        stamp = found.get(target)
+        if stamp is None:
+            yield None
+            return
+        backup = address.with_name(bname) if stamp[PUBLISHING].get("backup") else None
+
+        def finish(final):
+            _finish_stamp(client, address, target, final)
+
+        if match(stamp):
+            yield Interrupted(stamp, backup, finish)
+        else:
+            finish(final_stamp(stamp))
+            yield None

@@ -5,6 +5,14 @@ atomic), committed about every ``COMMIT_SECONDS`` (the data fsynced, then a fsyn
 beside it saying how far it reaches), and renamed into place when complete; ``--replace`` keeps
 the previous output as ``STEM-skalign-backup SUFFIX``.
 
+The publish (:meth:`FileShadow.publish`) is recorded in the journal before its first step (the
+phase, the stamp, whether an existing output goes to the backup), each step done so that doing
+it again is harmless, and the journal removed only when every step after it is done
+(:func:`end_publish`): a kill at any instant leaves a journal that the same command, run again,
+finishes from (:func:`recover_publish`) — the backup moved with its stamp, the stamp written
+beside the output before the output is renamed into place (never an output without its stamp,
+nor one with another's), the shadow's other files removed.
+
 The shadow is created with the permission bits of the source (and, under ``--replace``, no
 looser than those of the output it replaces; :meth:`FileShadow.file_mode`), so that a private
 source never has a world-readable translation, not even while it is written. Every name the
@@ -15,6 +23,7 @@ first, never written through.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -25,10 +34,26 @@ from pathlib import Path
 from ..exceptions import StoreError, StoreExistsError
 from .backups import backup_address
 from .base import StoreWriter
-from .journal import CommitClock, FileLock, fsync_dir, read_journal
+from .journal import (
+    CommitClock,
+    FileLock,
+    Interrupted,
+    fsync_dir,
+    kill_point,
+    read_journal,
+    write_durably,
+    write_journal,
+)
 
-__all__ = ["FileShadow", "atomic_file", "check_parent", "create_file", "open_file",
-           "output_modes", "remove_path", "replace_path", "swap_paths", "tmp_sibling"]
+__all__ = ["PUBLISH_PHASES", "FileShadow", "atomic_file", "check_parent", "create_file",
+           "end_publish", "journal_path", "open_file", "output_modes", "recover_publish",
+           "remove_path", "replace_path", "swap_paths", "tmp_sibling"]
+
+#: The phases of a publish in a file store's journal: ``publish`` (the stamp recorded, the
+#: existing output being moved to the backup with its stamp) and ``moved`` (no output in the
+#: way: the stamp is written beside the output, then the shadow renamed into place). The journal
+#: stays until the steps after the publish are done (:func:`end_publish`).
+PUBLISH_PHASES = ("publish", "moved")
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
@@ -125,6 +150,11 @@ def lock_path(path):
     return path.with_name(f".{path.name}.skalign-lock")
 
 
+def journal_path(path):
+    """The journal of the shadow of the file store at ``path``."""
+    return path.with_name(f".{path.name}.skalign-journal")
+
+
 def restore_file(address):
     """Swap a file store and its backup (``skalign restore``); return the backup's address."""
     backup = backup_address(address)
@@ -177,7 +207,7 @@ class FileShadow(StoreWriter):
         self.address, self.job, self.path = address, job, address.path
         name, suffix = self.path.name, self.suffix
         self.partial = self.path.with_name(f".{name}.skalign-partial{suffix}")
-        self.journal = self.path.with_name(f".{name}.skalign-journal")
+        self.journal = journal_path(self.path)
         self.lock_path = lock_path(self.path)
         self.backup = backup_address(address).path
         self.display = str(address)
@@ -239,23 +269,153 @@ class FileShadow(StoreWriter):
             return None
         return state
 
-    def publish(self, replace):
-        """Rename the shadow to the output; an existing output becomes the backup."""
-        backup = None
-        if self.path.exists() or self.path.is_symlink():
+    def publish(self, replace, stamp=None):
+        """Rename the shadow to the output with ``stamp`` beside it; an existing output becomes
+        the backup, with its stamp. The steps are recorded in the journal first (phase
+        ``publish``, or ``moved`` where no output is in the way) and the journal stays until
+        :func:`end_publish`: a rerun after a kill finishes them (:func:`recover_publish`)."""
+        had = os.path.lexists(self.path)
+        if had:
             if not replace:  # checked before starting; re-checked in case it appeared since
                 raise StoreError(f"{self.path}: exists; pass --replace (keeps it as a backup).")
-            if self.backup.exists() or self.backup.is_symlink():  # never dropped (checked
-                # before starting too): it may hold the only copy of earlier data
+            if os.path.lexists(self.backup):  # never dropped (checked before starting too):
+                # it may hold the only copy of earlier data
                 raise StoreExistsError(f"{self.path}: its backup {self.backup.name} exists; "
                                        "remove or restore it first.")
-            os.rename(self.path, self.backup)
-            backup = self.backup
-        os.rename(self.partial, self.path)
-        fsync_dir(self.path.parent)
-        self.journal.unlink(missing_ok=True)
-        return backup
+        state = read_journal(self.journal) or {}
+        mine = (self.partial, self.journal, self.journal.with_name(self.journal.name + ".new"))
+        state.update(phase="publish" if had else "moved", stamp=stamp, backup=had,
+                     partial=self.partial.name,
+                     extra=sorted(p.name for p in self.leftovers()
+                                  if p not in mine and "skalign-partial" in p.name))
+        write_journal(self.journal, **state)
+        self.publishing = True
+        kill_point("publishing")
+        backup = _publish_steps(self.address, state)
+        return None if backup is None else backup.path
 
+    def end_publish(self, stamp=None):
+        """The publish's last step (:func:`end_publish`): the journal removed."""
+        end_publish(self.address)
+
+
+def _sibling(path, name):
+    """``name`` (read from a journal) beside ``path``: a plain name of a shadow's file, or
+    ``None``."""
+    if not isinstance(name, str) or not name or "/" in name or "\\" in name or "\0" in name \
+            or name in (".", "..") or "skalign-partial" not in name:
+        return None
+    return path.with_name(name)
+
+
+def _write_sidecar(address, stamp, like):
+    """``stamp`` as the sidecar of the file store at ``address`` (durably), with the read and
+    write bits of ``like`` (the output, or its shadow before it is renamed)."""
+    from .provenance import sidecar_path
+
+    path = sidecar_path(address)
+    write_durably(path, json.dumps(stamp, sort_keys=True).encode())
+    try:
+        os.chmod(path, os.stat(like).st_mode & 0o666)
+    except OSError:
+        pass
+
+
+def _publish_steps(address, state):
+    """Do the publish the journal's ``state`` describes, from where it stands (each step is
+    harmless to do again); return the backup's address (``None``: none kept)."""
+    from .provenance import sidecar_path
+
+    path, journal = address.path, journal_path(address.path)
+    backup = backup_address(address)
+    partial = _sibling(path, state.get("partial"))
+    if partial is None:
+        raise StoreError(f"{path}: its journal {journal.name} is not one skalign wrote; remove "
+                         "it and the hidden .skalign-partial files beside it, then run again.")
+    if state.get("phase") == "publish":
+        if state.get("backup"):
+            if os.path.lexists(path) and os.path.lexists(partial):  # not moved yet
+                if os.path.lexists(backup.path):
+                    raise StoreExistsError(f"{path}: its backup {backup.path.name} exists; "
+                                           "remove or restore it first.")
+                # a stamp where the backup goes is an older backup's (the backup is new)
+                remove_path(sidecar_path(backup))
+                os.rename(path, backup.path)
+                fsync_dir(path.parent)
+                kill_point("backed-up")
+            if os.path.lexists(sidecar_path(address)):  # the replaced output's own stamp
+                os.replace(sidecar_path(address), sidecar_path(backup))
+                fsync_dir(path.parent)
+        state["phase"] = "moved"
+        write_journal(journal, **state)
+    if os.path.lexists(partial):
+        if os.path.islink(partial):  # planted since: never renamed into place
+            raise StoreError(f"{path}: a link is where its translation was ({partial.name}); "
+                             "nothing was published. Remove it, then run the same command "
+                             "again.")
+        if os.path.lexists(path):
+            raise StoreError(f"{path}: something was created at OUTPUT while the translation "
+                             "was being published; move it away, then run the same command "
+                             "again to finish.")
+        if isinstance(state.get("stamp"), dict):  # beside it before it is there
+            _write_sidecar(address, state["stamp"], like=partial)
+        os.rename(partial, path)
+        fsync_dir(path.parent)
+    for name in state.get("extra") or ():
+        other = _sibling(path, name)
+        if other is not None:
+            remove_path(other)
+    return backup if state.get("backup") else None
+
+
+def _publishing(state):
+    return isinstance(state, dict) and state.get("phase") in PUBLISH_PHASES
+
+
+@contextmanager
+def recover_publish(address, match):
+    """Finish, under the output's lock, a publish of the file store at ``address`` that a
+    killed run left (its journal in a :data:`PUBLISH_PHASES` phase), up to the output in place
+    with its stamp. Yield an :class:`~skalign._stores.journal.Interrupted` where that publish's
+    stamp satisfies ``match`` (the same command: the caller does the steps after the publish,
+    then its ``finish``), else ``None`` (nothing was interrupted; or another job's publish,
+    finished here for that job, the journal removed)."""
+    path = address.path
+    journal = journal_path(path)
+    if not _publishing(read_journal(journal)):  # the common case: no lock taken
+        yield None
+        return
+    with FileLock(lock_path(path), str(address)):
+        state = read_journal(journal)
+        partial = _sibling(path, state.get("partial")) if _publishing(state) else None
+        if not _publishing(state) or journal.is_symlink():
+            yield None
+            return
+        if partial is not None and not os.path.lexists(partial) \
+                and not os.path.lexists(path):  # nothing left to publish: start afresh
+            remove_path(journal)
+            yield None
+            return
+        backup = _publish_steps(address, state)
+        stamp = state.get("stamp")
+        if isinstance(stamp, dict) and match(stamp):
+            yield Interrupted(stamp, backup,
+                              lambda final: end_publish(address, final, like=path))
+        else:
+            end_publish(address)
+            yield None
+
+
+def end_publish(address, stamp=None, like=None):
+    """The last step of a file store's publish: ``stamp`` (where given) written beside the
+    output, then the journal removed."""
+    if stamp is not None:
+        _write_sidecar(address, stamp, like=address.path if like is None else like)
+    journal = journal_path(address.path)
+    for p in (journal, journal.with_name(journal.name + ".new")):
+        if os.path.lexists(p):
+            os.unlink(p)
+    fsync_dir(address.path.parent)
 
 
 def swap_paths(a, b):
