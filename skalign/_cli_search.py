@@ -28,6 +28,12 @@ TEXTS (--text-field):
   a column (Parquet, LanceDB, PostgreSQL), a metadata or payload key (Chroma, Qdrant), or,
   for .npy and FAISS stores, a text file with row i's text on line i (.txt or .jsonl);
   default: Chroma's documents, else a text, else a document field
+NORMALIZE:
+  yes: the query and candidate texts' vectors scaled to unit length; no: the encoder's raw
+  output; auto (default): yes when STORE ranks by inner product or L2 distance (where a
+  vector's length changes the ranking), else (cosine) the encoder's own output. Give the same
+  choice as the migration that wrote STORE (`skalign info STORE` says which it was). SPEC may
+  carry it too: SPEC?normalize=yes. Query vectors given as .npy are used as they are.
 WRITE-BACK:
   Each candidate's text is encoded once (--encode-cache keeps the vectors across runs), its vector
   written back as the row's final vector, provenance encoded:<fingerprint>; databases in place,
@@ -73,7 +79,11 @@ def add_search_command(sub, positive_int):
     p.add_argument("--provenance-key", metavar="NAME", help="the column, metadata or payload "
                    "key of each row's provenance (default: skalign_vector; a key holding data "
                    "skalign did not write is refused before any work)")
-    p.add_argument("--quiet", action="store_true", help="no summary line")
+    p.add_argument("--normalize", choices=("auto", "yes", "no"), default=None,
+                   help="unit-length encoded vectors (yes), the raw output (no), or what the "
+                   "store's metric needs (auto, the default; see NORMALIZE)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars (they show on a "
+                   "terminal only) and no summary line")
     return p
 
 
@@ -199,6 +209,8 @@ def check_output(args, candidates_file):
 
 
 def cmd_search(args, out):
+    from ._cli_migrate import choose_normalize, normalize_line
+    from ._console import stage
     from .encoders import CachedEncoder, EncodeCache, load_encoder
     from .search import Searcher
 
@@ -215,10 +227,14 @@ def cmd_search(args, out):
     queries = read_queries(args.queries)
     options = {k: v for k, v in (("id_field", args.id_field), ("metric", args.metric))
                if v is not None}
-    encoder = CachedEncoder(load_encoder(args.encoder), cache=EncodeCache(args.encode_cache))
+    spec, unit, _, why = choose_normalize(args, args.store, "STORE", options)
+    progress = not args.quiet
+    with stage(f"loading the encoder {spec}", progress):
+        encoder = CachedEncoder(load_encoder(spec, normalize=unit),
+                                cache=EncodeCache(args.encode_cache))
     with Searcher(args.store, encoder, k_candidates=candidates, text_field=args.text_field,
                   column=args.column, write_back=not args.no_write_back,
-                  provenance_key=args.provenance_key, **options) as s:
+                  provenance_key=args.provenance_key, progress=progress, **options) as s:
         result = s.search(queries, k=args.k)
     write_results(args.output, result, overwrite=args.overwrite, mode=mode)
     if not args.quiet:
@@ -226,4 +242,5 @@ def cmd_search(args, out):
         out(f"{st.queries} queries, {s.k_candidates_} candidates each: {st.encoded} texts "
             f"encoded ({st.encoded / max(st.queries, 1):.1f} per query), {st.written} rows "
             f"written back; results in {args.output}")
+        out(normalize_line(encoder, why))
     return 0

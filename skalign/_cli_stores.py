@@ -182,6 +182,9 @@ def cmd_info(args, out):
         from ._migrate import count_provenance
 
         info["vectors"] = count_provenance(args.address)
+    migration = stamp.get("migration") if isinstance(stamp, dict) else None
+    if isinstance(migration, dict):
+        info["lengths"] = vector_lengths(args.address)
     if args.json:  # json.dumps escapes every control character (and all non-ASCII)
         out(json.dumps(info, sort_keys=True))
         return 0
@@ -199,15 +202,68 @@ def cmd_info(args, out):
     rows = info.get("vectors")
     if rows and rows["encoded"]:
         share = rows["encoded"] / max(rows["rows"], 1)
+        rest = ("; every row does: none is a translation" if rows["encoded"] == rows["rows"]
+                else f"; {rows['translated']} hold translations" if rows["translated"] else "")
         say(f"{rows['encoded']} of {rows['rows']} rows ({share:.1%}) hold their text's vector "
-            f"by the new encoder (encoder {', '.join(rows['encoders'])}); the others are "
-            "translations")
+            f"by the new encoder (encoder {', '.join(rows['encoders'])}){rest}")
+    elif rows and rows["translated"] and isinstance(migration, dict):
+        say(f"none of the {rows['rows']} rows holds its text's vector by the new encoder: "
+            f"{rows['translated']} hold translations")
     if rows and rows.get("stale"):
         say(f"{rows['stale']} rows are marked encoded but their text, text field or encoder "
             "changed since: they count as translations")
-    migration = stamp.get("migration")
-    if migration and migration.get("method"):
+    if isinstance(migration, dict):
+        say(_normalize_line(migration.get("normalize"), info.get("lengths")))
+    others = rows is None or rows["translated"] or rows["stale"]
+    if isinstance(migration, dict) and migration.get("method") and others:
         est = migration.get("estimate") or {}
         say(f"migrated: the other rows translated by {migration['method']}, estimated "
             f"recall@10 {est.get('recall_at_10')} at {est.get('store_size')} rows")
     return 0
+
+
+#: rows read to measure the vectors' lengths in ``skalign info``
+LENGTH_SAMPLE = 2048
+
+
+def vector_lengths(address):
+    """Mean L2 norm of the encoded rows and of the other rows (translated or stale) of a live
+    store, over up to :data:`LENGTH_SAMPLE` rows spread evenly over it:
+    ``{"sampled", "encoded", "translated"}`` (a mean ``None`` where the sample has no such
+    row); ``None`` when the store cannot be read live."""
+    import numpy as np
+
+    from ._stores import open_live
+    from ._stores.live import parse_mark
+    from .exceptions import StoreError
+
+    try:
+        with open_live(address) as store:
+            ids = list(store.ids())
+            if not ids:
+                return None
+            pick = np.unique(np.linspace(0, len(ids) - 1, min(len(ids), LENGTH_SAMPLE))
+                             .astype(np.int64))
+            rows = store.fetch([ids[i] for i in pick])
+    except StoreError:
+        return None
+    norms = np.linalg.norm(np.asarray(rows.vectors, dtype=np.float64), axis=1)
+    encoded = np.array([getattr(parse_mark(p), "kind", None) == "encoded"
+                        for p in rows.provenance], dtype=bool)
+    return {"sampled": int(len(norms)),
+            "encoded": round(float(norms[encoded].mean()), 4) if encoded.any() else None,
+            "translated": round(float(norms[~encoded].mean()), 4) if (~encoded).any() else None}
+
+
+def _normalize_line(recorded, lengths):
+    """How a migrated store's encoded vectors were normalised (its stamp), and the lengths
+    its rows have."""
+    said = {"yes": "yes (unit vectors)", "no": "no (the encoder's raw output)",
+            "own": "the encoder's own output"}.get(recorded, "not recorded (a migration by an "
+                                                             "earlier skalign)")
+    line = f"normalize: {said}"
+    if lengths:
+        parts = [f"{name} rows {lengths[name]:.3f}" for name in ("encoded", "translated")
+                 if lengths[name] is not None]
+        line += (f"; mean vector length over {lengths['sampled']} rows: " + ", ".join(parts))
+    return line

@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
+from ._console import stage
 from ._migrate_choice import centre_rows, choose_rows
 from ._migrate_rows import ExactRowsModel
 from .exceptions import MigrationRefused, StoreError
@@ -279,17 +280,19 @@ def migrate_store(source, output, encoder, budget, *, text_field=None, column=No
         job.text_field = _text_field(src, ids[0], text_field, job.src)
         if continue_:
             return _continue(job, src, ids, int(budget))
-        pos = centre_rows(lambda rows: _read_old(src, [ids[i] for i in rows]), len(ids),
-                          int(budget), random_state=random_state)
+        with stage(f"choosing {budget} of {len(ids)} rows", progress):
+            pos = centre_rows(lambda rows: _read_old(src, [ids[i] for i in rows]), len(ids),
+                              int(budget), random_state=random_state)
         if len(pos) < 2:
             raise ValueError(f"budget={budget}: at least 2 rows must be encoded to fit a map")
         if len(pos) == len(ids):
             raise ValueError(f"budget={budget} covers all {len(ids)} rows: re-embed the store "
                              "instead (nothing would be translated)")
         X, Y, texts = _encode_rows(job, src, [ids[i] for i in pos])
-    _, method, model, estimate = _plan_and_fit(
-        X, Y, len(ids), min_recall=min_recall, anyway=anyway, methods=methods,
-        random_state=random_state)
+    with stage(f"planning and fitting a map on {len(X)} encoded rows", progress):
+        _, method, model, estimate = _plan_and_fit(
+            X, Y, len(ids), min_recall=min_recall, anyway=anyway, methods=methods,
+            random_state=random_state)
     fp = _model_fingerprint(method, X, Y)
     stamp = _stamp_or_none(job.out)
     translated = 0
@@ -408,12 +411,14 @@ def _stamp_or_none(address):
 
 def _record(job, fp, method, n_encoded, n_rows, estimate):
     from ._stores.provenance import read_stamp, write_stamp
+    from .encoders._spec import normalize_label
 
     stamp = read_stamp(job.out) or {}
     stamp["migration"] = {"encoder": job.enc.fingerprint, "map": fp, "method": method,
                           "encoded_rows": int(n_encoded), "rows": int(n_rows),
                           "estimate": estimate, "random_state": job.random_state,
-                          "text_field": job.text_field}
+                          "text_field": job.text_field,
+                          "normalize": normalize_label(job.enc)}
     write_stamp(job.out, stamp)
 
 
@@ -461,9 +466,10 @@ def _continue(job, src, ids, budget):
         _record(job, "", None, len(encoded), len(ids), {})
         return MigrationResult(str(job.out), len(ids), job.n_encoded, int(len(encoded)),
                                None, {}, 0, "complete")
-    _, method, model, estimate = _plan_and_fit(
-        X, Y, len(ids), min_recall=job.min_recall, anyway=True, methods=job.methods,
-        random_state=job.random_state)
+    with stage(f"planning and fitting a map on {len(X)} encoded rows", job.progress):
+        _, method, model, estimate = _plan_and_fit(
+            X, Y, len(ids), min_recall=job.min_recall, anyway=True, methods=job.methods,
+            random_state=job.random_state)
     fp = _model_fingerprint(method, X, Y)
     before = stamp["migration"].get("estimate", {}).get("recall_at_10", -1.0)
     better = estimate["recall_at_10"] > before

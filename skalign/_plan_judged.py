@@ -121,6 +121,43 @@ def ndcg_per_query(ranked, qrels, queries, k):
     return out
 
 
+def judged_rows(qrels, n_queries, n_pairs):
+    """The judged query rows (those with a positive label), sorted; a :class:`ValueError` when
+    a query row is not one of the ``n_queries`` judged queries, a document row not one of the
+    ``n_pairs`` pairs, or no query has a positive label."""
+    queries = sorted(q for q, rel in qrels.items() if any(r > 0 for r in rel.values()))
+    for q in queries:
+        if not 0 <= q < n_queries:
+            raise ValueError(f"qrels: query row {q} is out of range: there are {n_queries} "
+                             f"judged queries (rows 0 to {n_queries - 1}).")
+        bad = next((d for d in qrels[q] if not 0 <= d < n_pairs), None)
+        if bad is not None:
+            raise ValueError(f"qrels: document row {bad} (query {q}) is out of range: doc rows "
+                             f"index the {n_pairs} pairs (rows 0 to {n_pairs - 1}).")
+    if not queries:
+        raise ValueError("qrels: no query has a positive relevance label.")
+    return queries
+
+
+def check_judged(queries, qrels, X, Y):
+    """The judged queries ``(QA, QB)`` checked against the pairs ``X``, ``Y`` and the qrels
+    before any work: row-aligned, as wide as the pairs, every labelled row in range
+    (:func:`judged_rows`). Raises :class:`ValueError` naming what is wrong."""
+    from sklearn.utils import check_array
+
+    if queries is None or len(queries) != 2:
+        raise ValueError("qrels need the judged queries embedded by both models: "
+                         "queries=(old-model queries, new-model queries).")
+    QA = check_array(queries[0], dtype=np.float32, input_name="old-model queries")
+    QB = check_array(queries[1], dtype=np.float32, input_name="new-model queries")
+    if len(QA) != len(QB) or QA.shape[1] != X.shape[1] or QB.shape[1] != Y.shape[1]:
+        raise ValueError(f"the judged queries must be row-aligned and as wide as the pairs: got "
+                         f"{QA.shape} (old) and {QB.shape} (new) for {X.shape[1]}-d and "
+                         f"{Y.shape[1]}-d pairs.")
+    judged_rows(qrels, len(QA), len(X))
+    return QA, QB
+
+
 def _top(scores, k):
     part = np.argpartition(-scores, k - 1, axis=1)[:, :k]
     order = np.argsort(-np.take_along_axis(scores, part, axis=1), axis=1, kind="stable")
@@ -141,14 +178,7 @@ def judged_options(X, Y, QA, QB, qrels, methods, n_splits, k, rerank_k, random_s
     from ._plan_estimate import _percentile_ci
 
     n = len(X)
-    queries = sorted(q for q, rel in qrels.items() if any(r > 0 for r in rel.values()))
-    bad = [q for q in queries if not 0 <= q < len(QA)] + \
-        [d for q in queries for d in qrels[q] if not 0 <= d < n]
-    if bad:
-        raise ValueError(f"qrels: row {bad[0]} is out of range ({len(QA)} judged queries, "
-                         f"{n} pairs).")
-    if not queries:
-        raise ValueError("qrels: no query has a positive relevance label.")
+    queries = judged_rows(qrels, len(QA), n)
     X, Y, QA, QB = _unit(X), _unit(Y), _unit(QA[queries]), _unit(QB[queries])
     depth = min(max(k, rerank_k or 0), n)
     rng = np.random.default_rng([random_state, 5])
@@ -200,3 +230,41 @@ def judged_choice(judged, tolerance=0.01):
     if stay["ndcg"] >= best:
         return stay
     return next(o for o in opts if o["ndcg"] >= best - tolerance)
+
+
+def _name(o):
+    return o["option"] + (f" ({o['method']})" if o["method"] else "")
+
+
+def judged_reasons(judged, choice, retention_action, tolerance=0.01):
+    """The lines that say what decided a verdict made on the judged queries: which option
+    scored best, whether the tie rule (the cheapest option within ``tolerance`` nDCG of the
+    best) or staying's lead chose ``choice``, and that it overrides ``retention_action``, the
+    verdict on recall alone, when the two differ."""
+    k = judged["k"]
+    opts = sorted(judged["options"], key=lambda o: COST_ORDER.index(o["option"]))
+    stay = opts[0]
+    best = max(opts, key=lambda o: o["ndcg"])
+    lines = [f"judged queries ({judged['n_queries']}, over the {judged['collection']} pairs' "
+             "items): " + ", ".join(f"{_name(o)} nDCG@{k} {o['ndcg']:.3f}"
+                                    for o in judged["options"])]
+    if stay["ndcg"] >= best["ndcg"]:
+        others = max((o["ndcg"] for o in opts[1:]), default=float("nan"))
+        lines.append(f"neither re-embedding nor any translation beats staying on the judged "
+                     f"queries (stay nDCG@{k} {stay['ndcg']:.3f}, the best of the others "
+                     f"{others:.3f}): stay")
+    elif choice is best or choice["option"] == best["option"]:
+        lines.append(f"{_name(best)} scores best on the judged queries (nDCG@{k} "
+                     f"{best['ndcg']:.3f}) and no cheaper option is within {tolerance:g} of "
+                     f"it: {choice['option']}")
+    else:
+        lines.append(f"{_name(best)} scores best on the judged queries (nDCG@{k} "
+                     f"{best['ndcg']:.3f}), but {_name(choice)} ({choice['ndcg']:.3f}) is "
+                     f"within {tolerance:g} of it and cheaper, and the tie rule takes the "
+                     f"cheapest option within {tolerance:g} nDCG@{k} of the best: "
+                     f"{choice['option']}")
+    if retention_action != choice["option"]:
+        lines.append(f"the verdict is the judged queries' ({choice['option']}), not recall@{k}'s "
+                     f"({retention_action}): recall@{k} measures agreement with re-embedding, "
+                     "the judged queries measure relevance")
+    return lines

@@ -74,7 +74,8 @@ def _recommend(plan, curve):
         if e["recall"] >= plan.min_recall:
             action, choice = name, est
             break
-    reasons.append(f"cheapest option that keeps --min-recall {plan.min_recall:.2f}: {action}")
+    reasons.append(f"cheapest option that keeps --min-recall {plan.min_recall:.2f}: {action}"
+                   + _decided(options, action, plan.min_recall, k))
     ceiling = plan.ceiling["recall"]
     budget = plan.budget
     if action == "re-embed" and ceiling < plan.min_recall:
@@ -103,6 +104,21 @@ def _recommend(plan, curve):
         if action in ("translate", "bridge queries", "translate + rerank") else []
     return {"action": action, "method": getattr(choice, "method", None), "side": side,
             "reasons": reasons, "commands": commands}
+
+
+def _decided(options, action, min_recall, k):
+    """What decided the verdict on recall: the options tried in cost order, each cheaper one
+    below ``min_recall`` and the chosen one at or above it."""
+    tried = []
+    for name, e, _ in options:
+        tried.append(f"{name} {e['recall']:.3f} " + ("<" if e["recall"] < min_recall else ">=")
+                     + f" {min_recall:.2f}")
+        if name == action:
+            break
+    if action == "re-embed":
+        return (f" (no other option keeps it, in cost order: {'; '.join(tried)}; re-embedding "
+                f"keeps recall@{k} 1.000 by definition)")
+    return f" (options in cost order: {'; '.join(tried)})"
 
 
 def _commands(choice, plan, rerank=False):

@@ -7,6 +7,14 @@ from dataclasses import asdict, dataclass, field
 __all__ = ["Estimate", "MigrationPlan"]
 
 
+def _unit(norm):
+    return abs(norm - 1.0) < 1e-3
+
+
+def _norm(norm):
+    return f"{norm:.3g}" + (" (unit vectors)" if _unit(norm) else " (not unit vectors)")
+
+
 @dataclass
 class Estimate:
     """Retention of one method on one side (see :class:`MigrationPlan`).
@@ -174,7 +182,11 @@ class MigrationPlan:
                 f"({self.evaluation.get('n_splits', 0)}-fold cross-validation)"),
             "inputs " + ("L2-normalised before fitting" if self.normalized
                          else "used as given, not normalised")
-            + f" (mean row norm: source {norms['source']:.3g}, target {norms['target']:.3g})",
+            + f" (mean row norm: source {_norm(norms['source'])}, target "
+            f"{_norm(norms['target'])})"
+            + ("" if _unit(norms["target"]) else
+               "; in a store ranked by inner product or L2 distance the new vectors' lengths "
+               "change the ranking: choose with --normalize on skalign migrate and search"),
             "",
             f"{'method':<12}{'side':<10}{'recall@' + str(k):>10}{'CI':>16}"
             f"{'nDCG@' + str(k):>9}{'CI':>16}{'fit s':>8}  how",

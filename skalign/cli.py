@@ -40,6 +40,7 @@ from numbers import Integral
 import numpy as np
 
 from ._cli_migrate import add_migrate_command, cmd_migrate
+from ._cli_plan import add_plan_command, check_report
 from ._cli_search import add_search_command, cmd_search
 from ._cli_stores import (
     _positive_int,
@@ -49,6 +50,7 @@ from ._cli_stores import (
     cmd_translate,
     parse_store_args,
 )
+from ._console import warning_line, warnings_as_lines
 
 __all__ = ["main", "parse_param", "resolve_method"]
 
@@ -347,7 +349,7 @@ def _parser():
     ev.add_argument("--json", action="store_true", help="print one JSON object")
     _column_args(ev)
 
-    _plan_parser(sub)
+    add_plan_command(sub, _positive_int, _column_args)
     sub.add_parser("demo", help="the digits demo (also `python -m skalign`)", add_help=False)
     return parser
 
@@ -378,7 +380,7 @@ def _pairs(args, out, need, min_pairs=1):
                            min_pairs=min_pairs, need=need)
     for w in caught:
         if issubclass(w.category, UnmatchedIdsWarning):
-            out(f"skalign {args.command}: warning: {w.message}", file=sys.stderr)
+            out(warning_line(args.command, w.message), file=sys.stderr)
         else:
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     return pairs
@@ -512,89 +514,6 @@ def cmd_evaluate(args, out):
 
 
 # ------------------------------------------------------------------------------------- plan
-def _plan_parser(sub):
-    pl = sub.add_parser("plan", help="estimate what each migration method keeps of "
-                        "re-embedding (recall@10/nDCG@10), and recommend one",
-                        description="From paired items (and unpaired samples of both stores), "
-                        "estimate each method's retention against re-embedding on both sides "
-                        "(translate documents, or bridge queries), staying on the old model, "
-                        "reranking the translated top K, a budget curve over the number of pairs "
-                        "and a ceiling, at the store size given; recommend the cheapest option "
-                        "that keeps --min-recall.")
-    pl.add_argument("--source", required=True, metavar="A",
-                    help="old-encoder embeddings of the paired items")
-    pl.add_argument("--target", required=True, metavar="B",
-                    help="new-encoder embeddings of the same items: row i of A and B (or, with "
-                    "--id-column, the rows with the same id)")
-    pl.add_argument("--unpaired-source", metavar="P", help="a sample of the old store (no pair "
-                    "needed); with --unpaired-target it adds the bootstrap candidate")
-    pl.add_argument("--unpaired-target", metavar="Q", help="a sample of new-encoder embeddings "
-                    "of store items, in any order")
-    pl.add_argument("--methods", metavar="M,...", help="comma-separated candidates among "
-                    "procrustes, linear, bootstrap, irp, gera (default: procrustes, linear and, "
-                    "with both unpaired samples, bootstrap)")
-    pl.add_argument("--sides", choices=("both", "document", "query"), default="both",
-                    help="translate the documents, bridge the queries, or both (default: both)")
-    pl.add_argument("--store-size", type=_positive_int, metavar="N", help="store size the "
-                    "retention is estimated for (default: the number of pairs); retrieval is "
-                    "harder in larger stores")
-    pl.add_argument("--k", type=_positive_int, default=10, metavar="K",
-                    help="neighbourhood size of recall@K and nDCG@K (default: 10)")
-    pl.add_argument("--budget", type=_positive_int, metavar="N", help="pairs you can afford to "
-                    "re-embed: the budget curve is read at N (past the pairs it is extrapolated "
-                    "and capped at the ceiling)")
-    pl.add_argument("--queries-source", metavar="QA", help="judged queries embedded by the old "
-                    "model (with --queries-target and --qrels: every option priced in nDCG@K)")
-    pl.add_argument("--queries-target", metavar="QB", help="the same queries embedded by the "
-                    "new model, row for row")
-    pl.add_argument("--qrels", metavar="FILE", help="relevance labels: TREC qrels "
-                    "'QUERY-ROW 0 DOC-ROW RELEVANCE' or JSON {query row: {doc row: relevance}};"
-                    " doc rows index the pairs")
-    pl.add_argument("--min-recall", type=float, default=0.6, metavar="R",
-                    help="recommend re-embedding when no method keeps recall@K >= R "
-                    "(default: 0.6)")
-    pl.add_argument("--no-normalize", action="store_true",
-                    help="fit on the rows as given (default: L2-normalise every row first, "
-                    "which removes scale differences between the encoders)")
-    pl.add_argument("--no-curve", action="store_true", help="skip the learning curve")
-    pl.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
-    pl.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-    pl.add_argument("--report", metavar="FILE", help="also write the curves and estimates as a "
-                    ".png or an .html page (needs matplotlib); never one of the inputs")
-    pl.add_argument("--overwrite", action="store_true",
-                    help="replace the --report file if it exists (default: refuse)")
-    _column_args(pl)
-
-
-def _check_report(args):
-    """Refuse ``--report`` before any work when it is one of the inputs (a store or any of its
-    files, the judged queries, the qrels), a folder, in a missing folder, or an existing file
-    without ``--overwrite``; return its permission bits, no looser than the inputs'."""
-    from ._results_files import (
-        check_output_file,
-        input_guards,
-        output_file_mode,
-        store_file,
-        store_guards,
-    )
-
-    inputs = {"--source": args.source, "--target": args.target,
-              "--unpaired-source": args.unpaired_source,
-              "--unpaired-target": args.unpaired_target,
-              "--queries-source": args.queries_source, "--queries-target": args.queries_target}
-    guards = [g for flag, store in inputs.items() if store is not None
-              for g in store_guards(store, f"the {flag} store")]
-    files = {"--queries-source": args.queries_source, "--queries-target": args.queries_target,
-             "--qrels": args.qrels}
-    guards += [g for flag, path in files.items() for g in input_guards(f"the {flag} file", path)]
-    try:
-        check_output_file(args.report, "--report", overwrite=args.overwrite, guards=guards)
-    except ValueError as exc:
-        raise CommandError(str(exc)) from None
-    return output_file_mode([store_file(s) for s in inputs.values()],
-                            args.report if args.overwrite else None)
-
-
 def cmd_plan(args, out):
     from pathlib import Path
 
@@ -613,7 +532,7 @@ def cmd_plan(args, out):
         report = Path(args.report)
         if report.suffix.lower() not in (".png", ".html", ".htm"):
             raise CommandError(f"--report {report}: the file name must end in .png or .html.")
-        report_mode = _check_report(args)
+        report_mode = check_report(args)
         try:
             import matplotlib  # noqa: F401
         except ImportError:
@@ -645,7 +564,12 @@ def cmd_plan(args, out):
     sides = ("document", "query") if args.sides == "both" else (args.sides,)
     import warnings
 
-    with warnings.catch_warnings(record=True) as caught:
+    from ._console import stage
+
+    what = f"planning on {len(X)} pairs" + (f" for a store of {args.store_size}"
+                                           if args.store_size else "")
+    with warnings.catch_warnings(record=True) as caught, stage(what, not args.quiet
+                                                                and not args.json):
         warnings.simplefilter("always", UserWarning)
         plan = plan_migration(X, Y, unpaired=pool, methods=methods, sides=sides, k=args.k,
                               store_size=args.store_size, curve=not args.no_curve,
@@ -654,7 +578,7 @@ def cmd_plan(args, out):
                               random_state=args.seed)
     for w in caught:
         if str(w.message) in plan.notes:
-            print(f"skalign plan: warning: {w.message}", file=sys.stderr)
+            out(warning_line("plan", w.message), file=sys.stderr)
     if args.report:
         write_report(plan, args.report, overwrite=args.overwrite, mode=report_mode)
     if args.json:
@@ -705,7 +629,8 @@ def main(argv=None, default_command=None):
         return 2
     out = partial(_scrubbed_print, secrets=secrets)
     try:
-        return handler[args.command](args, out)
+        with warnings_as_lines(args.command, partial(_scrubbed, secrets=secrets)):
+            return handler[args.command](args, out)
     except (CommandError, StoreError, ModelFileError, ValueError, OSError) as exc:
         message = " ".join(str(exc).split()) or type(exc).__name__
         out(f"skalign {args.command}: error: {message}", file=sys.stderr)
@@ -720,12 +645,15 @@ def _scrubbed_print(*parts, secrets=(), file=None):
     already render addresses masked; this also covers text an engine quoted back), and every
     control character but newlines and tabs escaped (messages quote stored text: a stamp's
     source, an engine's error)."""
+    print(_scrubbed(" ".join(str(p) for p in parts), secrets), file=file)
+
+
+def _scrubbed(text, secrets=()):
     from ._terminal import escape_control
 
-    text = " ".join(str(p) for p in parts)
     for secret in secrets:
         text = text.replace(secret, "***")
-    print(escape_control(text, keep="\n\t"), file=file)
+    return escape_control(text, keep="\n\t")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -119,7 +119,7 @@ def _judge(plan, X, Y, queries, qrels, n_splits, random_state, n_resamples, conf
     """Price every option in nDCG@k on the judged queries and recommend on that."""
     from sklearn.utils import check_array
 
-    from ._plan_judged import judged_choice, judged_options
+    from ._plan_judged import judged_choice, judged_options, judged_reasons
 
     if queries is None or len(queries) != 2:
         raise ValueError("qrels need the judged queries embedded by both models: "
@@ -136,16 +136,7 @@ def _judge(plan, X, Y, queries, qrels, n_splits, random_state, n_resamples, conf
                                  random_state, n_resamples, confidence)
     choice = judged_choice(plan.judged)
     rec = plan.recommendation
-    k = plan.k
-    lines = [f"judged queries ({plan.judged['n_queries']}, over the {len(X)} pairs' items): "
-             + ", ".join(f"{o['option']}" + (f" ({o['method']})" if o["method"] else "")
-                         + f" nDCG@{k} {o['ndcg']:.3f}" for o in plan.judged["options"])]
-    if choice["option"] == "stay":
-        lines.append("neither re-embedding nor any translation beats staying on the judged "
-                     "queries: stay")
-    else:
-        lines.append(f"on the judged queries the cheapest option within 0.01 nDCG@{k} of the "
-                     f"best is {choice['option']}")
+    lines = judged_reasons(plan.judged, choice, rec["action"])
     action = choice["option"]
     method = choice["method"]
     side = {"translate": "document", "translate + rerank": "document",
@@ -248,6 +239,10 @@ def plan_migration(X, Y, *, unpaired=None, methods=None, sides=("document", "que
     X = check_array(X, dtype=np.float32, input_name="X")
     Y = check_array(Y, dtype=np.float32, input_name="Y")
     check_consistent_length(X, Y)
+    if qrels is not None:  # before any fit
+        from ._plan_judged import check_judged
+
+        check_judged(queries, qrels, X, Y)
     n = len(X)
     if n_splits is None:
         n_splits = int(np.clip(n // (4 * k), 2, 5))

@@ -188,6 +188,9 @@ class Searcher:
         The metadata/payload key or column of each row's provenance (default
         ``skalign_vector``); a store whose rows hold that key with values skalign did not
         write is refused before any work.
+    progress : bool, default=False
+        Progress bars on standard error, when it is a terminal: the query texts encoded, then
+        the queries searched with their rate and the candidate texts encoded so far.
     **store_options
         Options of the store's live backend (file stores: ``id_field``, ``metric``).
 
@@ -222,7 +225,8 @@ class Searcher:
 
     def __init__(self, store, encoder, *, k_candidates=100, plan=None, text_field=None,
                  column=None, cache=None, query_encoder=None, rescore="translated",
-                 write_back=True, write_batch=256, provenance_key=None, **store_options):
+                 write_back=True, write_batch=256, provenance_key=None, progress=False,
+                 **store_options):
         from ._stores.live import LiveStore
         from .encoders import CachedEncoder, as_encoder
 
@@ -237,6 +241,7 @@ class Searcher:
         self.query_encoder = self.encoder.encoder if query_encoder is None else \
             as_encoder(query_encoder)
         self.rescore, self.write_back, self.write_batch = rescore, write_back, int(write_batch)
+        self.progress = bool(progress)
         self.text_field = text_field
         if isinstance(store, LiveStore):
             self.store, self._owned = store, False
@@ -273,13 +278,25 @@ class Searcher:
         """
         if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
             raise ValueError(f"k must be a positive integer, got {k!r}.")
+        from ._console import bar
+
         Q = self._queries(queries)
         K = max(self.k_candidates_, int(k))
         ids, scores = [], []
-        for lo in range(0, len(Q), QUERY_BATCH):
-            part_ids, part_scores = self._search_batch(Q[lo:lo + QUERY_BATCH], int(k), K)
-            ids += part_ids
-            scores += part_scores
+        shown = bar(len(Q), "searching", "queries", self.progress)
+        encoded = self.stats.encoded
+        try:
+            for lo in range(0, len(Q), QUERY_BATCH):
+                part_ids, part_scores = self._search_batch(Q[lo:lo + QUERY_BATCH], int(k), K)
+                ids += part_ids
+                scores += part_scores
+                if shown is not None:
+                    shown.set_postfix_str(f"{self.stats.encoded - encoded} texts encoded",
+                                          refresh=False)
+                    shown.update(len(part_ids))
+        finally:
+            if shown is not None:
+                shown.close()
         return SearchResult(ids, scores)
 
     def _queries(self, queries):
@@ -287,7 +304,7 @@ class Searcher:
             raise TypeError("queries must be an array of vectors or a list of str, not one str.")
         if isinstance(queries, (list, tuple)) and queries and all(
                 isinstance(q, str) for q in queries):
-            Q = self.query_encoder.encode(list(queries))
+            Q = self._encode_queries(list(queries))
         else:
             Q = np.asarray(queries, dtype=np.float32)
             if Q.ndim == 1:
@@ -298,6 +315,26 @@ class Searcher:
         if not np.isfinite(Q).all():
             raise ValueError("queries hold non-finite values.")
         return Q
+
+    def _encode_queries(self, texts):
+        """The query texts encoded, in batches of the encoder's size under a progress bar."""
+        from ._console import bar
+
+        shown = bar(len(texts), "encoding queries", "texts", self.progress)
+        if shown is None:
+            return self.query_encoder.encode(texts)
+        step = max(int(getattr(self.query_encoder, "batch_size", 64) or 64), 1)
+        parts = []
+        try:
+            for lo in range(0, len(texts), step):
+                parts.append(self.query_encoder.encode(texts[lo:lo + step]))
+                shown.update(len(parts[-1]))
+        finally:
+            shown.close()
+        if len({p.shape[1] for p in parts}) > 1:
+            raise EncoderError(f"the encoder {self.query_encoder.name} returned query vectors "
+                               f"of widths {sorted({p.shape[1] for p in parts})}")
+        return np.concatenate(parts)
 
     def _search_batch(self, Q, k, K):
         from ._stores.live import similarity

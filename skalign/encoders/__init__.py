@@ -29,10 +29,10 @@ Examples
 (3, [2, 1])
 """
 
-from ._base import CallableEncoder, Encoder
+from ._base import CallableEncoder, Encoder, UnitEncoder
 from ._cache import CachedEncoder, EncodeCache, default_cache_path, text_digest
 from ._sentence_transformers import SentenceTransformerEncoder
-from ._spec import as_encoder, load_encoder
+from ._spec import as_encoder, load_encoder, resolve_normalize
 
 __all__ = [
     "CachedEncoder",
@@ -40,8 +40,10 @@ __all__ = [
     "EncodeCache",
     "Encoder",
     "SentenceTransformerEncoder",
+    "UnitEncoder",
     "as_encoder",
     "default_cache_path",
     "load_encoder",
+    "resolve_normalize",
     "text_digest",
 ]

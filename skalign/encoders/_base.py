@@ -11,7 +11,8 @@ import numpy as np
 from .._terminal import escape_control
 from ..exceptions import EncoderError
 
-__all__ = ["CallableEncoder", "Encoder", "check_embeddings", "describe_error"]
+__all__ = ["CallableEncoder", "Encoder", "UnitEncoder", "check_embeddings", "describe_error",
+           "unit_rows"]
 
 #: the largest magnitude an embedding value may have: beyond it a row's squared norm can overflow
 #: float32 (3.4e38) at widths up to 10**8, and every score computed from it would be inf or nan
@@ -41,11 +42,21 @@ class Encoder:
         A readable name for messages (a model's folder name, a callable's qualified name).
     batch_size : int
         Texts per call of the model.
+    normalize : bool or None
+        The normalisation asked for: ``True`` every row scaled to unit norm, ``False`` the
+        model's raw output (a sentence-transformers model's final ``Normalize`` module
+        dropped), ``None`` the encoder's own output, unchanged.
+    unit_vectors : bool or None
+        Whether every row it returns has unit norm: ``True``/``False`` where the encoder knows
+        (a sentence-transformers model knows from its modules), ``None`` where it cannot (a
+        callable's own output).
     """
 
     fingerprint = None
     name = None
     batch_size = 64
+    normalize = None
+    unit_vectors = None
 
     def _encode_batch(self, texts):
         raise NotImplementedError
@@ -210,6 +221,43 @@ class CallableEncoder(Encoder):
 
     def _encode_batch(self, texts):
         return self.func(list(texts))
+
+
+def unit_rows(arr):
+    """Every row of a float32 array scaled to unit L2 norm (computed in float64); a zero row
+    stays zero."""
+    norms = np.linalg.norm(np.asarray(arr, dtype=np.float64), axis=1, keepdims=True)
+    return (arr / np.where(norms > 0, norms, 1.0)).astype(np.float32)
+
+
+class UnitEncoder(Encoder):
+    """Another encoder's rows scaled to unit L2 norm.
+
+    What ``normalize=True`` gives for an encoder that has no normalisation of its own to switch
+    on: a callable, an :class:`Encoder` object.
+
+    Parameters
+    ----------
+    encoder : Encoder
+        The encoder whose output is scaled.
+
+    Attributes
+    ----------
+    fingerprint : str
+        The inner encoder's, with ``":unit"`` appended: the encode cache keeps the two apart.
+    """
+
+    normalize = True
+    unit_vectors = True
+
+    def __init__(self, encoder):
+        self.encoder = encoder
+        self.name = encoder.name
+        self.batch_size = encoder.batch_size
+        self.fingerprint = f"{encoder.fingerprint}:unit"
+
+    def _encode_batch(self, texts):
+        return unit_rows(self.encoder.encode(texts))
 
 
 def _positive(value, name):

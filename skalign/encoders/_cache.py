@@ -366,6 +366,11 @@ class CachedEncoder(Encoder):
         Texts the model actually ran on, over this object's life.
     n_cached : int
         Texts answered from the cache (or from a duplicate within the call).
+    n_repeated : int
+        Of those, the texts that repeat another text of the same call (encoded, or read from
+        the cache, once).
+    normalize, unit_vectors : bool or None
+        The wrapped encoder's (see :class:`~skalign.encoders.Encoder`).
     """
 
     def __init__(self, encoder, cache=None, progress=False):
@@ -379,8 +384,11 @@ class CachedEncoder(Encoder):
         self.fingerprint = self.encoder.fingerprint
         self.name = self.encoder.name
         self.batch_size = self.encoder.batch_size
+        self.normalize = self.encoder.normalize
+        self.unit_vectors = self.encoder.unit_vectors
         self.n_encoded = 0
         self.n_cached = 0
+        self.n_repeated = 0
 
     def encode(self, texts):
         """Embed texts, running the model only on those the cache does not hold.
@@ -433,6 +441,7 @@ class CachedEncoder(Encoder):
             if bar is not None:
                 bar.close()
         self.n_cached += len(texts) - len(todo)
+        self.n_repeated += len(texts) - len(unique)
         return np.stack([found[d] for d in digests]).astype(np.float32, copy=False)
 
     def _widths(self, widths):

@@ -137,7 +137,8 @@ class SentenceTransformerEncoder(Encoder):
     batch_size : int, default=64
         Texts per call of the model.
     normalize : bool or None, default=None
-        ``None`` keeps the model's own pipeline (with its ``Normalize`` module if it has one);
+        ``None`` keeps the model's own pipeline (with its ``Normalize`` module if it has one:
+        a folder from a wheel often ends in one, another folder of the same model may not);
         ``True`` scales every row to unit norm; ``False`` drops a final ``Normalize`` module (raw
         pooled output).
     prefix : str, default=""
@@ -147,6 +148,9 @@ class SentenceTransformerEncoder(Encoder):
     ----------
     fingerprint : str
         ``st:`` and a digest of the model folder's files and of ``normalize`` and ``prefix``.
+    unit_vectors : bool
+        Whether every row is a unit vector: ``normalize=True``, or ``None`` with a model that
+        ends in a ``Normalize`` module.
     """
 
     def __init__(self, model, device="auto", batch_size=64, normalize=None, prefix=""):
@@ -183,6 +187,8 @@ class SentenceTransformerEncoder(Encoder):
                 st = SentenceTransformer(modules=mods, device=self.device,
                                          local_files_only=True)
         self.model_ = st
+        self.unit_vectors = normalize is True or (
+            normalize is None and any(type(m).__name__ == "Normalize" for m in st))
         self.name = escape_control("/".join(folder.resolve().parts[-2:]) if folder is not None
                                    else str(model))
         path = Path(_model_path(st, folder, model))

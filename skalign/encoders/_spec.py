@@ -8,34 +8,108 @@ from pathlib import Path
 
 from .._terminal import escape_control
 from ..exceptions import EncoderError
-from ._base import CallableEncoder, Encoder, describe_error, import_callable
+from ._base import CallableEncoder, Encoder, UnitEncoder, describe_error, import_callable
 
-__all__ = ["as_encoder", "load_encoder"]
+__all__ = ["as_encoder", "load_encoder", "normalize_label", "resolve_normalize",
+           "split_spec"]
 
 _CALLABLE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+_OPTION = re.compile(r"^(?P<spec>.+)\?normalize=(?P<value>[^?=&]*)$", re.DOTALL)
+#: what ``normalize`` may be, as the command line and the spec write it
+NORMALIZE_CHOICES = ("auto", "yes", "no")
+#: metrics under which a vector's length changes the ranking
+LENGTH_METRICS = ("ip", "l2")
 
 
-def load_encoder(spec, *, device="auto", batch_size=64, normalize=None, prefix=""):
+def resolve_normalize(normalize, metric=None):
+    """What ``normalize`` comes to for a store ranked by ``metric``.
+
+    ``"auto"`` gives unit vectors where a vector's length changes the ranking (``metric``
+    ``"ip"`` or ``"l2"``) and the encoder's own output where it does not (``"cosine"``, or no
+    metric known), so that an encode cache filled before stays valid there.
+
+    Parameters
+    ----------
+    normalize : {"auto", "yes", "no"}, bool or None
+        ``"yes"``/``True``: unit vectors; ``"no"``/``False``: the raw output;
+        ``None``: the encoder's own output.
+    metric : {"cosine", "ip", "l2"} or None, default=None
+        What the store ranks by.
+
+    Returns
+    -------
+    bool or None
+        ``True``, ``False`` or ``None``, as :func:`load_encoder` takes it.
+    """
+    if normalize is None or isinstance(normalize, bool):
+        return normalize
+    if normalize == "auto":
+        return True if metric in LENGTH_METRICS else None
+    if normalize in ("yes", "no"):
+        return normalize == "yes"
+    raise ValueError(f"normalize must be auto, yes or no, got {escape_control(repr(normalize))}")
+
+
+def normalize_label(encoder):
+    """``"yes"``, ``"no"`` or ``"own"`` (the encoder's output unchanged): how ``encoder``'s
+    rows are normalised, as ``skalign migrate`` records it and ``skalign info`` shows it."""
+    return {True: "yes", False: "no"}.get(getattr(encoder, "normalize", None), "own")
+
+
+def split_spec(spec):
+    """``(spec, normalize)``: an encoder spec without its ``?normalize=VALUE`` suffix, and
+    VALUE (``None`` without one). A spec that names an existing file or folder is never split.
+
+    Raises
+    ------
+    EncoderError
+        A VALUE other than auto, yes or no.
+    """
+    if not isinstance(spec, (str, os.PathLike)):
+        return spec, None
+    text = os.fspath(spec)
+    found = _OPTION.match(text) if isinstance(text, str) else None
+    if found is None or _exists(text):
+        return spec, None
+    value = found["value"].strip().lower()
+    if value not in NORMALIZE_CHOICES:
+        raise EncoderError(f"the encoder spec {escape_control(repr(text))}: normalize must be "
+                           f"auto, yes or no, got {escape_control(repr(found['value']))}")
+    return found["spec"], value
+
+
+def load_encoder(spec, *, device="auto", batch_size=64, normalize=None, prefix="",
+                 metric=None):
     """The encoder ``spec`` names.
 
     Parameters
     ----------
     spec : str, path, callable or Encoder
-        - an :class:`~skalign.encoders.Encoder`: returned as is;
+        - an :class:`~skalign.encoders.Encoder`: returned as is (in a
+          :class:`~skalign.encoders.UnitEncoder` when ``normalize`` asks for unit vectors);
         - a callable (list of str → array): wrapped in a
           :class:`~skalign.encoders.CallableEncoder`;
         - ``"package.module:callable"``: that callable, imported (an object with an ``encode``
           method is used through it, e.g. a factory returning a model), then wrapped;
         - anything else: a sentence-transformers model folder, or a model name in the local
           Hugging Face cache (:class:`~skalign.encoders.SentenceTransformerEncoder`).
+
+        A text spec may end in ``?normalize=auto|yes|no`` (``./models/minilm?normalize=yes``),
+        the same as the ``normalize`` argument.
     device : {"auto", "cpu", "cuda"} or str, default="auto"
         Where a sentence-transformers model runs.
     batch_size : int, default=64
         Texts per call of the model or callable.
-    normalize : bool or None, default=None
-        See :class:`~skalign.encoders.SentenceTransformerEncoder`.
+    normalize : {"auto", "yes", "no"}, bool or None, default=None
+        ``True``/``"yes"``: every row scaled to unit norm; ``False``/``"no"``: the raw output
+        (a sentence-transformers model's final ``Normalize`` module dropped; a callable's output
+        as it returns it); ``None``: the encoder's own output, unchanged (the spec's
+        ``?normalize=`` when it has one); ``"auto"``: unit vectors when ``metric`` is ``"ip"``
+        or ``"l2"``, the encoder's own output otherwise (:func:`resolve_normalize`).
     prefix : str, default=""
         Prepended to every text by a sentence-transformers model.
+    metric : {"cosine", "ip", "l2"} or None, default=None
+        What the store the vectors go to ranks by; only ``normalize="auto"`` reads it.
 
     Returns
     -------
@@ -48,7 +122,8 @@ def load_encoder(spec, *, device="auto", batch_size=64, normalize=None, prefix="
         One line, if ``spec`` names nothing that can be loaded: a module that cannot be
         imported (missing, raising or not compiling as it is imported), an attribute it lacks,
         a class that fails as it is created, a model that is neither a folder nor in the local
-        Hugging Face cache (nothing is ever downloaded).
+        Hugging Face cache (nothing is ever downloaded); or if the spec's ``?normalize=`` and
+        ``normalize`` disagree.
     MissingDependencyError
         A model name or folder without sentence-transformers installed.
 
@@ -61,6 +136,22 @@ def load_encoder(spec, *, device="auto", batch_size=64, normalize=None, prefix="
     array([[1., 1.],
            [3., 1.]], dtype=float32)
     """
+    spec, given = split_spec(spec)
+    if isinstance(normalize, bool):
+        normalize = "yes" if normalize else "no"
+    if normalize is not None and given is not None and normalize != given:
+        raise EncoderError(f"the encoder spec says normalize={given} but normalize={normalize} "
+                           "was given; give one")
+    unit = resolve_normalize(normalize if normalize is not None else given, metric)
+    encoder = _load(spec, device, batch_size, unit, prefix)
+    if unit is True and encoder.normalize is not True:
+        encoder = UnitEncoder(encoder)
+    elif unit is False and isinstance(encoder, CallableEncoder) and encoder is not spec:
+        encoder.normalize = False  # a callable's output is its raw output: nothing to drop
+    return encoder
+
+
+def _load(spec, device, batch_size, normalize, prefix):
     if isinstance(spec, Encoder):
         return spec
     if callable(spec) and not isinstance(spec, (str, os.PathLike)):
