@@ -50,7 +50,35 @@ def write_report(plan, path, *, overwrite=False, mode=0o666):
     except ImportError:
         raise ImportError("writing a report needs matplotlib: pip install matplotlib (or "
                           "skalign[docs]).") from None
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig = _figure(plan)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI)
+    plt.close(fig)
+    if path.suffix.lower() == ".png":
+        data = buf.getvalue()
+    else:
+        img = base64.b64encode(buf.getvalue()).decode()
+        body = html.escape("\n".join(plan.summary()))
+        data = (f"<!doctype html><meta charset='utf-8'><title>skalign plan</title>"
+                f"<img alt='curves' src='data:image/png;base64,{img}'>"
+                f"<pre>{body}</pre>\n").encode("utf-8")
+    return write_output_file(path, lambda f: f.write(data), overwrite=overwrite, mode=mode)
+
+
+#: resolution of the report's figure
+DPI = 110
+
+
+def _pairs_label(n):
+    return f"{n / 1000:g}k" if n >= 1000 else str(n)
+
+
+def _figure(plan):
+    """The report's figure: the budget curve (left) and the estimates (right)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullLocator
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=DPI)
     k = plan.k
     for name, c in plan.learning_curve.items():
         ax1.errorbar(c["n_pairs"], c["recall"], yerr=c["recall_std"], marker="o", label=name,
@@ -62,6 +90,12 @@ def write_report(plan, path, *, overwrite=False, mode=0o666):
         ax1.axhline(plan.stay["recall"], color="tab:green", ls="-.", lw=1,
                     label="stay on the old model")
     ax1.set_xscale("log")
+    # ticks at the pair counts the curve was measured at (log-scale minor labels such as
+    # "3x10^1" and "4x10^1" ran into each other)
+    counts = sorted({int(n) for c in plan.learning_curve.values() for n in c["n_pairs"]})
+    if counts:
+        ax1.set_xticks(counts, [_pairs_label(n) for n in counts])
+        ax1.xaxis.set_minor_locator(NullLocator())
     ax1.set_xlabel("pairs re-embedded to fit")
     ax1.set_ylabel(f"recall@{k} retention")
     ax1.set_title(f"budget curve (store of {plan.store_size})")
@@ -83,15 +117,19 @@ def write_report(plan, path, *, overwrite=False, mode=0o666):
                   + (f" with {rec['method']}" if rec["action"] in (
                       "translate", "bridge queries", "translate + rerank") else ""))
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    if path.suffix.lower() == ".png":
-        data = buf.getvalue()
-    else:
-        img = base64.b64encode(buf.getvalue()).decode()
-        body = html.escape("\n".join(plan.summary()))
-        data = (f"<!doctype html><meta charset='utf-8'><title>skalign plan</title>"
-                f"<img alt='curves' src='data:image/png;base64,{img}'>"
-                f"<pre>{body}</pre>\n").encode("utf-8")
-    return write_output_file(path, lambda f: f.write(data), overwrite=overwrite, mode=mode)
+    _thin_labels(fig, ax1)
+    return fig
+
+
+def _thin_labels(fig, ax):
+    """Hide the x tick labels that would touch a label to their right (the last, all the
+    pairs, is always kept)."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    kept = []
+    for label in reversed(ax.get_xticklabels()):
+        box = label.get_window_extent(renderer).expanded(1.15, 1.0)
+        if any(box.overlaps(other) for other in kept):
+            label.set_visible(False)
+        else:
+            kept.append(box)

@@ -366,16 +366,19 @@ def migrate(source, output, encoder, budget, *, text_field=None, column=None,
             progress=False, batch_size=None):
     """Migrate a store to a new encoder: encode ``budget`` rows' texts, translate the rest.
 
-    The rows are drawn uniformly at random (seeded; a larger budget with the same seed takes the
-    rows of a smaller one and more). Their texts are encoded by ``encoder`` through the encode
-    cache, a map is planned (:func:`skalign.plan.plan_migration`) and fitted on those pairs, and
-    ``source`` is translated into ``output`` as by :func:`translate` (shadow write,
-    verification, resume after a crash, provenance stamp), the encoded rows holding their
-    encoder's vectors exactly. Each row records whether its vector is encoded (a metadata or
-    payload key or a column ``skalign_vector``; the folder ``PATH.skalign-live`` beside a file
-    store). With ``continue_=True``, ``budget`` more rows of ``output`` are encoded, the map is
-    refitted on all encoded rows and the other rows translated again when its estimate is
-    higher; once every row is encoded, ``output`` holds exactly the encoder's vectors.
+    The rows are those nearest the centres of a seeded k-means of the old vectors, up to a
+    budget of 4,096; above it, and for ``continue_``'s further rows, drawn uniformly at random
+    (seeded). Their texts are encoded by ``encoder`` through the encode cache, a map is planned
+    (:func:`skalign.plan.plan_migration`) and fitted on those pairs, and ``source`` is
+    translated into ``output`` as by :func:`translate` (shadow write, verification, resume
+    after a crash, provenance stamp), the encoded rows holding their encoder's vectors exactly.
+    Each encoded row carries a mark, ``encoded:<encoder fingerprint>:<text field>:<digest of
+    the text>`` (a metadata or payload key or a column ``skalign_vector``; the folder
+    ``PATH.skalign-live`` beside a file store); a translated row carries none, or
+    ``translated:<map>`` once ``continue_`` has written it in place. With ``continue_=True``,
+    ``budget`` more rows of ``output`` are encoded, the map is refitted on all encoded rows and
+    the other rows translated again when its estimate is higher; once every row is encoded,
+    ``output`` holds exactly the encoder's vectors.
 
     Parameters
     ----------

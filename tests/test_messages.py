@@ -420,3 +420,85 @@ def test_load_encoder_normalize_and_spec():
         load_encoder("numpy:ones?normalize=maybe")
     with pytest.raises(EncoderError, match="give one"):
         load_encoder("numpy:ones?normalize=yes", normalize=False)
+
+
+# --- the guide's snippets -------------------------------------------------------------------
+def test_the_guides_pairs_snippet_draws_a_seeded_random_sample(tmp_path, monkeypatch):
+    """The migration page's snippet, run as written on a Chroma collection of 5,000 documents:
+    its 2,000 pairs are spread over the whole collection (not its first rows), each old vector
+    paired with its own document's new one, and the same sample again on a second run."""
+    import types
+
+    pytest.importorskip("chromadb")
+    import chromadb
+    from test_guide_chroma import (
+        PAGE,
+        FakeSentenceTransformer,
+        _python_blocks,
+        encode_a,
+        encode_b,
+    )
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "sentence_transformers",
+                        types.SimpleNamespace(SentenceTransformer=FakeSentenceTransformer))
+    docs = [f"stored document number {i}" for i in range(5000)]
+    A = encode_a(docs)
+    col = chromadb.PersistentClient("./chroma").create_collection("docs")
+    for lo in range(0, len(docs), 1000):
+        col.add(ids=[f"d{i}" for i in range(lo, lo + 1000)], documents=docs[lo:lo + 1000],
+                embeddings=A[lo:lo + 1000])
+    snippet = next(b for b in _python_blocks(PAGE.read_text()) if "get_collection" in b)
+    assert "limit=" not in snippet
+    runs = []
+    for _ in range(2):
+        exec(compile(snippet, str(PAGE), "exec"), {})  # the page's own code
+        runs.append((np.load("known_a.npy"), np.load("known_b.npy")))
+    known_a, known_b = runs[0]
+    np.testing.assert_array_equal(runs[1][0], known_a)  # seeded: the same sample again
+    rows = np.array([int(np.argmin(np.abs(A - a).sum(axis=1))) for a in known_a])
+    np.testing.assert_allclose(A[rows], known_a, rtol=1e-6)
+    assert len(set(rows.tolist())) == 2000
+    assert (rows >= 2000).mean() > 0.5 and rows.max() > 4500  # not the first 2,000 rows
+    np.testing.assert_allclose(known_b, encode_b([docs[i] for i in rows]), rtol=1e-5,
+                               atol=1e-5)
+
+
+@pytest.mark.parametrize("counts", [[25, 50, 100, 200, 400], [25, 50, 100, 200, 500, 1000, 1600],
+                                    [25, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000,
+                                     21000]])
+def test_the_report_budget_axis_labels_do_not_overlap(counts):
+    import itertools
+
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from skalign._plan_report import _figure
+    from skalign.plan import Estimate, MigrationPlan
+
+    plan = MigrationPlan(n_pairs=counts[-1], n_unpaired_source=0, n_unpaired_target=0, k=10,
+                         normalized=True, row_norms={"source": 1.0, "target": 1.0},
+                         store_size=100_000, confidence=0.95, min_recall=0.6,
+                         ceiling={"recall": 0.8, "method": "ridge"},
+                         stay={"recall": 0.3, "recall_ci": (0.28, 0.32)},
+                         recommendation={"action": "translate", "method": "linear"})
+    for method in ("procrustes", "linear"):
+        plan.learning_curve[method] = {"n_pairs": counts, "recall_std": [0.01] * len(counts),
+                                       "recall": list(np.linspace(0.3, 0.7, len(counts)))}
+        plan.estimates.append(Estimate(method, "document", "", 0.6, (0.55, 0.65), 0.6,
+                                       (0.5, 0.7), 100_000, True, 1.0))
+    fig = _figure(plan)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    ax = fig.axes[0]
+    shown = [t for t in ax.get_xticklabels() + ax.get_xticklabels(minor=True)
+             if t.get_visible() and t.get_text()]
+    boxes = [t.get_window_extent(renderer) for t in shown]
+    assert not [pair for pair in itertools.combinations(boxes, 2) if pair[0].overlaps(pair[1])]
+    assert shown[-1].get_text() == (f"{counts[-1] / 1000:g}k" if counts[-1] >= 1000
+                                    else str(counts[-1]))  # all the pairs: always labelled
+    assert len(shown) >= min(len(counts), 5)
+    plt.close(fig)
