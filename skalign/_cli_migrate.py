@@ -50,7 +50,8 @@ NORMALIZE:
   The store's metric is its engine's (Chroma's space, Qdrant's distance, pgvector's index,
   FAISS's metric) or --metric for .npy, Parquet and LanceDB stores (default cosine). SPEC may
   carry it too: SPEC?normalize=yes. The choice is printed and recorded in OUTPUT's stamp
-  (`skalign info OUTPUT`); --continue must make the same one.
+  (`skalign info OUTPUT`); --continue makes the same one (auto: the recorded one), another is
+  refused.
 """
 
 
@@ -114,11 +115,13 @@ def store_metric(address, column=None, **options):
         return store.metric
 
 
-def choose_normalize(args, address, what, options=None):
+def choose_normalize(args, address, what, options=None, migration=None):
     """``(spec, normalize, metric, why)``: the encoder spec without its ``?normalize=``,
     ``--normalize`` (or the spec's; default auto) resolved for the store at ``address`` (opened
     with ``options``; default: ``--metric`` when given), the store's metric (``None`` when not
-    needed) and a phrase saying why, for the messages."""
+    needed) and a phrase saying why, for the messages. With ``migration`` (the stamp's record
+    of a migration being continued) auto is the choice it recorded: the encoder's own output
+    for a migration recorded before the choice was."""
     from .encoders import resolve_normalize
     from .encoders._spec import split_spec
 
@@ -131,6 +134,13 @@ def choose_normalize(args, address, what, options=None):
         why = (f"--normalize {choice}" if args.normalize else
                f"normalize={choice} in the encoder spec")
         return spec, resolve_normalize(choice), None, why
+    if migration is not None:
+        label = migration.get("normalize")
+        unit = {"yes": True, "no": False}.get(label)
+        return spec, unit, None, (
+            f"auto: the migration's own choice ({label})" if label is not None else
+            "auto: the migration's own choice (recorded before --normalize existed: the "
+            "encoder's own output)")
     if options is None:
         options = {"metric": args.metric} if args.metric else {}
     metric = store_metric(address, args.column, **options)
@@ -164,11 +174,12 @@ def cmd_migrate(args, out):
 
     progress = on_terminal(not (args.quiet or args.json))
     src, dst, stamp = check_migration(args.source, args.output, args.continue_)
-    spec, unit, _, why = choose_normalize(args, src, "SOURCE")
+    migration = ((stamp or {}).get("migration") or {}) if args.continue_ else None
+    spec, unit, _, why = choose_normalize(args, src, "SOURCE", migration=migration)
     with stage(f"loading the encoder {spec}", progress):  # before anything is encoded
         encoder = load_encoder(spec, device=args.device, batch_size=args.encode_batch,
                                normalize=unit)
-    before = ((stamp or {}).get("migration") or {}) if args.continue_ else {}
+    before = migration or {}
     label = normalize_label(encoder)
     if before.get("normalize") not in (None, label) and before.get("encoder") != \
             encoder.fingerprint:

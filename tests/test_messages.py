@@ -350,6 +350,13 @@ def test_normalize_follows_an_inner_product_store(store, tmp_path, capsys, monke
     err = capsys.readouterr().err
     assert "was migrated with normalize yes, this run's is no" in err and err.count("\n") == 1
     assert encoded == []
+    # --continue with auto (and no --metric): the migration's recorded choice
+    assert main(["migrate", store, out, "--continue", "--encoder", "msg_enc:embed",
+                 "--budget", "40", "--quiet"]) == 0
+    assert "normalize: yes (unit vectors); auto: the migration's own choice (yes)" in \
+        capsys.readouterr().out
+    norms, encoded = _vectors(out)
+    np.testing.assert_allclose(norms[encoded], 1.0, atol=1e-5)
 
     # no: the encoder's raw lengths; the same through the spec; a contradiction refused
     for name, extra, why in (
@@ -374,6 +381,15 @@ def test_normalize_follows_an_inner_product_store(store, tmp_path, capsys, monke
     norms, encoded = _vectors(cos)
     ids = np.flatnonzero(encoded)
     np.testing.assert_allclose(norms[ids], raw[ids], rtol=1e-5)
+    # a migration recorded before the choice existed goes on as it was made, even when the
+    # store's metric would now say otherwise
+    sidecar = tmp_path / "cos.parquet.skalign.json"
+    stamp = json.loads(sidecar.read_text())
+    del stamp["migration"]["normalize"]
+    sidecar.write_text(json.dumps(stamp))
+    assert main(["migrate", store, cos, "--continue", "--metric", "ip", *base]) == 0
+    assert "normalize: the encoder's own output; auto: the migration's own choice (recorded " \
+        "before --normalize existed" in capsys.readouterr().out
 
 
 def test_normalize_on_a_chroma_inner_product_collection(tmp_path, monkeypatch, capsys):
