@@ -138,9 +138,9 @@ def choose_normalize(args, address, what, options=None, migration=None):
         label = migration.get("normalize")
         unit = {"yes": True, "no": False}.get(label)
         return spec, unit, None, (
-            f"auto: the migration's own choice ({label})" if label is not None else
-            "auto: the migration's own choice (recorded before --normalize existed: the "
-            "encoder's own output)")
+            f"auto: the choice the migration recorded ({label})" if label is not None else
+            "auto: the migration's (recorded before --normalize existed: the encoder's own "
+            "output)")
     if options is None:
         options = {"metric": args.metric} if args.metric else {}
     metric = store_metric(address, args.column, **options)

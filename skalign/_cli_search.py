@@ -30,10 +30,10 @@ TEXTS (--text-field):
   default: Chroma's documents, else a text, else a document field
 NORMALIZE:
   yes: the query and candidate texts' vectors scaled to unit length; no: the encoder's raw
-  output; auto (default): yes when STORE ranks by inner product or L2 distance (where a
-  vector's length changes the ranking), else (cosine) the encoder's own output. Give the same
-  choice as the migration that wrote STORE (`skalign info STORE` says which it was). SPEC may
-  carry it too: SPEC?normalize=yes. Query vectors given as .npy are used as they are.
+  output; auto (default): the choice of the migration that wrote STORE (`skalign info STORE`
+  shows it), else yes when STORE ranks by inner product or L2 distance (where a vector's
+  length changes the ranking) and (cosine) the encoder's own output otherwise. SPEC may carry
+  it too: SPEC?normalize=yes. Query vectors given as .npy are used as they are.
 WRITE-BACK:
   Each candidate's text is encoded once (--encode-cache keeps the vectors across runs), its vector
   written back as the row's final vector, provenance encoded:<fingerprint>; databases in place,
@@ -208,6 +208,19 @@ def check_output(args, candidates_file):
                             args.output if args.overwrite else None)
 
 
+def _migration(address):
+    """The record of the migration that wrote the store (its stamp's), or ``None``."""
+    from ._stores.provenance import read_stamp
+    from .exceptions import StoreError
+
+    try:
+        stamp = read_stamp(address)
+    except StoreError:
+        return None
+    migration = stamp.get("migration") if isinstance(stamp, dict) else None
+    return migration if isinstance(migration, dict) else None
+
+
 def cmd_search(args, out):
     from ._cli_migrate import choose_normalize, normalize_line
     from ._console import stage
@@ -227,7 +240,8 @@ def cmd_search(args, out):
     queries = read_queries(args.queries)
     options = {k: v for k, v in (("id_field", args.id_field), ("metric", args.metric))
                if v is not None}
-    spec, unit, _, why = choose_normalize(args, args.store, "STORE", options)
+    spec, unit, _, why = choose_normalize(args, args.store, "STORE", options,
+                                          migration=_migration(args.store))
     progress = not args.quiet
     with stage(f"loading the encoder {spec}", progress):
         encoder = CachedEncoder(load_encoder(spec, normalize=unit),

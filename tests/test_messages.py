@@ -327,18 +327,25 @@ def test_normalize_follows_an_inner_product_store(store, tmp_path, capsys, monke
     assert re.search(r"normalize: yes \(unit vectors\); mean vector length over 600 rows: "
                      r"encoded rows 1\.000, translated rows \d\.\d{3}", shown), shown
 
-    # the same store searched: text queries and candidates encoded to unit length
+    # the same store searched: text queries and candidates encoded to unit length, as the
+    # migration chose (its stamp says so)
     (tmp_path / "q.txt").write_text("doc 3\ndoc 77\n")
     assert main(["search", out, "--metric", "ip", "--queries", str(tmp_path / "q.txt"),
                  "--encoder", "msg_enc:embed", "--output", str(tmp_path / "r.jsonl"),
                  "--candidates", "40"]) == 0
-    assert "normalize: yes (unit vectors); auto: STORE ranks by inner product" in \
+    assert "normalize: yes (unit vectors); auto: the choice the migration recorded (yes)" in \
         capsys.readouterr().out
     norms, encoded = _vectors(out)
     assert encoded.sum() > BUDGET
     np.testing.assert_allclose(norms[encoded], 1.0, atol=1e-5)
     first = json.loads((tmp_path / "r.jsonl").read_text().splitlines()[0])
     assert first["ids"][0] == "d3" and abs(first["scores"][0] - 1.0) < 1e-5
+    # a store no migration wrote: auto by its metric
+    assert main(["search", store, "--metric", "ip", "--queries", str(tmp_path / "q.txt"),
+                 "--encoder", "msg_enc:embed", "--output", str(tmp_path / "r0.jsonl"),
+                 "--no-write-back"]) == 0
+    assert ("normalize: yes (unit vectors); auto: STORE ranks by inner product, where a "
+            "vector's length changes the ranking") in capsys.readouterr().out
 
     # --continue with another choice: refused before any text is encoded
     import msg_enc
@@ -353,7 +360,7 @@ def test_normalize_follows_an_inner_product_store(store, tmp_path, capsys, monke
     # --continue with auto (and no --metric): the migration's recorded choice
     assert main(["migrate", store, out, "--continue", "--encoder", "msg_enc:embed",
                  "--budget", "40", "--quiet"]) == 0
-    assert "normalize: yes (unit vectors); auto: the migration's own choice (yes)" in \
+    assert "normalize: yes (unit vectors); auto: the choice the migration recorded (yes)" in \
         capsys.readouterr().out
     norms, encoded = _vectors(out)
     np.testing.assert_allclose(norms[encoded], 1.0, atol=1e-5)
@@ -388,8 +395,8 @@ def test_normalize_follows_an_inner_product_store(store, tmp_path, capsys, monke
     del stamp["migration"]["normalize"]
     sidecar.write_text(json.dumps(stamp))
     assert main(["migrate", store, cos, "--continue", "--metric", "ip", *base]) == 0
-    assert "normalize: the encoder's own output; auto: the migration's own choice (recorded " \
-        "before --normalize existed" in capsys.readouterr().out
+    assert "normalize: the encoder's own output; auto: the migration's (recorded before " \
+        "--normalize existed" in capsys.readouterr().out
 
 
 def test_normalize_on_a_chroma_inner_product_collection(tmp_path, monkeypatch, capsys):
