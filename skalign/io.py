@@ -363,7 +363,7 @@ def translate(model, input, output, *, column=None, batch_size=None, progress=Fa
 
 def migrate(source, output, encoder, budget, *, text_field=None, column=None,
             min_recall=0.0, anyway=False, random_state=0, cache=None, continue_=False,
-            progress=False, batch_size=None):
+            progress=False, batch_size=None, provenance_key=None):
     """Migrate a store to a new encoder: encode ``budget`` rows' texts, translate the rest.
 
     The rows are those nearest the centres of a seeded k-means of the old vectors, up to a
@@ -412,6 +412,10 @@ def migrate(source, output, encoder, budget, *, text_field=None, column=None,
         Progress bars on standard error.
     batch_size : int, default=None
         Rows per translation batch (:func:`translate`).
+    provenance_key : str, default=None
+        The column, metadata or payload key of each row's mark in ``output`` (default
+        ``skalign_vector``); a key holding values skalign did not write is refused before any
+        text is encoded.
 
     Returns
     -------
@@ -426,7 +430,7 @@ def migrate(source, output, encoder, budget, *, text_field=None, column=None,
     return migrate_store(source, output, encoder, budget, text_field=text_field, column=column,
                          min_recall=min_recall, anyway=anyway, random_state=random_state,
                          cache=cache, continue_=continue_, progress=progress,
-                         batch_size=batch_size)
+                         batch_size=batch_size, provenance_key=provenance_key)
 
 
 def restore(output):

@@ -68,9 +68,10 @@ def one_line_error(capsys, command, match):
     return err
 
 
-def migrate(source, output, encoder, *extra):
-    return main(["migrate", source, output, "--encoder", encoder, "--budget", "40",
-                 "--text-field", "doc", "--anyway", "--quiet", *extra])
+def migrate(source, output, encoder, *extra, text_field="doc"):
+    field = ["--text-field", text_field] if text_field else []
+    return main(["migrate", source, output, "--encoder", encoder, "--budget", "40", *field,
+                 "--anyway", "--quiet", *extra])
 
 
 @pytest.mark.parametrize("kind", ["parquet", "npy"])
@@ -221,3 +222,137 @@ def test_info_counts_encoded_stale_and_translated(tmp_path, spaces, encoder, cap
     assert main(["info", out, "--json"]) == 0
     vectors = json.loads(capsys.readouterr().out)["vectors"]
     assert vectors["stale"] == 0 and vectors["encoded"] == 49  # the stale row came first
+
+
+# ---------------------------------------------------------------------------- kills
+def _source(kind, tmp_path, request, X):
+    """(SOURCE, OUTPUT, extra arguments) of a store of ``X`` with texts ``doc i``."""
+    if kind in ("npy", "parquet"):
+        maker = FileStore(kind, tmp_path)
+        source = maker.make(X)
+        out = str(tmp_path / ("out" + Path(source).suffix))
+        return source, out, ["--text-field", maker.options["text_field"]]
+    if kind == "chroma":
+        pytest.importorskip("chromadb")
+        import chromadb
+
+        col = chromadb.PersistentClient(path=str(tmp_path / "chroma")).create_collection(
+            "kill_src", metadata={"hnsw:space": "cosine"}, embedding_function=None)
+        col.add(ids=[f"r{i}" for i in range(N)], embeddings=X,
+                documents=[f"doc {i}" for i in range(N)])
+        return (f"chroma:{tmp_path}/chroma/kill_src", f"chroma:{tmp_path}/chroma/kill_out", [])
+    pytest.importorskip("psycopg")
+    import psycopg
+    from pgvector.psycopg import register_vector
+
+    base = request.getfixturevalue("pg_base")
+    with psycopg.connect(base, autocommit=True) as conn:
+        register_vector(conn)
+        for t in ("kill_src", "kill_out"):
+            conn.execute(f"DROP TABLE IF EXISTS {t}")
+        conn.execute(f"CREATE TABLE kill_src (id int PRIMARY KEY, text text, emb vector({D}))")
+        for i, x in enumerate(X):
+            conn.execute("INSERT INTO kill_src VALUES (%s, %s, %s)", (i, f"doc {i}", x))
+    return (f"{base}&table=kill_src&column=emb", f"{base}&table=kill_out&column=emb", [])
+
+
+def _run(argv, tmp_path, kill_at=None):
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.getcwd()])}
+    env.pop("SKALIGN_TEST_KILL_AT", None)
+    if kill_at:
+        env["SKALIGN_TEST_KILL_AT"] = kill_at
+    return subprocess.run([sys.executable, "-m", "skalign", *argv], env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.parametrize("kind", ["npy", "parquet", "chroma", "pgvector"])
+@pytest.mark.parametrize("kill_at", ["publishing", "published"])
+def test_migrate_killed_in_the_publish_then_the_same_command_finishes(
+        tmp_path, spaces, encoder, request, monkeypatch, kind, kill_at):
+    """SIGKILL in the window between publishing the output and writing its marks and stamp,
+    for ``migrate`` and for ``--continue``: the same command, run again, finishes (exit 0,
+    the rows marked, the stamp's migration record, nothing left behind)."""
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(__import__("tempfile"), "tempdir", str(tmp_path / "tmp"))
+    X, Y = spaces
+    source, out, extra = _source(kind, tmp_path, request, X)
+    argv = ["migrate", source, out, "--encoder", encoder, "--budget", "40", "--anyway",
+            "--quiet", *extra]
+    for step in (argv, argv + ["--continue"]):
+        # --continue writes a database in place (no publish); a file store anew (a publish)
+        if kind in ("npy", "parquet") or "--continue" not in step:
+            killed = _run(step, tmp_path, kill_at)
+            assert killed.returncode == -9, killed.stderr
+        again = _run(step, tmp_path)
+        assert again.returncode == 0, again.stderr
+    info = _run(["info", out, "--json"], tmp_path)
+    assert info.returncode == 0, info.stderr
+    got = json.loads(info.stdout)
+    assert got["vectors"]["encoded"] == 80 and got["vectors"]["stale"] == 0
+    from skalign._stores.address import parse_address
+    from skalign._stores.provenance import read_stamp
+
+    stamp = read_stamp(parse_address(out))
+    assert stamp["migration"]["encoded_rows"] == 80 and "publishing" not in stamp
+    if kind in ("npy", "parquet"):
+        left = [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
+        assert not left, left
+
+
+@pytest.mark.parametrize("kind", ["chroma", "pgvector"])
+def test_an_engine_migration_chained_into_another_never_copies_provenance(
+        tmp_path, spaces, encoder, request, monkeypatch, kind):
+    """A -> B, B searched (its marks written back), B -> C: C's rows carry only the marks the
+    B -> C run wrote, and ``info`` on C counts those alone."""
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(__import__("tempfile"), "tempdir", str(tmp_path / "tmp"))
+    X, Y = spaces
+    a, b, _ = _source(kind, tmp_path, request, X)
+    c = b.replace("kill_out", "kill_c")
+    if kind == "pgvector":
+        import psycopg
+
+        with psycopg.connect(request.getfixturevalue("pg_base"), autocommit=True) as conn:
+            conn.execute("DROP TABLE IF EXISTS kill_c")
+    field = "text" if kind == "pgvector" else None
+    assert migrate(a, b, encoder, text_field=field) == 0
+    np.save(tmp_path / "q.npy", Y[:20])
+    assert main(["search", b, "--queries", str(tmp_path / "q.npy"), "--encoder", encoder,
+                 "--candidates", "30", "--output", str(tmp_path / "r.jsonl"), "--quiet"]
+                + (["--text-field", "text"] if kind == "pgvector" else [])) == 0
+    with open_live(b) as store:
+        before = store.fetch(store.ids()).provenance
+    assert sum(p is not None for p in before) > 40  # B's marks: the budget and the searcher's
+    assert migrate(b, c, encoder, text_field=field) == 0
+    with open_live(c) as store:
+        marks = store.fetch(store.ids()).provenance
+    assert sum(p is not None for p in marks) == 40
+
+
+def test_a_source_holding_a_users_own_key_is_refused_before_any_work(tmp_path, spaces,
+                                                                     encoder, capsys):
+    """Its key would be copied into the output, where skalign writes its marks: refused with
+    the option that names another key, nothing encoded; with that option it migrates and the
+    user's values are in the output untouched."""
+    pytest.importorskip("chromadb")
+    import chromadb
+
+    X, _ = spaces
+    client = chromadb.PersistentClient(path=str(tmp_path / "chroma"))
+    col = client.create_collection("mine_src", metadata={"hnsw:space": "cosine"},
+                                   embedding_function=None)
+    col.add(ids=[f"r{i}" for i in range(N)], embeddings=X,
+            documents=[f"doc {i}" for i in range(N)],
+            metadatas=[{"skalign_vector": f"user {i}"} for i in range(N)])
+    src, out = f"chroma:{tmp_path}/chroma/mine_src", f"chroma:{tmp_path}/chroma/mine_out"
+    assert migrate(src, out, encoder, text_field=None) == 2
+    one_line_error(capsys, "migrate", "--provenance-key")
+    assert calls(tmp_path) == []
+    assert migrate(src, out, encoder, "--provenance-key", "skalign_mark", text_field=None) == 0
+    got = client.get_collection("mine_out").get(include=["metadatas"])
+    assert sorted(m["skalign_vector"] for m in got["metadatas"]) == sorted(
+        f"user {i}" for i in range(N))
+    assert sum("skalign_mark" in m for m in got["metadatas"]) == 40

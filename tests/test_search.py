@@ -160,7 +160,8 @@ def test_written_back_vectors_equal_the_encoder_output(backend, spaces):
     written = s.stats.written
     with open_live(address, **backend.options) as store:
         rows = store.fetch([backend.key(i) for i in range(N)])
-    encoded = np.array([isinstance(p, str) and p.startswith("encoded:lookup-Y:") for p in rows.provenance])
+    encoded = np.array([isinstance(p, str) and p.startswith("encoded:lookup-Y:")
+                        for p in rows.provenance])
     assert encoded.sum() == written == s.stats.encoded > 30
     assert all(p is None for p in np.array(rows.provenance, dtype=object)[~encoded])
     stored = rows.vectors[encoded]

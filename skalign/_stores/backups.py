@@ -1,13 +1,14 @@
-"""The names of ``--replace``'s backups: ``STEM-skalign-backup.EXT`` beside a file store,
-``NAME_skalign_backup`` for a table or collection (a hashed name where PostgreSQL's 63 bytes
-would cut it)."""
+"""The names of what skalign keeps beside a store: ``--replace``'s backups
+(``STEM-skalign-backup.EXT`` beside a file store, ``NAME_skalign_backup`` for a table or
+collection, a hashed name where PostgreSQL's 63 bytes would cut it) and a file store's stamp
+(``PATH.skalign.json``)."""
 
 from __future__ import annotations
 
 from .address import FILE_KINDS
 from .dbcommon import backup_name
 
-__all__ = ["BACKUP_SUFFIX", "backup_address", "is_backup"]
+__all__ = ["BACKUP_SUFFIX", "backup_address", "is_backup", "sidecar_path"]
 
 #: the suffix of a backup's name: ``STEM-skalign-backup.EXT`` for files,
 #: ``NAME_skalign_backup`` for tables and collections
@@ -41,3 +42,8 @@ def is_backup(address):
     if address.kind in FILE_KINDS:
         return _stem(address.path, address.kind).endswith(f"-{BACKUP_SUFFIX}")
     return (address.name or "").endswith(backup_name(""))
+
+
+def sidecar_path(address):
+    """A file store's stamp file: ``PATH.skalign.json`` beside it."""
+    return address.path.with_name(address.path.name + ".skalign.json")

@@ -22,7 +22,7 @@ the collection through the renames of ``--replace`` and ``restore``. The transla
 written in the shadow's metadata before the renames, marked
 :data:`~skalign._stores.journal.PUBLISHING` until the steps after them are done: the output never
 appears without its stamp, and the same command run again after a kill between the renames or
-after them finishes the publish (:func:`recover_publish`).
+after them finishes the publish (:func:`skalign._stores.chroma_recovery.recover_publish`).
 
 Reading never creates anything: a folder without Chroma's ``chroma.sqlite3`` or a collection its
 catalogue does not list is refused before a client is opened (a client creates the catalogue).
@@ -35,8 +35,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
-from contextlib import contextmanager
 
 import numpy as np
 
@@ -44,13 +42,10 @@ from ..exceptions import AddressError, StoreError, StoreNotFoundError
 from .base import StoreReader, StoreWriter
 from .chroma_names import (
     _RULE,
-    DEFAULT_DATABASE,
-    DEFAULT_TENANT,
     FOLDER,
     LISTED_NAMES,
     STAMP_KEY,
     _breaks_rule,
-    _catalogue,
     _catalogued_names,
     _check_store,
     _edge,
@@ -74,15 +69,13 @@ from .dbcommon import (
     shadow_prefix,
 )
 from .journal import (
-    PUBLISHING,
     CommitClock,
-    Interrupted,
     final_stamp,
     kill_point,
     pending_stamp,
 )
 
-__all__ = ["STAMP_KEY", "Reader", "Writer", "drop_collection", "read_stamp", "recover_publish",
+__all__ = ["STAMP_KEY", "Reader", "Writer", "drop_collection", "read_stamp",
            "restore", "segment_folders", "torn_index", "vector_segments", "write_stamp"]
 
 #: The key of the collection's metadata that holds the provenance stamp (JSON text)
@@ -296,8 +289,12 @@ class Reader(_Handles, StoreReader):
 
     def _get(self, ids):
         """The records of ``ids``, in that order."""
+        from .live import without_marks
+
         _use(self)
         got = self.collection.get(ids=ids, include=_INCLUDE)
+        if got.get("metadatas") is not None:  # the source's marks are not the output's
+            got["metadatas"] = [without_marks(m) or None for m in got["metadatas"]]
         if got["ids"] != ids:
             if len(got["ids"]) != len(ids):
                 raise StoreError(f"{self.address}: records were deleted from the collection "
@@ -642,81 +639,3 @@ def _stamp_collection(client, name, stamp):
     else:
         validate_metadata(metadata)
     modify(id=collection.id, new_metadata=metadata)
-
-
-def _pending(text):
-    """The stamp in the metadata value ``text`` where it is marked :data:`PUBLISHING`."""
-    try:
-        stamp = json.loads(text) if isinstance(text, str) else None
-    except (ValueError, RecursionError):
-        return None
-    return stamp if isinstance(stamp, dict) and isinstance(stamp.get(PUBLISHING), dict) \
-        else None
-
-
-def _is_shadow(address, name):
-    prefix = shadow_prefix(address.name)
-    return name.startswith(prefix) and re.fullmatch("[0-9a-f]{12}", name[len(prefix):])
-
-
-def _pending_stamps(client, address):
-    """``{name: stamp}`` of the output's collection and its shadows whose stamps are marked
-    :data:`PUBLISHING`: a local folder's read from its catalogue (no client opened), a server's
-    through ``client``."""
-    if client is None:
-        rows = _catalogue(address.path, "SELECT c.name, m.str_value FROM collections c JOIN "
-                          "collection_metadata m ON m.collection_id = c.id JOIN databases d ON "
-                          "c.database_id = d.id WHERE d.name = ? AND d.tenant_id = ? AND "
-                          "m.key = ?", (DEFAULT_DATABASE, DEFAULT_TENANT, STAMP_KEY)) or []
-    else:
-        rows = [(n, (client.get_collection(n, embedding_function=None).metadata or {})
-                 .get(STAMP_KEY)) for n in _names(client)
-                if n == address.name or _is_shadow(address, n)]
-    found = {}
-    for name, text in rows:
-        stamp = _pending(text) if name == address.name or _is_shadow(address, name) else None
-        if stamp is not None:
-            found[str(name)] = stamp
-    return found
-
-
-@contextmanager
-@_edge
-def recover_publish(address, match):
-    """Under the output's lock, finish a publish a killed run left (its stamp, in the shadow's
-    or the output's metadata, marked :data:`PUBLISHING`): a shadow so stamped where no
-    collection has the output's name is renamed to it (the backup was kept before). Yield an
-    :class:`~skalign._stores.journal.Interrupted` where that stamp satisfies ``match`` (the
-    caller finishes), else ``None`` (another job's publish is finished here)."""
-    if address.path is not None and not _is_store(address.path):
-        yield None
-        return
-    if address.path is not None and not _pending_stamps(None, address):
-        yield None  # the common case: nothing read but the catalogue, no lock, no client
-        return
-    with FOLDER.writer_lock(address):
-        client = _client(address)
-        try:
-            found = _pending_stamps(client, address)
-            name = address.name
-            if name not in found and found and not _has(client, name):
-                shadow = next((n for n, st in found.items() if match(st)), next(iter(found)))
-                client.get_collection(shadow, embedding_function=None).modify(name=name)
-                found = {name: found[shadow]}
-            stamp = found.get(name)
-            if stamp is None:
-                yield None
-                return
-            backup = address.with_name(backup_name(name)) if stamp[PUBLISHING].get("backup") \
-                else None
-
-            def finish(final):
-                _stamp_collection(client, name, final)
-
-            if match(stamp):
-                yield Interrupted(stamp, backup, finish)
-            else:
-                finish(final_stamp(stamp))
-                yield None
-        finally:
-            _close(client)

@@ -39,7 +39,7 @@ import numpy as np
 
 __all__ = ["METRICS", "PROVENANCE_KEY", "TEXT_FIELDS", "LiveRows", "LiveStore", "encoded_mark",
            "field_token", "first_text_field", "is_mark", "mark_state", "parse_mark",
-           "similarity", "text_digest", "translated_mark"]
+           "similarity", "text_digest", "translated_mark", "without_marks"]
 
 #: the metadata/payload key or column name that holds a row's provenance
 PROVENANCE_KEY = "skalign_vector"
@@ -169,6 +169,16 @@ def is_mark(value):
     return value is None or (isinstance(value, str) and (
         parse_mark(value) is not None or re.fullmatch(r"(encoded|translated):[^\x00-\x1f]+",
                                                       value) is not None))
+
+
+def without_marks(fields):
+    """``fields`` (a row's metadata or payload) without skalign's provenance under
+    :data:`PROVENANCE_KEY`: a translation never copies its source's marks into its output, whose
+    marks are what the run that wrote it wrote (a user's own value under that key is kept)."""
+    if not isinstance(fields, dict) or PROVENANCE_KEY not in fields \
+            or not is_mark(fields[PROVENANCE_KEY]):
+        return fields
+    return {k: v for k, v in fields.items() if k != PROVENANCE_KEY}
 
 
 def mark_state(value, fingerprint, field, text):

@@ -19,7 +19,8 @@ renamed into place in one transaction; with ``--replace`` the existing ``OUTPUT`
 same transaction, and the provenance stamp set as the shadow's ``COMMENT`` in that same
 transaction too (so the table is never in place without its stamp), marked
 :data:`~skalign._stores.journal.PUBLISHING` until the steps after the publish are done: a run
-killed after the commit is finished by the same command run again (:func:`recover_publish`).
+killed after the commit is finished by the same command run again
+(:func:`skalign._stores.pgvector_recovery.recover_publish`).
 A session-level advisory lock keyed on the output keeps a second run out (PostgreSQL drops it
 when the session ends, also after SIGKILL). Errors are one line naming the address (password
 masked) and the fix; a lost connection leaves the shadow to resume.
@@ -36,9 +37,14 @@ import numpy as np
 from ..exceptions import StoreError
 from .base import StoreReader, StoreWriter
 from .dbcommon import consecutive_runs, resume_point
-from .journal import PUBLISHING, Interrupted, final_stamp, kill_point, pending_stamp
+from .journal import final_stamp, kill_point, pending_stamp
+from .live import PROVENANCE_KEY
 
-__all__ = ["Reader", "Writer", "recover_publish", "restore"]
+__all__ = ["PROVENANCE_COMMENT", "Reader", "Writer", "restore"]
+
+#: the comment skalign sets on the provenance column it adds to a table (what says the column
+#: is its own: :mod:`.pgvector_live`)
+PROVENANCE_COMMENT = "skalign: each row's provenance (encoded or translated)"
 
 # the binary COPY stream's parsing, and the catalog's names, lookups, errors and
 # indexes, live in modules of their own
@@ -175,6 +181,12 @@ class Reader(StoreReader):
             typ = self.columns[names.index(wanted)][2]
             raise StoreError(f"{address}: column {wanted!r} is {typ}, not a pgvector vector; "
                              f"fix &column= ({', '.join(vector_cols) or 'no vector columns'}).")
+        # the source's provenance column, where skalign added it, is not copied: the output's
+        # marks are what the run that writes it writes
+        self.dropped = [n for n in names if n == PROVENANCE_KEY and conn.execute(
+            "SELECT col_description(%s, attnum) FROM pg_attribute WHERE attrelid = %s AND "
+            "attname = %s", (self.oid, self.oid, n)).fetchone()[0] == PROVENANCE_COMMENT]
+        names = [n for n in names if n not in self.dropped]
         self.column, self.names = wanted, names
         self.vindex = names.index(wanted)
         self.key = _primary_key(conn, self.oid)
@@ -409,6 +421,9 @@ class Writer(StoreWriter):
                 self.conn.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN {} TYPE vector({})")
                                   .format(self._shadow_id, sql.Identifier(self.src.column),
                                           sql.Literal(int(self.job.d_out))))
+                for name in self.src.dropped:
+                    self.conn.execute(sql.SQL("ALTER TABLE {} DROP COLUMN {}").format(
+                        self._shadow_id, sql.Identifier(name)))
         return 0
 
     def encode_unit(self, out, raw, shard, start):
@@ -671,63 +686,3 @@ def _advisory_lock(conn, address, schema, table):
         raise StoreError(f"{address.display}: another skalign translate is writing this "
                          "table; wait for it to finish (or stop it, then run the same "
                          "command again to resume).")
-
-
-@contextmanager
-def recover_publish(address, match):
-    """Under the output's advisory lock: the table at ``address`` where its stamp is still
-    marked :data:`PUBLISHING` (a run killed after its publish committed) and satisfies
-    ``match``, as an :class:`~skalign._stores.journal.Interrupted` for the caller to finish;
-    ``None`` otherwise (another job's mark is removed here: its publish is complete). Nothing
-    can be half published: the publish is one transaction."""
-    import json
-
-    from psycopg import sql
-
-    try:
-        conn = _connect(address)
-    except StoreError:  # said again by the translation's own checks
-        yield None
-        return
-    try:
-        try:
-            with _mapped(address, "cannot read the output table's comment"):
-                given, table = _split(address.name, address)
-                schema, _ = _schema_of(conn, given, address)
-                oid = _table_oid(conn, schema, table)
-                text = None if oid is None else conn.execute(
-                    "SELECT obj_description(%s, 'pg_class')", (oid,)).fetchone()[0]
-        except StoreError:
-            text = None
-        try:
-            stamp = json.loads(text[len(STAMP_PREFIX):]) \
-                if text and text.startswith(STAMP_PREFIX) else None
-        except (ValueError, RecursionError):
-            stamp = None
-        if isinstance(stamp, dict) and isinstance(stamp.get(PUBLISHING), dict):
-            with _mapped(address, "cannot finish the output's publish"):
-                _advisory_lock(conn, address, schema, table)
-                fresh = conn.execute("SELECT obj_description(%s, 'pg_class')",
-                                     (oid,)).fetchone()[0]
-            if fresh != text:  # finished by another run meanwhile
-                stamp = None
-        if not isinstance(stamp, dict) or not isinstance(stamp.get(PUBLISHING), dict):
-            yield None
-            return
-        ident = sql.Identifier(schema, table)
-        backup = None
-        if stamp[PUBLISHING].get("backup"):
-            bname = derived_name(table, "backup")
-            backup = address.with_name(f"{given}.{bname}" if given else bname)
-
-        def finish(final):
-            with _mapped(address, "cannot stamp the output table"):
-                _comment(conn, ident, final)
-
-        if match(stamp):
-            yield Interrupted(stamp, backup, finish)
-        else:
-            finish(final_stamp(stamp))
-            yield None
-    finally:
-        conn.close()

@@ -64,6 +64,7 @@ from .live_input import (
     missing_id,
 )
 from .pg_indexes import _mapped
+from .pgvector import PROVENANCE_COMMENT as OWNED_COMMENT
 from .pgvector import Reader, _stack
 
 __all__ = ["PgvectorLive"]
@@ -82,8 +83,7 @@ INT_TYPES = {("pg_catalog", "int2"), ("pg_catalog", "int4"), ("pg_catalog", "int
 MAX_EF_SEARCH = 1000
 #: Rows per ``fetch`` and ``UPDATE`` statement
 PAGE = 4096
-#: the comment skalign sets on the provenance column it adds (what says the column is its own)
-OWNED_COMMENT = "skalign: each row's provenance (encoded or translated)"
+
 
 
 def _index_metric(conn, oid, column):

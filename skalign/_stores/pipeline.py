@@ -36,12 +36,13 @@ from .base import ENCODE_DEPTH
 from .direct_io import BLOCK
 from .journal import PUBLISHING, final_stamp, fingerprint, kill_point, model_fingerprint
 from .provenance import make_stamp, move_stamp, read_stamp
-from .registry import backend_module, reader_class, writer_class
+from .registry import backend_module, reader_class, recovery_function, writer_class
 from .streaming import BatchTranslator, WriteBehind, blas_threads_beside
 from .verify import keep_sample, verification_positions, verify
 
-__all__ = ["Translation", "TranslationResult", "open_reader", "open_writer", "output_dim",
-           "prepare_translation", "restore_store", "translate_store"]
+__all__ = ["Translation", "TranslationResult", "finish_interrupted_publish", "open_reader",
+           "open_writer", "output_dim", "prepare_translation", "restore_store",
+           "translate_store"]
 
 
 def open_reader(address, *, column=None):
@@ -282,14 +283,13 @@ def _check_extra(stamp_extra):
     return dict(stamp_extra)
 
 
-def _recover_publish(address):
-    """The backend's ``recover_publish`` (:func:`skalign._stores.shadow.recover_publish` for
-    the file stores)."""
-    if address.kind in FILE_KINDS:
-        from .shadow import recover_publish
-
-        return recover_publish
-    return backend_module(address).recover_publish
+def finish_interrupted_publish(dst):
+    """Finish a publish of the output ``dst`` that a killed run left (whatever job it was), up
+    to the output in place with its stamp. ``skalign migrate`` calls it before it reads the
+    output's stamp (``--continue``'s next step redoes what came after the publish)."""
+    dst = parse_address(dst, output=True)
+    with recovery_function(dst)(dst, lambda stamp: False):
+        pass
 
 
 def _finish_interrupted(model_fp, src, dst, extra, after_publish):
@@ -302,7 +302,7 @@ def _finish_interrupted(model_fp, src, dst, extra, after_publish):
     def same_job(stamp):
         return stamp.get("model") == model_fp and stamp.get("source_identity") == source_identity
 
-    with _recover_publish(dst)(dst, same_job) as found:
+    with recovery_function(dst)(dst, same_job) as found:
         if found is None:
             return None
         kill_point("published")

@@ -18,6 +18,7 @@ import time
 
 from ..exceptions import StoreError
 from .address import FILE_KINDS
+from .backups import sidecar_path
 from .journal import write_durably
 from .registry import backend_module
 
@@ -34,9 +35,6 @@ def make_stamp(model_fp, source, n_rows, d_in, d_out):
             "d_out": int(d_out), "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
-def sidecar_path(address):
-    """A file store's stamp file: ``PATH.skalign.json`` beside it."""
-    return address.path.with_name(address.path.name + ".skalign.json")
 
 
 _NONE = type(None)

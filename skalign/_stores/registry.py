@@ -10,11 +10,12 @@ import importlib
 from ..exceptions import AddressError, MissingDependencyError
 
 __all__ = ["BACKENDS", "backend_module", "import_engine", "live_class", "reader_class",
-           "writer_class"]
+           "recovery_function", "writer_class"]
 
 #: kind -> module of skalign._stores, reader and writer classes, the live store (``MODULE.CLASS``
-#: of skalign._stores, :class:`~skalign._stores.live.LiveStore`), the client module it needs and
-#: the extra that installs it
+#: of skalign._stores, :class:`~skalign._stores.live.LiveStore`), the client module it needs,
+#: the extra that installs it and, for databases, the function that finishes a publish a killed
+#: run left (``MODULE.FUNCTION``; file stores share :func:`skalign._stores.shadow.recover_publish`)
 BACKENDS = {
     "npy": {"module": "npy", "reader": "NpyReader", "writer": "NpyShadow",
             "live": "npy_live.NpyLive", "needs": None, "extra": None},
@@ -28,11 +29,14 @@ BACKENDS = {
     "faiss": {"module": "faiss", "reader": "Reader", "writer": "Writer",
               "live": "faiss_live.FaissLive", "needs": "faiss", "extra": "faiss"},
     "pgvector": {"module": "pgvector", "reader": "Reader", "writer": "Writer",
-                 "live": "pgvector_live.PgvectorLive", "needs": "psycopg", "extra": "pgvector"},
+                 "live": "pgvector_live.PgvectorLive", "needs": "psycopg", "extra": "pgvector",
+                 "recovery": "pgvector_recovery.recover_publish"},
     "chroma": {"module": "chroma", "reader": "Reader", "writer": "Writer",
-               "live": "chroma_live.ChromaLive", "needs": "chromadb", "extra": "chroma"},
+               "live": "chroma_live.ChromaLive", "needs": "chromadb", "extra": "chroma",
+               "recovery": "chroma_recovery.recover_publish"},
     "qdrant": {"module": "qdrant", "reader": "Reader", "writer": "Writer",
-               "live": "qdrant_live.QdrantLive", "needs": "qdrant_client", "extra": "qdrant"},
+               "live": "qdrant_live.QdrantLive", "needs": "qdrant_client", "extra": "qdrant",
+               "recovery": "qdrant_recovery.recover_publish"},
 }
 
 
@@ -74,4 +78,17 @@ def live_class(kind):
                            "instead (skalign translate).")
     import_engine(kind, kind)
     module, name = live.rsplit(".", 1)
+    return getattr(importlib.import_module(f".{module}", __package__), name)
+
+
+def recovery_function(address):
+    """``recover_publish`` of ``address``'s backend: the file stores' shared one, or the
+    database's own (its client library imported first)."""
+    entry = BACKENDS[address.kind]
+    if "recovery" not in entry:
+        from .shadow import recover_publish
+
+        return recover_publish
+    import_engine(address.kind, address)
+    module, _, name = entry["recovery"].rpartition(".")
     return getattr(importlib.import_module(f".{module}", __package__), name)

@@ -32,7 +32,7 @@ from glob import escape as glob_escape
 from pathlib import Path
 
 from ..exceptions import StoreError, StoreExistsError
-from .backups import backup_address
+from .backups import backup_address, sidecar_path
 from .base import StoreWriter
 from .journal import (
     CommitClock,
@@ -311,8 +311,6 @@ def _sibling(path, name):
 def _write_sidecar(address, stamp, like):
     """``stamp`` as the sidecar of the file store at ``address`` (durably), with the read and
     write bits of ``like`` (the output, or its shadow before it is renamed)."""
-    from .provenance import sidecar_path
-
     path = sidecar_path(address)
     write_durably(path, json.dumps(stamp, sort_keys=True).encode())
     try:
@@ -324,8 +322,6 @@ def _write_sidecar(address, stamp, like):
 def _publish_steps(address, state):
     """Do the publish the journal's ``state`` describes, from where it stands (each step is
     harmless to do again); return the backup's address (``None``: none kept)."""
-    from .provenance import sidecar_path
-
     path, journal = address.path, journal_path(address.path)
     backup = backup_address(address)
     partial = _sibling(path, state.get("partial"))
