@@ -28,6 +28,14 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 
 from ._console import stage
+from ._migrate_calibration import (
+    MIXED,
+    cached_rows,
+    choose_store,
+    recorded_map,
+    step_notes,
+    writes_exact,
+)
 from ._migrate_choice import centre_rows, choose_rows
 from ._migrate_rows import ExactRowsModel
 from .exceptions import MigrationRefused, StoreError
@@ -55,11 +63,17 @@ class MigrationResult:
     method : str or None
         The map fitted on the encoded rows (``None`` when every row is encoded).
     estimate : dict
-        The plan's estimate for that map: recall@10 and its interval at the store's size.
+        The estimate of the store written: recall@10 and its interval at the store's size,
+        ``store`` (``"mixed"``: the encoded rows' exact vectors among the translations, or
+        ``"translate all"``) and the translations' ``calibration``
+        (:mod:`skalign._migrate_calibration`).
     translated : int
         Rows (re)translated by this call.
     action : str
         ``"migrated"``, ``"continued"``, ``"continued, retranslated"`` or ``"complete"``.
+    notes : list of str
+        What the held-out check found that the user should know (a ``--continue`` step whose
+        store is estimated below the previous step's), also issued as warnings before writing.
     """
 
     output: str
@@ -70,6 +84,7 @@ class MigrationResult:
     estimate: dict = field(default_factory=dict)
     translated: int = 0
     action: str = "migrated"
+    notes: list = field(default_factory=list)
 
     def to_dict(self):
         return asdict(self)
@@ -98,7 +113,8 @@ def _model_fingerprint(method, X, Y):
     return h.hexdigest()[:16]
 
 
-def _plan_and_fit(X, Y, n_rows, *, min_recall, anyway, methods, random_state):
+def _plan_and_fit(X, Y, n_rows, *, min_recall, anyway, methods, random_state,
+                  modes=(MIXED, "translate all")):
     from ._plan_candidates import make_candidate
     from .plan import plan_migration
 
@@ -112,15 +128,17 @@ def _plan_and_fit(X, Y, n_rows, *, min_recall, anyway, methods, random_state):
                          "larger --budget.") from None
     rec = plan.recommendation
     best = plan.best("document")
-    if rec["action"] == "re-embed" and not anyway:
+    model = make_candidate(best.method, n_pairs=len(X), random_state=random_state).fit(X, Y)
+    # the store written (the exact rows among calibrated translations, or translations only)
+    # and its estimate: skalign._migrate_calibration
+    model, choice = choose_store(best.method, model, X, Y, n_rows, modes=modes,
+                                 random_state=random_state)
+    estimate = choice.estimate
+    if rec["action"] == "re-embed" and estimate["recall_at_10"] < min_recall and not anyway:
         raise MigrationRefused(
             f"no method reaches recall@10 {min_recall:g} with {len(X)} encoded rows (best: "
-            f"{best.method}, {best.recall:.3f}); encode more rows (a larger --budget), lower "
-            "--min-recall, or migrate anyway with --anyway", plan)
-    model = make_candidate(best.method, n_pairs=len(X), random_state=random_state).fit(X, Y)
-    estimate = {"recall_at_10": round(float(best.recall), 4),
-                "interval": [round(float(v), 4) for v in best.recall_ci],
-                "store_size": int(n_rows)}
+            f"{best.method}, {estimate['recall_at_10']:.3f}); encode more rows (a larger "
+            "--budget), lower --min-recall, or migrate anyway with --anyway", plan)
     return plan, best.method, model, estimate
 
 
@@ -302,10 +320,11 @@ def migrate_store(source, output, encoder, budget, *, text_field=None, column=No
         field = out.text_source(job.text_field)
         # rows of the fresh output have no mark; after a kill past publishing, the rows the
         # killed run marked keep their marks (compare-and-set)
-        _write_back(out, [ids[i] for i in pos], Y, _marks(job, field, texts),
-                    [None] * len(pos))
+        # a store of translations only writes no exact row and no mark (_migrate_calibration)
+        enc_ids = [ids[i] for i in pos] if writes_exact(model) else []
+        _write_back(out, enc_ids, Y, _marks(job, field, texts), [None] * len(enc_ids))
     _record(job, fp, method, len(pos), len(ids), estimate)
-    return MigrationResult(str(job.out), len(ids), job.n_encoded, int(len(pos)), method,
+    return MigrationResult(str(job.out), len(ids), job.n_encoded, len(enc_ids), method,
                            estimate, translated, "migrated")
 
 
@@ -418,7 +437,9 @@ def _record(job, fp, method, n_encoded, n_rows, estimate):
                           "encoded_rows": int(n_encoded), "rows": int(n_rows),
                           "estimate": estimate, "random_state": job.random_state,
                           "text_field": job.text_field,
-                          "normalize": normalize_label(job.enc)}
+                          "normalize": normalize_label(job.enc),
+                          "store": (estimate or {}).get("store", "encoded" if method is None
+                                                        else MIXED)}
     write_stamp(job.out, stamp)
 
 
@@ -446,12 +467,17 @@ def _continue(job, src, ids, budget):
         if len(done) == len(out_ids):  # nothing left to encode: the output is final already
             return MigrationResult(str(job.out), len(ids), 0, len(done), None, {}, 0,
                                    "complete")
-        pos = _next_rows(states, budget, done, job.random_state)
+        # the rows a "translate all" step encoded are in the encode cache, unmarked: pairs again
+        held = cached_rows(job.enc, texts, done) \
+            if stamp["migration"].get("store") == "translate all" else done[:0]
+        pos = np.union1d(_next_rows(states, budget, np.union1d(done, held), job.random_state),
+                         held)
         encoded = np.union1d(done, pos)
         enc_ids = [out_ids[i] for i in encoded]
         # the earlier rows' texts come from the cache; every text is the output's current one
         X, Y, enc_texts = _encode_rows(job, src, enc_ids, texts_from=out)
         was = np.isin(encoded, done)  # rows of X and Y encoded by the earlier steps
+        old = np.isin(encoded, np.union1d(done, held))  # the previous step's pairs
         new_ids = [out_ids[i] for i in pos]
         new_marks = _marks(job, field, [enc_texts[j] for j in np.flatnonzero(~was)])
         new_expected = [prov[i] for i in pos]
@@ -460,7 +486,8 @@ def _continue(job, src, ids, budget):
             _write_back(out, new_ids, Y[~was], new_marks, new_expected)
     if not len(rest):
         if job.out.kind in FILE_KINDS:
-            _republish(job, ExactRowsModel(_refit_old(job, stamp, X[was], Y[was]), X, Y))
+            _republish(job, ExactRowsModel(_refit_old(job, stamp, X[old], Y[old]), X, Y,
+                                           exact=True))
             with _open_out(job) as out:
                 _write_back(out, new_ids, Y[~was], new_marks, new_expected)
         _record(job, "", None, len(encoded), len(ids), {})
@@ -469,19 +496,26 @@ def _continue(job, src, ids, budget):
     with stage(f"planning and fitting a map on {len(X)} encoded rows", job.progress):
         _, method, model, estimate = _plan_and_fit(
             X, Y, len(ids), min_recall=job.min_recall, anyway=True, methods=job.methods,
-            random_state=job.random_state)
+            random_state=job.random_state,
+            # rows marked encoded are never reverted to translations
+            modes=(MIXED,) if len(done) else (MIXED, "translate all"))
     fp = _model_fingerprint(method, X, Y)
     before = stamp["migration"].get("estimate", {}).get("recall_at_10", -1.0)
     better = estimate["recall_at_10"] > before
     retranslated, action = 0, "continued"
     if not better and not stamp["migration"].get("method"):
         better = True  # the previous step left no translated row: nothing to keep
+    notes = step_notes(estimate, stamp["migration"].get("estimate"), better, len(done))
     stale = rest[[states[i] == "stale" for i in rest]]
     if not better:
         method, estimate, fp = (stamp["migration"]["method"], stamp["migration"]["estimate"],
                                 stamp["migration"]["map"])
         if job.out.kind in FILE_KINDS or len(stale):
-            model = _refit_old(job, stamp, X[was], Y[was])
+            model = _refit_old(job, stamp, X[old], Y[old])
+    if estimate.get("store") == "translate all":
+        # a store of translations only: the rows encoded now are translated too, unmarked
+        rest, new_ids = np.setdiff1d(np.arange(len(out_ids)), done), []
+        stale = rest[[states[i] == "stale" for i in rest]]
     # rows written in place with the map: every remaining row when the map is better, else the
     # stale ones only (their vector is an old text's: they are finished as translated). A file
     # store is written anew, but its overlay, which wins, still holds the stale rows' vectors.
@@ -505,8 +539,8 @@ def _continue(job, src, ids, budget):
     if better:
         action = "continued, retranslated"
     _record(job, fp, method, len(encoded), len(ids), estimate)
-    return MigrationResult(str(job.out), len(ids), job.n_encoded, int(len(encoded)), method,
-                           estimate, retranslated, action)
+    return MigrationResult(str(job.out), len(ids), job.n_encoded, len(done) + len(new_ids),
+                           method, estimate, retranslated, action, notes)
 
 
 def _next_rows(states, budget, done, random_state):
@@ -533,8 +567,9 @@ def _refit_old(job, stamp, X, Y):
     changed), the linear map."""
     from ._plan_candidates import make_candidate
 
-    return make_candidate(stamp["migration"].get("method") or "linear", n_pairs=len(X),
-                          random_state=job.random_state).fit(X, Y)
+    model = make_candidate(stamp["migration"].get("method") or "linear", n_pairs=len(X),
+                           random_state=job.random_state).fit(X, Y)
+    return recorded_map(stamp["migration"], model, X, Y, job.random_state)
 
 
 def _drop_previous(job, result):

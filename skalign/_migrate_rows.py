@@ -25,6 +25,9 @@ class ExactRowsModel:
 
     A function of each input row alone, so the translation pipeline can stream, resume and
     verify it like any map, and write the encoded rows' exact vectors into the output's shadow.
+    A map that says it writes a store of translations only (``map_.mode == "translate all"``,
+    :class:`~skalign._migrate_calibration.CalibratedMap`) is applied to every row, the encoded
+    ones included: :mod:`skalign._migrate_calibration` chose that store on the encoded pairs.
 
     Parameters
     ----------
@@ -34,10 +37,16 @@ class ExactRowsModel:
         The encoded rows' vectors in the source store.
     Y_new : ndarray of shape (n_encoded, d_out)
         Their encoder's vectors.
+    exact : bool, default=None
+        Whether the encoded rows get their new vectors; ``None``: unless ``map_`` writes
+        translations only (:func:`~skalign._migrate_calibration.writes_exact`).
     """
 
-    def __init__(self, map_, X_old, Y_new):
+    def __init__(self, map_, X_old, Y_new, exact=None):
+        from ._migrate_calibration import writes_exact
+
         self.map_ = map_
+        self.exact = writes_exact(map_) if exact is None else bool(exact)
         self.X_old = np.ascontiguousarray(X_old, dtype=np.float32)
         self.Y_new = np.ascontiguousarray(Y_new, dtype=np.float32)
         keys = row_keys(self.X_old)
@@ -49,7 +58,7 @@ class ExactRowsModel:
     def transform(self, X):
         X32 = np.ascontiguousarray(X, dtype=np.float32)
         out = np.asarray(self.map_.transform(X32), dtype=np.float32).copy()
-        if not len(self.keys_) or not len(X32):
+        if not self.exact or not len(self.keys_) or not len(X32):
             return out
         keys = row_keys(X32)
         at = np.searchsorted(self.keys_, keys).clip(0, len(self.keys_) - 1)

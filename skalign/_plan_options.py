@@ -140,6 +140,39 @@ def _budget(plan, budget):
     return out
 
 
+def written_at_budget(plan, Y, index, random_state):
+    """Price the store ``skalign migrate --budget B`` writes (:mod:`skalign._migrate_calibration`:
+    the ``B`` encoded rows' exact vectors among calibrated translations, or translations only)
+    and put it in ``plan.budget``: ``recall_at_budget`` and ``recall_at_budget_ci`` become the
+    written store's, ``translated_at_budget`` keeps the budget curve's (every row translated)
+    and ``written`` says which store and calibration.
+
+    The written store is priced on the plan's own evaluation store (``Y`` and its cross-fitted
+    translations ``index``) with a share ``B / store_size`` of its rows exact, and carried to
+    ``B`` pairs by the budget curve: its gain over translating every row, priced the same way
+    on the same store, is added to the curve's value at ``B``, its interval shifted with it.
+    Nothing is done without a budget curve or for a budget that covers the store.
+    """
+    from ._migrate_calibration import price_written
+
+    b = plan.budget
+    best = plan.best("document")
+    if not b or "budget" not in b or best is None or b["budget"] >= plan.store_size:
+        return
+    share = b["budget"] / plan.store_size
+    est = price_written(index, Y, share, plan.store_size, k=plan.k,
+                        random_state=random_state).estimate
+    every = price_written(index, Y, share, plan.store_size, k=plan.k, random_state=random_state,
+                          option=("translate all", "none", 1.0)).estimate
+    shift = b["recall_at_budget"] - every["recall_at_10"]
+    b["translated_at_budget"] = b["recall_at_budget"]
+    b["recall_at_budget"] = float(min(max(est["recall_at_10"] + shift, 0.0), 1.0))
+    b["recall_at_budget_ci"] = [float(min(max(v + shift, 0.0), 1.0))
+                                for v in est["interval"]]
+    b["written"] = {"store": est["store"], "calibration": est["calibration"],
+                    "share": round(share, 4), "check": est["check"]}
+
+
 def _options(plan):
     """Stay, translate, bridge, translate + rerank and re-embed, cheapest first."""
     def row(option, e, cost, per_query=0, **extra):

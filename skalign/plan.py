@@ -62,6 +62,12 @@ the remaining pairs (``n_repeats`` subsets up to 200 pairs, one above; the boots
 slowest, once at 25, 500 and all), scored on the held-out store and carried to ``store_size``.
 It says where translating overtakes staying, and what ``budget`` pairs would keep.
 
+**What migrate writes.** ``skalign migrate --budget B`` writes the ``B`` encoded rows' exact
+vectors among calibrated translations, or translations only, whichever the held-out check on
+the pairs prefers (:mod:`skalign._migrate_calibration`); ``budget`` is priced as that store:
+its recall on the evaluation store with a share ``B / store_size`` of the rows exact, carried
+to ``B`` pairs by the budget curve (:func:`skalign._plan_options.written_at_budget`).
+
 **Ceiling.** What a map from the old space can carry is estimated by an *oracle* fit: the best
 of a ridge map (alpha by leave-one-out CV) and centred Procrustes fitted on **all** pairs and
 scored on those same pairs, in sample, carried to ``store_size``. It is an optimistic bound for
@@ -93,7 +99,7 @@ from ._plan_curve import _ceiling, _learning_curve, scale_curves
 from ._plan_estimate import _bridged, _estimate
 from ._plan_fits import STORE_PARTS as STORE_PARTS
 from ._plan_fits import _cross_fit, _store_fit
-from ._plan_options import _budget, _options, rerank_option, stay_estimate
+from ._plan_options import _budget, _options, rerank_option, stay_estimate, written_at_budget
 from ._plan_recommend import _recommend
 from ._plan_report import write_report
 from ._plan_result import Estimate as Estimate
@@ -388,6 +394,8 @@ def plan_migration(X, Y, *, unpaired=None, methods=None, sides=("document", "que
         notes.append(f"--budget {budget} is not priced: it is read off the budget curve, which "
                      + ("--no-curve skipped" if not curve else f"{n} pairs are too few for"))
     plan.budget = _budget(plan, budget)
+    if best_doc is not None:  # migrate --budget writes exact rows among translations
+        written_at_budget(plan, *doc_stores[best_doc.method][:2], random_state)
     plan.options = _options(plan)
     plan.recommendation = _recommend(plan, plan.learning_curve)
     if qrels is not None:
