@@ -38,7 +38,7 @@ from ._migrate_calibration import (
 )
 from ._migrate_choice import centre_rows, choose_rows
 from ._migrate_rows import ExactRowsModel
-from .exceptions import MigrationRefused, StoreError
+from .exceptions import MigrationRefused, StoreError, StoreExistsError
 
 __all__ = ["MigrationResult", "check_migration", "count_provenance", "migrate_store"]
 
@@ -226,6 +226,7 @@ def check_migration(source, output, continue_=False):
     publishing it: the same command finishes it), and with it the output must exist.
     """
     from ._stores.address import FILE_KINDS, parse_address
+    from ._stores.pipeline import finish_interrupted_publish
 
     src, out = parse_address(source), parse_address(output, output=True)
     same = src.identity == out.identity
@@ -238,6 +239,7 @@ def check_migration(source, output, continue_=False):
         raise StoreError(f"OUTPUT {out} is the SOURCE: skalign migrate writes a new store and "
                          "never changes its source; name another OUTPUT (then `skalign "
                          "migrate SOURCE OUTPUT --continue` to go on with it)")
+    finish_interrupted_publish(out)  # a run killed while publishing OUTPUT: finished first
     stamp = _stamp_or_none(out)
     if continue_:
         if not isinstance(stamp, dict) or not isinstance(stamp.get("migration"), dict):
@@ -291,7 +293,10 @@ def migrate_store(source, output, encoder, budget, *, text_field=None, column=No
         encoder, cache=cache, progress=progress)
     job = _Job(src_address, out_address, enc, text_field, column, methods, min_recall,
                random_state, batch_size, progress, provenance_key, enc.n_encoded)
-    with open_live(job.src, column=column, text_field=text_field) as src:
+    with open_live(job.src, column=column, text_field=text_field,
+                   provenance_key=provenance_key) as src:
+        if not continue_:  # a user's own key in the source would be copied into the output
+            src.check_provenance_key()
         ids = list(src.ids())
         if not ids:
             raise StoreError(f"{job.src} holds no rows")
@@ -313,17 +318,28 @@ def migrate_store(source, output, encoder, budget, *, text_field=None, column=No
             random_state=random_state)
     fp = _model_fingerprint(method, X, Y)
     stamp = _stamp_or_none(job.out)
-    translated = 0
-    if not (stamp and stamp.get("migration", {}).get("map") == fp):
-        translated = int(_translate(job, ExactRowsModel(model, X, Y), replace=False))
-    with _open_out(job) as out:
-        field = out.text_source(job.text_field)
-        # rows of the fresh output have no mark; after a kill past publishing, the rows the
-        # killed run marked keep their marks (compare-and-set)
-        # a store of translations only writes no exact row and no mark (_migrate_calibration)
-        enc_ids = [ids[i] for i in pos] if writes_exact(model) else []
-        _write_back(out, enc_ids, Y, _marks(job, field, texts), [None] * len(enc_ids))
-    _record(job, fp, method, len(pos), len(ids), estimate)
+    # a store of translations only writes no exact row and no mark (_migrate_calibration)
+    enc_ids = [ids[i] for i in pos] if writes_exact(model) else []
+
+    def mark(_address):
+        # rows of the fresh output have no mark; run again after a kill (the publish's record
+        # stays until this is done), the rows already marked keep theirs (compare-and-set)
+        with _open_out(job) as out:
+            _write_back(out, enc_ids, Y, _marks(job, out.text_source(job.text_field), texts),
+                        [None] * len(enc_ids))
+
+    # the migration's record is in the stamp written before the publish: a kill at any point
+    # leaves an output that is this migration's, and the same command finishes it
+    record = _migration_record(job, fp, method, len(pos), len(ids), estimate)
+    try:
+        translated = int(_translate(job, ExactRowsModel(model, X, Y), replace=False,
+                                    stamp_extra={"migration": record}, after_publish=mark))
+    except StoreExistsError:
+        if not (stamp and stamp.get("migration", {}).get("map") == fp):
+            raise
+        translated = 0  # published whole by an earlier run of this same command
+        mark(job.out)
+        _record(job, fp, method, len(pos), len(ids), estimate)
     return MigrationResult(str(job.out), len(ids), job.n_encoded, len(enc_ids), method,
                            estimate, translated, "migrated")
 
@@ -400,11 +416,12 @@ def _open_out(job):
     return out
 
 
-def _translate(job, model, replace):
+def _translate(job, model, replace, **publish):
     from ._stores.pipeline import translate_store
 
     return translate_store(model, job.src, job.out, column=job.column,
-                           batch_size=job.batch_size, progress=job.progress, replace=replace)
+                           batch_size=job.batch_size, progress=job.progress, replace=replace,
+                           **publish)
 
 
 def _write_back(out, ids, Y, marks, expected=None):
@@ -428,18 +445,23 @@ def _stamp_or_none(address):
     return stamp if isinstance(stamp, dict) else None
 
 
-def _record(job, fp, method, n_encoded, n_rows, estimate):
-    from ._stores.provenance import read_stamp, write_stamp
+def _migration_record(job, fp, method, n_encoded, n_rows, estimate):
+    """The stamp's ``migration`` entry: what this step of the migration wrote."""
     from .encoders._spec import normalize_label
 
+    return {"encoder": job.enc.fingerprint, "map": fp, "method": method,
+            "encoded_rows": int(n_encoded), "rows": int(n_rows),
+            "estimate": estimate, "random_state": job.random_state,
+            "text_field": job.text_field,
+            "normalize": normalize_label(job.enc),
+            "store": (estimate or {}).get("store", "encoded" if method is None else MIXED)}
+
+
+def _record(job, fp, method, n_encoded, n_rows, estimate):
+    from ._stores.provenance import read_stamp, write_stamp
+
     stamp = read_stamp(job.out) or {}
-    stamp["migration"] = {"encoder": job.enc.fingerprint, "map": fp, "method": method,
-                          "encoded_rows": int(n_encoded), "rows": int(n_rows),
-                          "estimate": estimate, "random_state": job.random_state,
-                          "text_field": job.text_field,
-                          "normalize": normalize_label(job.enc),
-                          "store": (estimate or {}).get("store", "encoded" if method is None
-                                                        else MIXED)}
+    stamp["migration"] = _migration_record(job, fp, method, n_encoded, n_rows, estimate)
     write_stamp(job.out, stamp)
 
 
@@ -487,7 +509,8 @@ def _continue(job, src, ids, budget):
     if not len(rest):
         if job.out.kind in FILE_KINDS:
             _republish(job, ExactRowsModel(_refit_old(job, stamp, X[old], Y[old]), X, Y,
-                                           exact=True))
+                                           exact=True),
+                       _migration_record(job, "", None, len(encoded), len(ids), {}))
             with _open_out(job) as out:
                 _write_back(out, new_ids, Y[~was], new_marks, new_expected)
         _record(job, "", None, len(encoded), len(ids), {})
@@ -524,7 +547,8 @@ def _continue(job, src, ids, budget):
         # a file cannot change rows in place under its readers: the output is written again
         # (shadow, verification, publish) from the source, with the same rows in the same
         # order, so its overlay (the rows every writer encoded, searchers' included) stays
-        _republish(job, ExactRowsModel(model, X, Y))
+        _republish(job, ExactRowsModel(model, X, Y),
+                   _migration_record(job, fp, method, len(encoded), len(ids), estimate))
         retranslated = len(rest) if better else 0
     with _open_out(job) as out:
         _write_back(out, new_ids, Y[~was], new_marks, new_expected)
@@ -554,11 +578,19 @@ def _next_rows(states, budget, done, random_state):
     return np.union1d(stale, more)
 
 
-def _republish(job, model):
-    """Write the file output anew through the pipeline (``--replace``), then remove the
-    previous file it kept as the backup, when its stamp says this migration wrote it from this
-    source (the source and the encode cache make it again). The overlay is kept."""
-    _drop_previous(job, _translate(job, model, replace=True))
+def _republish(job, model, record):
+    """Write the file output anew through the pipeline (``--replace``), the step's migration
+    ``record`` in the stamp written before the publish, then remove the previous file it kept
+    as the backup (and first a backup a killed step left), when its stamp says this migration
+    wrote it from this source (the source and the encode cache make it again). The overlay is
+    kept."""
+    from ._stores.address import parse_address
+    from ._stores.backups import backup_address
+
+    _drop_backup(job, backup_address(job.out))
+    result = _translate(job, model, replace=True, stamp_extra={"migration": record})
+    if getattr(result, "backup", None) is not None:
+        _drop_backup(job, parse_address(result.backup))
 
 
 def _refit_old(job, stamp, X, Y):
@@ -572,22 +604,20 @@ def _refit_old(job, stamp, X, Y):
     return recorded_map(stamp["migration"], model, X, Y, job.random_state)
 
 
-def _drop_previous(job, result):
-    """Remove the previous migrated file ``replace`` kept as the backup; only when the backup's
-    stamp says skalign migrate wrote it from this same source (the source and the encode cache
-    make it again). The output's overlay stays: it holds every writer's encoded rows."""
+def _drop_backup(job, backup):
+    """Remove the previous migrated file at ``backup``; only when its stamp says skalign
+    migrate wrote it from this same source. The output's overlay stays: it holds every
+    writer's encoded rows."""
     import shutil
 
-    from ._stores.address import parse_address
     from ._stores.live_overlay import OVERLAY_SUFFIX
-    from ._stores.provenance import read_stamp, sidecar_path
+    from ._stores.provenance import sidecar_path
 
-    backup = getattr(result, "backup", None)
-    if backup is None:
+    if not (backup.path.exists() or backup.path.is_symlink()):
         return
-    backup = parse_address(backup)
-    stamp = read_stamp(backup) or {}
-    if "migration" not in stamp or stamp.get("source_identity") != repr(job.src.identity):
+    stamp = _stamp_or_none(backup) or {}
+    if not isinstance(stamp.get("migration"), dict) \
+            or stamp.get("source_identity") != repr(job.src.identity):
         return
     for path in (backup.path, sidecar_path(backup),
                  backup.path.with_name(backup.path.name + OVERLAY_SUFFIX)):
