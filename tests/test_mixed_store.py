@@ -252,3 +252,43 @@ def test_plan_prices_the_store_migrate_writes():
     assert lo <= b["recall_at_budget"] <= hi and lo <= b["translated_at_budget"] <= hi
     assert abs(b["recall_at_budget"] - b["translated_at_budget"]) < 0.1
     assert json.dumps(plan.to_dict(), default=str)
+
+
+def test_translate_all_then_continue_in_place_on_chroma(tmp_path, monkeypatch):
+    """The same on a database changed in place: a translate-all step leaves no mark; the next
+    step encodes only its own new rows and either rewrites every row (its budget rows included)
+    with the refitted map, marked translated, or says why not and rewrites none."""
+    chromadb = pytest.importorskip("chromadb")
+    data = load_docstring_embeddings()
+    n = 300
+    texts = list(data.texts[:n])
+    old = data.embeddings["minilm_l6"][:n].astype(np.float32)
+    new = data.embeddings["mpnet_base"][:n].astype(np.float32)
+    client = chromadb.PersistentClient(path=str(tmp_path / "chroma"))
+    col = client.create_collection("docs", metadata={"hnsw:space": "cosine"})
+    ids = [f"d{i}" for i in range(n)]
+    col.add(ids=ids, embeddings=old, documents=texts)
+    del col, client
+    look = Lookup(texts, new)
+    enc = CachedEncoder(CallableEncoder(look, fingerprint=look.fingerprint),
+                        cache=EncodeCache(tmp_path / "cache.sqlite"))
+    monkeypatch.setattr(mc, "_choose", lambda per, modes, default:
+                        ("translate all", "none", 1.0))
+    src, out = f"chroma:{tmp_path}/chroma/docs", f"chroma:{tmp_path}/chroma/docs_mpnet"
+    first = migrate_store(src, out, enc, 60)
+    assert first.n_encoded_rows == 0 and first.estimate["store"] == "translate all"
+    look.seen.clear()
+    step = migrate_store(src, out, enc, 40, continue_=True)
+    assert step.n_encoded == 40 == len(look.seen) and step.n_encoded_rows == 0
+    assert step.estimate["store"] == "translate all"
+    chromadb.api.client.SharedSystemClient.clear_system_cache()
+    got = chromadb.PersistentClient(path=str(tmp_path / "chroma")).get_collection(
+        "docs_mpnet").get(ids=ids, include=["embeddings", "metadatas"])
+    marks = [(m or {}).get("skalign_vector") for m in got["metadatas"]]
+    assert not any(isinstance(p, str) and p.startswith("encoded:") for p in marks)
+    if step.action == "continued, retranslated":  # every row translated again, in place
+        assert step.translated == n and not step.notes
+        assert all(str(p).startswith("translated:") for p in marks)
+    else:  # the refitted store estimated below the previous step's: said, nothing rewritten
+        assert step.translated == 0 and "below the previous step's" in step.notes[0]
+        assert all(p is None for p in marks)
