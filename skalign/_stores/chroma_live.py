@@ -39,17 +39,14 @@ import numpy as np
 from ..exceptions import StoreError
 from .chroma import ID_PAGE, Reader
 from .chroma_names import _edges
-from .live import LiveRows, LiveStore
+from .live import LiveRows, LiveStore, check_key_name, owned_key_or_refuse
 from .live_input import (
     check_ids,
     check_k,
-    check_key_name,
     check_options,
     check_vectors,
-    check_write,
     database_lock,
     missing_id,
-    owned_key_or_refuse,
 )
 
 __all__ = ["ChromaLive"]
@@ -217,13 +214,13 @@ class ChromaLive(LiveStore):
                             [(m or {}).get(self.provenance_key) for m in got["metadatas"] or []])
         self._key_checked = True
 
-    def write_back(self, ids, vectors, marks, expected=None):
-        ids = self._ids(ids)
-        ids, V, marks, expected = check_write(self.address, ids, vectors, marks, expected,
-                                              self._width())
-        if not ids:
-            return np.zeros(0, dtype=bool)
-        self.check_provenance_key()
+    def _check_write_ids(self, ids):
+        return self._ids(ids)
+
+    def _write_dim(self):
+        return self._width()
+
+    def _write_back(self, ids, V, marks, expected):
         step = min(PAGE, int(self._reader.client.get_max_batch_size()))
         written = np.zeros(len(ids), dtype=bool)
         with self._lock:

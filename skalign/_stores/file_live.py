@@ -21,7 +21,7 @@ import numpy as np
 
 from ..exceptions import StoreError, StoreNotFoundError
 from .live import METRICS, LiveRows, LiveStore, similarity
-from .live_input import check_k, check_vectors, check_write, missing_id
+from .live_input import check_k, check_vectors, missing_id
 from .live_overlay import Overlay
 
 __all__ = ["FileLiveStore", "IdIndex", "LineTexts", "RowNumbers", "check_metric", "files_state",
@@ -318,10 +318,5 @@ class FileLiveStore(LiveStore):
         provenance = [str(state.marks[s]) if s >= 0 else None for s in slot]
         return LiveRows(ids=ids, vectors=vectors, texts=list(texts), provenance=provenance)
 
-    def write_back(self, ids, vectors, marks, expected=None):
-        ids, V, marks, expected = check_write(self.address, ids, vectors, marks, expected,
-                                              self.dim)
-        pos = self._ids.positions(ids, self.address)
-        if not len(pos):
-            return np.zeros(0, dtype=bool)
-        return self.overlay.write(pos, V, marks, expected)
+    def _write_back(self, ids, V, marks, expected):
+        return self.overlay.write(self._ids.positions(ids, self.address), V, marks, expected)

@@ -37,9 +37,13 @@ from urllib.parse import quote
 
 import numpy as np
 
-__all__ = ["METRICS", "PROVENANCE_KEY", "TEXT_FIELDS", "LiveRows", "LiveStore", "encoded_mark",
-           "field_token", "first_text_field", "is_mark", "mark_state", "parse_mark",
-           "similarity", "text_digest", "translated_mark", "without_marks"]
+from ..exceptions import StoreError
+from .live_input import check_write, shown
+
+__all__ = ["METRICS", "PROVENANCE_KEY", "TEXT_FIELDS", "LiveRows", "LiveStore", "check_key_name",
+           "encoded_mark", "field_token", "first_text_field", "is_mark", "mark_state",
+           "owned_key_or_refuse", "parse_mark", "similarity", "text_digest", "translated_mark",
+           "without_marks"]
 
 #: the metadata/payload key or column name that holds a row's provenance
 PROVENANCE_KEY = "skalign_vector"
@@ -181,6 +185,32 @@ def without_marks(fields):
     return {k: v for k, v in fields.items() if k != PROVENANCE_KEY}
 
 
+def check_key_name(name, address, limit=255):
+    """The provenance key: :data:`PROVENANCE_KEY` by default, else a
+    name of at most ``limit`` characters without control characters."""
+    if name is None:
+        return PROVENANCE_KEY
+    if not isinstance(name, str) or not name or len(name) > limit or any(
+            ord(c) < 32 or 127 <= ord(c) < 160 for c in name):
+        raise StoreError(f"{address}: the provenance key must be a name of 1 to {limit} "
+                         f"characters without control characters, got {shown(name)}.")
+    return name
+
+
+def owned_key_or_refuse(address, key, values):
+    """Refuse, before anything is written, a provenance ``key`` whose stored ``values`` (those
+    read from some rows) are not all skalign's marks: the key is the user's own."""
+    foreign = next((v for v in values if not is_mark(v)), _NO_VALUE)
+    if foreign is not _NO_VALUE:
+        raise StoreError(
+            f"{address}: its rows already hold a {key!r} that skalign did not write (e.g. "
+            f"{shown(foreign)}); skalign keeps each row's provenance under that key and never "
+            "overwrites a user's data: choose another key with --provenance-key NAME.")
+
+
+_NO_VALUE = object()
+
+
 def mark_state(value, fingerprint, field, text):
     r"""What a row's provenance ``value`` says of its vector now, given its current ``text`` in
     ``field``: ``"encoded"`` (the encoder ``fingerprint`` computed it from exactly this text
@@ -298,7 +328,6 @@ class LiveStore(ABC):
         """The rows ``ids`` as :class:`LiveRows`; an unknown id raises
         :class:`~skalign.exceptions.StoreNotFoundError` naming it (masked by the caller)."""
 
-    @abstractmethod
     def write_back(self, ids, vectors, marks, expected=None):
         """Replace the vectors of rows ``ids`` and set their provenance to ``marks``.
 
@@ -321,6 +350,26 @@ class LiveStore(ABC):
         written : ndarray of bool
             Which rows were written (all of them without ``expected``).
         """
+        ids, V, marks, expected = check_write(self.address, self._check_write_ids(ids), vectors,
+                                              marks, expected, self._write_dim())
+        if not ids:
+            return np.zeros(0, dtype=bool)
+        self.check_provenance_key()
+        return np.asarray(self._write_back(ids, V, marks, expected), dtype=bool)
+
+    def _check_write_ids(self, ids):
+        """The ids a write-back is given, before the shared checks (an engine's own rules)."""
+        return ids
+
+    def _write_dim(self):
+        """The width write-back vectors must have."""
+        return self.dim
+
+    @abstractmethod
+    def _write_back(self, ids, vectors, marks, expected):
+        """:meth:`write_back` once its input is checked (``ids`` a non-empty list, ``vectors``
+        float32 of the store's width, ``marks`` and ``expected`` one per row) and the key is
+        the store's to write: the engine's own write."""
 
     def close(self):
         """Release the engine's handles."""

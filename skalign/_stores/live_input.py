@@ -18,7 +18,7 @@ import numpy as np
 from ..exceptions import StoreError, StoreNotFoundError
 
 __all__ = ["check_ids", "check_k", "check_mark", "check_options", "check_vectors",
-           "check_key_name", "check_write", "database_lock", "missing_id", "owned_key_or_refuse"]
+           "check_write", "database_lock", "missing_id", "shown"]
 
 #: a database's identity (its folder or server) -> the lock of :func:`database_lock`
 _LOCKS = {}
@@ -144,10 +144,10 @@ def check_ids(ids, address):
     seen = set()
     for i in out:
         if isinstance(i, bool) or not isinstance(i, (int, str, uuid.UUID)):
-            raise StoreError(f"{address}: id {_shown(i)} is a {type(i).__name__}; ids are the "
+            raise StoreError(f"{address}: id {shown(i)} is a {type(i).__name__}; ids are the "
                              "store's own (integers, text or UUIDs), as top_k returns them.")
         if i in seen:
-            raise StoreError(f"{address}: id {_shown(i)} is given twice; give each row once.")
+            raise StoreError(f"{address}: id {shown(i)} is given twice; give each row once.")
         seen.add(i)
     return out
 
@@ -156,22 +156,8 @@ def check_mark(mark, address):
     """The provenance value: non-empty text."""
     if not isinstance(mark, str) or not mark:
         raise StoreError(f"{address}: the provenance mark must be non-empty text, got "
-                         f"{_shown(mark)}.")
+                         f"{shown(mark)}.")
     return mark
-
-
-def check_key_name(name, address, limit=255):
-    """The provenance key: :data:`~skalign._stores.live.PROVENANCE_KEY` by default, else a
-    name of at most ``limit`` characters without control characters."""
-    from .live import PROVENANCE_KEY
-
-    if name is None:
-        return PROVENANCE_KEY
-    if not isinstance(name, str) or not name or len(name) > limit or any(
-            ord(c) < 32 or 127 <= ord(c) < 160 for c in name):
-        raise StoreError(f"{address}: the provenance key must be a name of 1 to {limit} "
-                         f"characters without control characters, got {_shown(name)}.")
-    return name
 
 
 def check_write(address, ids, vectors, marks, expected, dim):
@@ -197,7 +183,7 @@ def check_write(address, ids, vectors, marks, expected, dim):
     return ids, V, marks, expected
 
 
-def _shown(value):
+def shown(value):
     """A value as a message shows it: its ``repr``, cut to 80 characters."""
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
@@ -205,21 +191,5 @@ def _shown(value):
 
 def missing_id(address, ident):
     """The error for an id the store does not hold."""
-    return StoreNotFoundError(f"{address}: no row with id {_shown(ident)}; ids are the "
+    return StoreNotFoundError(f"{address}: no row with id {shown(ident)}; ids are the "
                               "store's own, as top_k returns them.")
-
-
-def owned_key_or_refuse(address, key, values):
-    """Refuse, before anything is written, a provenance ``key`` whose stored ``values`` (those
-    read from some rows) are not all skalign's marks: the key is the user's own."""
-    from .live import is_mark
-
-    foreign = next((v for v in values if not is_mark(v)), _NONE)
-    if foreign is not _NONE:
-        raise StoreError(
-            f"{address}: its rows already hold a {key!r} that skalign did not write (e.g. "
-            f"{_shown(foreign)}); skalign keeps each row's provenance under that key and never "
-            "overwrites a user's data: choose another key with --provenance-key NAME.")
-
-
-_NONE = object()

@@ -52,16 +52,14 @@ from __future__ import annotations
 import numpy as np
 
 from ..exceptions import StoreError, StoreNotFoundError
-from .live import LiveRows, LiveStore
+from .live import LiveRows, LiveStore, check_key_name
 from .live_input import (
-    _shown,
     check_ids,
     check_k,
-    check_key_name,
     check_options,
     check_vectors,
-    check_write,
     missing_id,
+    shown,
 )
 from .pg_indexes import _mapped
 from .pgvector import PROVENANCE_COMMENT as OWNED_COMMENT
@@ -360,7 +358,7 @@ class PgvectorLive(LiveStore):
         text = " ".join((getattr(exc.diag, "message_primary", None) or str(exc)).split())
         return StoreNotFoundError(
             f"{self.address}: no row with these ids: the primary key {self.key!r} is "
-            f"{self._types[self.key].shown} ({_shown(text)}); ids are the store's own, as "
+            f"{self._types[self.key].shown} ({shown(text)}); ids are the store's own, as "
             "top_k returns them.")
 
     def check_provenance_key(self):
@@ -393,14 +391,9 @@ class PgvectorLive(LiveStore):
                              "for each row's provenance with --provenance-key NAME.")
         self._key_checked = True
 
-    def write_back(self, ids, vectors, marks, expected=None):
+    def _write_back(self, ids, V, marks, expected):
         from psycopg import sql
 
-        ids, V, marks, expected = check_write(self.address, ids, vectors, marks, expected,
-                                              self.dim)
-        if not ids:
-            return np.zeros(0, dtype=bool)
-        self.check_provenance_key()
         table, key = self._reader.ident, self._ident(self.key)
         mark_col = self._ident(self.provenance_key)
         update = sql.SQL(

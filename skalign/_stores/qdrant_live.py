@@ -36,17 +36,14 @@ from dataclasses import replace
 import numpy as np
 
 from ..exceptions import StoreError
-from .live import LiveRows, LiveStore
+from .live import LiveRows, LiveStore, check_key_name, owned_key_or_refuse
 from .live_input import (
     check_ids,
     check_k,
-    check_key_name,
     check_options,
     check_vectors,
-    check_write,
     database_lock,
     missing_id,
-    owned_key_or_refuse,
 )
 from .qdrant import Reader, unit_rows
 from .qdrant_names import _edges
@@ -220,12 +217,7 @@ class QdrantLive(LiveStore):
                             [(p.payload or {}).get(self.provenance_key) for p in points])
         self._key_checked = True
 
-    def write_back(self, ids, vectors, marks, expected=None):
-        ids, V, marks, expected = check_write(self.address, ids, vectors, marks, expected,
-                                              self.dim)
-        if not ids:
-            return np.zeros(0, dtype=bool)
-        self.check_provenance_key()
+    def _write_back(self, ids, V, marks, expected):
         m = self._models
         written = np.zeros(len(ids), dtype=bool)
         with self._lock:
