@@ -21,7 +21,9 @@ from sklearn.utils import check_array
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import FLOAT_DTYPES, check_is_fitted
 
-from ._backend import (
+from ._registry import register, registered
+from .exceptions import LabelsAsTargetWarning
+from .utils._backend import (
     apply_in_batches,
     apply_in_batches_numpy,
     as_numpy,
@@ -30,9 +32,7 @@ from ._backend import (
     to_tensor,
     transform_device,
 )
-from ._compat import Interval, TorchDevice, validate_data
-from ._registry import register, registered
-from .exceptions import LabelsAsTargetWarning
+from .utils._compat import Interval, TorchDevice, validate_data
 
 __all__ = [
     "BaseAligner", "BaseTransformer", "SharedSpaceMixin", "UnpairedPool", "check_min_pairs",

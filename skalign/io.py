@@ -25,11 +25,14 @@ these stores into memory (memory-mapped for ``.npy``).
 from __future__ import annotations
 
 import importlib.abc
+import json
 import sys
 import warnings
+import zipfile
+from io import BytesIO
 from pathlib import Path
 
-from ._stores.pipeline import output_dim
+from ._stores.pipeline.translate import output_dim
 from .exceptions import ModelFileError, StoreError
 
 __all__ = [
@@ -102,7 +105,7 @@ def trusted_types():
     Returns
     -------
     names : list of str
-        Sorted, e.g. ``"skalign._procrustes.ProcrustesAligner"``.
+        Sorted, e.g. ``"skalign._affine.procrustes.ProcrustesAligner"``.
     """
     from ._registry import ESTIMATOR_NAMES, PUBLIC
 
@@ -145,7 +148,7 @@ def save(estimator, path):
     """
     from sklearn.utils.validation import check_is_fitted
 
-    from ._stores.shadow import atomic_file
+    from ._stores.files.shadow import atomic_file
     from ._version import __version__
 
     sio = _import_skops()
@@ -167,14 +170,46 @@ def save(estimator, path):
     return path
 
 
+def _renamed_types(data):
+    """A skops file's bytes with the estimator modules of earlier versions renamed to where they
+    live now (:data:`skalign._registry.MOVED_MODULES`); the bytes unchanged when nothing moved or
+    they are not a skops file (the caller's checks then say so)."""
+    from ._registry import MOVED_MODULES
+
+    def rename(node):
+        if isinstance(node, dict):
+            return {key: (MOVED_MODULES.get(value, value) if key == "__module__" else rename(value))
+                    for key, value in node.items()}
+        if isinstance(node, list):
+            return [rename(value) for value in node]
+        return node
+
+    try:
+        with zipfile.ZipFile(BytesIO(data)) as archive:
+            schema = json.loads(archive.read("schema.json"))
+            renamed = rename(schema)
+            if renamed == schema:
+                return data
+            out = BytesIO()
+            with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as copy:
+                for info in archive.infolist():
+                    body = (json.dumps(renamed).encode() if info.filename == "schema.json"
+                            else archive.read(info))
+                    copy.writestr(info, body)
+            return out.getvalue()
+    except (zipfile.BadZipFile, KeyError, ValueError, OSError, RecursionError):
+        return data
+
+
 def _read_payload(path):
     sio = _import_skops()
 
     path = Path(path)
     if not path.is_file():
         raise ModelFileError(f"{path}: no such model file; create one with `skalign fit`.")
+    data = _renamed_types(path.read_bytes())
     try:
-        untrusted = sio.get_untrusted_types(file=path)
+        untrusted = sio.get_untrusted_types(data=data)
     except Exception as exc:  # zipfile.BadZipFile, KeyError, JSON errors: not a skops file
         raise ModelFileError(
             f"{path}: not a skops model file ({type(exc).__name__}); save models with "
@@ -188,7 +223,7 @@ def _read_payload(path):
             "its own estimators and numpy/scikit-learn types. If you wrote this file yourself, "
             "inspect it and load it with skops.io.load(path, trusted=[...])."
         )
-    payload = sio.load(path, trusted=sorted(set(untrusted)))
+    payload = sio.loads(data, trusted=sorted(set(untrusted)))
     if not isinstance(payload, dict) or payload.get("format") != _FORMAT:
         raise ModelFileError(
             f"{path}: a skops file but not a skalign model; save models with skalign.io.save."
@@ -281,7 +316,7 @@ def read_vectors(path, *, column=None):
     X : ndarray of shape (n_rows, dim)
         The stored dtype for ``.npy``; float32, float64 or the stored integer type otherwise.
     """
-    from ._stores.pipeline import open_reader
+    from ._stores.pipeline.translate import open_reader
 
     return open_reader(path, column=column).read_all()
 
@@ -353,7 +388,7 @@ def translate(model, input, output, *, column=None, batch_size=None, progress=Fa
         ``restarted`` why a crashed run's shadow could not be resumed and was translated
         afresh — a Chroma shadow Chroma itself refuses to open after a kill — or ``None``).
     """
-    from ._stores.pipeline import translate_store
+    from ._stores.pipeline.translate import translate_store
 
     if isinstance(model, (str, Path)):
         model = load(model)
@@ -425,7 +460,7 @@ def migrate(source, output, encoder, budget, *, text_field=None, column=None,
         (the map and its recall@10 estimate at the store's size), ``translated`` (rows
         translated by this call) and ``action``; ``to_dict()`` gives them as a dict.
     """
-    from ._migrate import migrate_store
+    from ._migrate.migration import migrate_store
 
     return migrate_store(source, output, encoder, budget, text_field=text_field, column=column,
                          min_recall=min_recall, anyway=anyway, random_state=random_state,
@@ -448,7 +483,7 @@ def restore(output):
     backup : str
         Where the store that was in place is now kept.
     """
-    from ._stores.pipeline import restore_store
+    from ._stores.pipeline.translate import restore_store
 
     return str(restore_store(output))
 

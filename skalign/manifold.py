@@ -5,6 +5,6 @@
 users can average embeddings on the sphere outside the estimator.
 """
 
-from ._karcher import hemisphere_certified, karcher_mean
+from ._ensemble.karcher import hemisphere_certified, karcher_mean
 
 __all__ = ["hemisphere_certified", "karcher_mean"]

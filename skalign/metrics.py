@@ -29,7 +29,7 @@ import torch
 from sklearn.metrics import make_scorer
 from sklearn.utils import check_array, check_consistent_length
 
-from ._backend import (
+from .utils._backend import (
     as_numpy,
     default_batch_size,
     iter_batches,

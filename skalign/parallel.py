@@ -75,8 +75,8 @@ def _translate_partition(df, model, column, dim_out, batch_size):
     import pandas as pd
     import pyarrow as pa
 
-    from ._backend import iter_batches
-    from ._stores.arrow import arrow_vectors
+    from ._stores.files.arrow import arrow_vectors
+    from .utils._backend import iter_batches
 
     arr = pa.chunked_array(pa.array(df[column].array)) if len(df) else None
     out = np.empty((len(df), dim_out), dtype=np.float32)
@@ -120,10 +120,10 @@ def translate_parquet(model, src, dst, *, scheduler=None, column=None, batch_siz
     import pandas as pd
     import pyarrow as pa
 
-    from ._stores.arrow import output_schema
-    from ._stores.pipeline import prepare_translation
+    from ._stores.files.arrow import output_schema
+    from ._stores.files.shadow import atomic_file
+    from ._stores.pipeline.translate import prepare_translation
     from ._stores.provenance import make_stamp, write_stamp
-    from ._stores.shadow import atomic_file
     from .io import load
 
     if isinstance(model, (str, Path)):

@@ -278,7 +278,7 @@ class Searcher:
         """
         if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
             raise ValueError(f"k must be a positive integer, got {k!r}.")
-        from ._console import bar
+        from .utils._console import bar
 
         Q = self._queries(queries)
         K = max(self.k_candidates_, int(k))
@@ -318,7 +318,7 @@ class Searcher:
 
     def _encode_queries(self, texts):
         """The query texts encoded, in batches of the encoder's size under a progress bar."""
-        from ._console import bar
+        from .utils._console import bar
 
         shown = bar(len(texts), "encoding queries", "texts", self.progress)
         if shown is None:

@@ -370,7 +370,7 @@ class Chroma:
     def inventory(self, root):
         """The collections, and every vector-segment folder on the disk that no collection
         owns any more (what Chroma's local mode leaves of a deleted collection)."""
-        from skalign._stores.chroma import segment_folders
+        from skalign._stores.chroma.store import segment_folders
 
         names = sorted(c.name for c in self._client(root).list_collections())
         folder = root / "chroma"
@@ -381,7 +381,7 @@ class Chroma:
     def drop(self, root, name):
         """Delete a collection with its files (``skalign``'s own way)."""
         from skalign._stores.address import parse_address
-        from skalign._stores.chroma import drop_collection
+        from skalign._stores.chroma.store import drop_collection
 
         drop_collection(self._client(root), parse_address(self.output(root, name)), name)
 
@@ -414,7 +414,7 @@ class Qdrant:
 
     def _client(self, root):
         from skalign._stores.address import parse_address
-        from skalign._stores.qdrant import _client
+        from skalign._stores.qdrant.store import _client
 
         (root / "qdrant").mkdir(exist_ok=True)
         return _client(parse_address(f"qdrant:{root / 'qdrant'}/x"))

@@ -14,7 +14,9 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import GridSearchCV
 
 from skalign import LinearAligner, ProcrustesAligner, UnpairedPool, split_views, stack_views
-from skalign._backend import (
+from skalign.base import check_min_pairs, check_nonzero_rows, check_unpaired
+from skalign.datasets import make_paired_spaces
+from skalign.utils._backend import (
     NumericalError,
     apply_in_batches,
     check_finite,
@@ -26,9 +28,7 @@ from skalign._backend import (
     ridge_svd,
     small_lapack,
 )
-from skalign._optim import LossHistory
-from skalign.base import check_min_pairs, check_nonzero_rows, check_unpaired
-from skalign.datasets import make_paired_spaces
+from skalign.utils._optim import LossHistory
 
 BASELINES = [ProcrustesAligner, LinearAligner]
 

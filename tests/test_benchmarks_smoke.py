@@ -55,7 +55,7 @@ def test_bench_startup_runs(load_benchmark):
 def test_bench_small_lapack_runs(load_benchmark):
     """One repeat, no busy process: every case has a row, and the cases below the size limit
     (the soft loop's 128 × 128 polar map) ran on one thread, the larger ones on the default."""
-    from skalign._backend import SMALL_LAPACK
+    from skalign.utils._backend import SMALL_LAPACK
 
     bench = load_benchmark("bench_small_lapack")
     assert bench.SMALL_LAPACK == SMALL_LAPACK

@@ -120,7 +120,7 @@ def test_map_rounds_repair_a_weak_discovery(real):
 def test_map_rounds_search_the_penalty_only_for_the_first_and_the_last_fit(real, monkeypatch):
     """A retention-tuned ridge inner estimator: the first fit and the last round's fit search
     the penalty; the round between and the certificate's half-fit reuse the chosen one."""
-    import skalign._linear as linear
+    import skalign._affine.linear as linear
 
     Xs, Ys, pool, perm, _, _ = real
     searched = []
@@ -258,10 +258,10 @@ def test_device_and_batch_size_reach_the_inner_estimator(monkeypatch):
     discovery blocks honour batch_size (same pairs as one block)."""
     Xs, Ys, pool, _ = _pools(n=120)
     calls = []
-    import skalign._bootstrap_anchors as anchors_module
-    import skalign._bootstrap_rounds as rounds_module
-    import skalign._bootstrap_seedless as seedless_module
-    from skalign._matching import csls_match as real_csls
+    import skalign._bootstrap.anchors as anchors_module
+    import skalign._bootstrap.rounds as rounds_module
+    import skalign._bootstrap.seedless as seedless_module
+    from skalign._bootstrap.matching import csls_match as real_csls
 
     def spy(U, V, **kw):
         calls.append(kw["batch_size"])

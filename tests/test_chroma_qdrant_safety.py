@@ -22,9 +22,9 @@ from store_backends import Chroma, Qdrant
 
 from skalign import ProcrustesAligner
 from skalign._stores.address import parse_address
-from skalign._stores.dbcommon import private_lock_dir
+from skalign._stores.databases.common import private_lock_dir
 from skalign._stores.journal import model_fingerprint
-from skalign._stores.pipeline import prepare_translation
+from skalign._stores.pipeline.translate import prepare_translation
 from skalign._stores.provenance import read_stamp, write_stamp
 from skalign.cli import main
 from skalign.exceptions import (

@@ -260,8 +260,8 @@ def test_set_fitted_device_reaches_wrapped_models(files):
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import FunctionTransformer
 
-    from skalign._backend import set_fitted_device
-    from skalign._inverse import InverseModel
+    from skalign.cli._inverse import InverseModel
+    from skalign.utils._backend import set_fitted_device
 
     A, B = np.load(files / "a.npy"), np.load(files / "b.npy")
     inner, other = ProcrustesAligner().fit(A, B), LinearAligner().fit(A, B)

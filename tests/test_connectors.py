@@ -984,7 +984,7 @@ def test_pgvector_copy_stream_parsed_whatever_the_chunks():
     a NULL vector is an error either way."""
     import struct
 
-    from skalign._stores.pgvector import _SIGNATURE, _TRAILER, _parse_copy, _raw_vectors
+    from skalign._stores.pgvector.store import _SIGNATURE, _TRAILER, _parse_copy, _raw_vectors
 
     rng = np.random.default_rng(3)
     V = rng.normal(size=(23, 4)).astype(np.float32)
@@ -1061,7 +1061,7 @@ def test_faiss_flat_reader_maps_windows_of_the_file(tmp_path, wrapper, data):
     """A Flat index is read a window at a time from its memory-mapped file (a million 768-d
     vectors read whole were 3 GB resident), giving the vectors ``reconstruct_n`` gives."""
     faiss = pytest.importorskip("faiss")
-    from skalign._stores.pipeline import open_reader
+    from skalign._stores.pipeline.translate import open_reader
 
     X, _ = data
     index = faiss.IndexFlatIP(X.shape[1])
@@ -1085,7 +1085,7 @@ def test_chroma_and_qdrant_translate_in_batches_of_1024_rows(tmp_path, name, mon
     so their default batch is 1,024 rows, not the 2,048 of PostgreSQL: Chroma's pages are read
     and written 1,024 rows at a time (Qdrant's local mode, slow to fill, is checked on the job)."""
     pytest.importorskip({"chroma": "chromadb", "qdrant": "qdrant_client"}[name])
-    from skalign._stores.pipeline import prepare_translation
+    from skalign._stores.pipeline.translate import prepare_translation
 
     rng = np.random.default_rng(4)
     n = 2500 if name == "chroma" else 60
@@ -1111,7 +1111,7 @@ def test_pgvector_translates_in_batches_of_2048_rows(postgres, data):
     """PostgreSQL's default batch is 2,048 rows whatever the memory budget allows: every run,
     a rerun after a crash too, loads its first batch with nothing to overlap, and smaller
     batches commit it sooner at the same pace overall (doc/developers/studies.rst)."""
-    from skalign._stores.pipeline import (
+    from skalign._stores.pipeline.translate import (
         DATABASE_BATCH_ROWS,
         default_batch_size,
         prepare_translation,
@@ -1132,7 +1132,7 @@ def test_pgvector_loads_batches_two_at_once_and_commits_them_in_order(postgres, 
     thread of its own, which ends, its COPY and connection closed, when the reading stops."""
     import psycopg
 
-    from skalign._stores.pipeline import open_writer, prepare_translation
+    from skalign._stores.pipeline.translate import open_writer, prepare_translation
 
     X, model = data
     b = PgVector(postgres)
@@ -1256,7 +1256,7 @@ def test_pgvector_table_without_a_key_is_loaded_in_order(postgres, monkeypatch):
 
     from skalign._stores import pgvector as _pgvector
     from skalign._stores.base import ENCODE_DEPTH
-    from skalign._stores.pipeline import translate_store
+    from skalign._stores.pipeline.translate import translate_store
 
     rng = np.random.default_rng(3)
     n, d = 6000, 96

@@ -1,5 +1,5 @@
 """The sequential shadow writes: direct I/O where the file system allows it, the page cache
-otherwise, the same bytes either way (``skalign._stores.direct_io``)."""
+otherwise, the same bytes either way (``skalign._stores.files.direct_io``)."""
 
 import errno
 import os
@@ -11,7 +11,7 @@ import pytest
 from skalign._stores import direct_io as _direct_io
 from skalign._stores import npy as _npy
 from skalign._stores import shadow as _shadow
-from skalign._stores.direct_io import BLOCK, CHUNK, SequentialWriter
+from skalign._stores.files.direct_io import BLOCK, CHUNK, SequentialWriter
 
 
 def _direct_supported(path):
@@ -143,7 +143,7 @@ def test_blas_threads_left_to_the_busy_writers(busy):
     more threads than they had; afterwards the setting is back."""
     from threadpoolctl import threadpool_info
 
-    from skalign._stores.streaming import blas_threads_beside as _blas_threads_beside
+    from skalign._stores.pipeline.streaming import blas_threads_beside as _blas_threads_beside
 
     def blas():
         return [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
@@ -165,8 +165,8 @@ def test_writers_say_which_threads_keep_a_core_busy(tmp_path):
     """The ``.npy`` shadow's direct writes leave the cores (its page cache writes do not);
     the Parquet file's encoders each take one."""
     from skalign import ProcrustesAligner
-    from skalign._stores.pipeline import open_writer, prepare_translation
-    from skalign._stores.streaming import WriteBehind as _WriteBehind
+    from skalign._stores.pipeline.streaming import WriteBehind as _WriteBehind
+    from skalign._stores.pipeline.translate import open_writer, prepare_translation
 
     rng = np.random.default_rng(0)
     A = rng.standard_normal((200, 8)).astype(np.float32)
@@ -261,7 +261,7 @@ def test_npy_default_batches_are_whole_blocks(tmp_path, d_out):
     """The ``.npy`` output's default batch is a whole number of blocks (every batch then goes
     to the disk from the translator's buffer) and still near the memory budget's size."""
     from skalign import ProcrustesAligner
-    from skalign._stores.pipeline import default_batch_size, prepare_translation
+    from skalign._stores.pipeline.translate import default_batch_size, prepare_translation
 
     rng = np.random.default_rng(0)
     A = rng.standard_normal((300, 8)).astype(np.float32)

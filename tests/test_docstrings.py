@@ -79,7 +79,7 @@ OBJECTS = _public_objects()
 
 def test_the_public_api_is_found():
     names = {key for _, key, _ in OBJECTS}
-    assert {"skalign._gera.GeRAAligner", "skalign._linear.LinearAligner.fit",
+    assert {"skalign._gera.gera.GeRAAligner", "skalign._affine.linear.LinearAligner.fit",
             "skalign.base.BaseAligner.score", "skalign.metrics.top_k_accuracy"} <= names
     assert len(OBJECTS) > 50
 

@@ -15,7 +15,7 @@ from sklearn.neighbors import KNeighborsClassifier
 from sklearn.pipeline import Pipeline
 
 from skalign import stack_views
-from skalign._ensemble import OrthogonalEnsembleAligner, geodesic_distance
+from skalign._ensemble.ensemble import OrthogonalEnsembleAligner, geodesic_distance
 from skalign.datasets._digits_ensemble import DIGITS_SHIFTS, load_digits_ensemble
 from skalign.manifold import karcher_mean
 from skalign.metrics import recall_at_1

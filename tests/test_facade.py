@@ -54,7 +54,7 @@ def test_base_aligner_is_subclassable_from_skalign_base(pairs):
 
 def test_exceptions_module():
     assert issubclass(NumericalError, ValueError)
-    assert skalign._backend.NumericalError is NumericalError
+    assert skalign.utils._backend.NumericalError is NumericalError
     from sklearn.exceptions import ConvergenceWarning as SklearnConvergenceWarning
 
     assert ConvergenceWarning is SklearnConvergenceWarning

@@ -19,7 +19,7 @@ from store_backends import Faiss, Lance, Npy, Parquet, ParquetDir  # noqa: E402
 from skalign import ProcrustesAligner  # noqa: E402
 from skalign._stores.address import parse_address  # noqa: E402
 from skalign._stores.journal import FileLock  # noqa: E402
-from skalign._stores.verify import N_VERIFY  # noqa: E402
+from skalign._stores.pipeline.verify import N_VERIFY  # noqa: E402
 from skalign.cli import main  # noqa: E402
 from skalign.io import save  # noqa: E402
 
@@ -159,7 +159,7 @@ def _watch_shadow(monkeypatch, root, seen):
     """Record the modes of the shadows under ``root`` while batches are translated (the shadow
     exists then, partly written); what a shadow folder holds is reached only through it (a
     LanceDB table's files are the umask's until the end: inside a private folder)."""
-    import skalign._stores.pipeline as pipeline
+    import skalign._stores.pipeline.translate as pipeline
 
     real = pipeline.BatchTranslator
 
@@ -313,7 +313,7 @@ def _overflowing(X, bad):
 
 @pytest.mark.parametrize("backend", BACKENDS, ids=IDS)
 def test_row_mapped_to_infinity_refused_nothing_published(backend, tmp_path, data, capsys):
-    from skalign._stores.verify import verification_positions
+    from skalign._stores.pipeline.verify import verification_positions
     from skalign.io import load
 
     X, (model, _) = data

@@ -14,7 +14,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import GridSearchCV
 
 from skalign import GeRAAligner, LinearAligner, ProcrustesAligner, UnpairedPool
-from skalign._gera import (
+from skalign._gera.gera import (
     _initial_params,
     _Pools,
     _preprocess,
@@ -22,9 +22,9 @@ from skalign._gera import (
     contrastive_loss,
     geometric_term,
 )
-from skalign._knn import knn_graph
-from skalign._validation import EpochSelection, log_reciprocal_ranks, validation_folds
+from skalign._gera.knn import knn_graph
 from skalign.metrics import top_k_accuracy
+from skalign.utils._validation import EpochSelection, log_reciprocal_ranks, validation_folds
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,4 @@
-"""The check of a persistent Chroma folder's HNSW files (``skalign._stores.hnsw_files``), on
+"""The check of a persistent Chroma folder's HNSW files (``skalign._stores.chroma.hnsw_files``), on
 files Chroma wrote, each test changing one thing in a copy of them. The states a kill leaves
 (two real states of one shadow, mixed) are in ``test_connectors.py``."""
 
@@ -8,7 +8,7 @@ import struct
 import numpy as np
 import pytest
 
-from skalign._stores.hnsw_files import HEADER, hnsw_fault, read_header
+from skalign._stores.chroma.hnsw_files import HEADER, hnsw_fault, read_header
 
 #: offset of each header field in ``header.bin``
 OFFSETS = {}
@@ -24,7 +24,7 @@ def written(tmp_path_factory):
     chromadb = pytest.importorskip("chromadb")
     from chromadb.api.shared_system_client import SharedSystemClient
 
-    from skalign._stores.chroma import segment_folders
+    from skalign._stores.chroma.store import segment_folders
 
     root = tmp_path_factory.mktemp("hnsw")
     client = chromadb.PersistentClient(path=str(root))

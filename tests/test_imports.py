@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "skalign"
 #: modules that import other modules by name from a table (importlib), with those tables
 DYNAMIC = {
     "skalign": sorted(set(PUBLIC.values()) | {f"skalign.{m}" for m in SUBMODULES}),
-    "skalign._discovery": sorted(set(PUBLIC.values())),
+    "skalign.utils._discovery": sorted(set(PUBLIC.values())),
     "skalign._stores.registry": sorted({f"skalign._stores.{b['module']}"
                                         for b in BACKENDS.values()}),
 }
@@ -141,8 +141,8 @@ def test_exceptions_exports():
 
 
 def test_estimator_names_table_matches_the_estimator_classes():
-    from skalign._discovery import public_estimators
     from skalign._registry import ESTIMATOR_NAMES
+    from skalign.utils._discovery import public_estimators
 
     assert ESTIMATOR_NAMES == {name for name, _ in public_estimators()}
 
@@ -207,7 +207,8 @@ def test_pot_is_not_a_runtime_dependency():
 
 
 #: the translation's own layers above the backends: no backend imports them
-PIPELINE = {"skalign._stores.pipeline", "skalign._stores.streaming", "skalign._stores.verify",
+PIPELINE = {"skalign._stores.pipeline.translate", "skalign._stores.pipeline.streaming",
+            "skalign._stores.pipeline.verify",
             "skalign._stores.provenance", "skalign._stores.registry"}
 
 

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 from test_search import FileStore
 
-from skalign._input_files import InputFileError, json_depth, loads_bounded
-from skalign._plan_judged import ndcg_per_query, read_qrels
 from skalign._stores.address import parse_address
 from skalign._stores.provenance import read_stamp
-from skalign._terminal import escape_control
 from skalign.cli import main
 from skalign.exceptions import StoreError
+from skalign.plan._judged import ndcg_per_query, read_qrels
+from skalign.utils._input_files import InputFileError, json_depth, loads_bounded
+from skalign.utils._terminal import escape_control
 
 N, D = 60, 8
 DEEP = "[" * 100_000 + "]" * 100_000

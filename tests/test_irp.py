@@ -13,8 +13,8 @@ from sklearn.model_selection import GridSearchCV, KFold
 from sklearn.pipeline import Pipeline
 
 from skalign import InverseRelativeProjector, RelativeProjector
-from skalign._irp_decode import _gcv_alpha, _Side
-from skalign._irp_pruning import farthest_point_sampling
+from skalign._relative.irp_decode import _gcv_alpha, _Side
+from skalign._relative.irp_pruning import farthest_point_sampling
 from skalign.datasets import load_digits_embeddings, make_paired_spaces
 from skalign.exceptions import IllConditionedDecodeWarning
 from skalign.metrics import top_k_accuracy
@@ -374,7 +374,7 @@ def test_gcv_closed_form_matches_explicit_hat_matrices():
         S_e, S_d = Ae[idx], Ad[idx]
         R = Ae @ S_e.T  # relative representations of every anchor, encoding space
         best, best_alpha = np.inf, None
-        from skalign._irp_decode import _GCV_GRID
+        from skalign._relative.irp_decode import _GCV_GRID
         for alpha in _GCV_GRID:
             H = S_d @ np.linalg.solve(S_d.T @ S_d + alpha * np.eye(d), S_d.T)
             rss = np.sum((R - R @ H.T) ** 2)

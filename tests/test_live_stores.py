@@ -97,7 +97,7 @@ class Qdrant:
 
     def client(self):
         from skalign._stores.address import parse_address
-        from skalign._stores.qdrant import _client
+        from skalign._stores.qdrant.store import _client
 
         return _client(parse_address(f"qdrant:{self.folder}/x"))
 

@@ -2,7 +2,7 @@
 
 import torch
 
-from skalign._matching import csls_match, relative_factors
+from skalign._bootstrap.matching import csls_match, relative_factors
 
 
 def _dense_csls(U, V, k):

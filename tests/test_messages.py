@@ -232,7 +232,7 @@ def test_judged_verdict_names_the_tie_rule_when_it_decides():
     """The issue's case: re-embedding 0.379 against staying's 0.373. Staying is chosen by the
     tie rule, and the text says so instead of "nothing beats staying"; it also says the
     judged queries override the verdict on recall."""
-    from skalign._plan_judged import judged_choice, judged_reasons
+    from skalign.plan._judged import judged_choice, judged_reasons
 
     judged = _judged(0.373, 0.379, translate=0.30)
     choice = judged_choice(judged)
@@ -283,7 +283,7 @@ def test_qrels_beyond_the_pairs_fail_before_any_fit(tmp_path, capsys, monkeypatc
 
 # --- migrate --help -------------------------------------------------------------------------
 def test_migrate_help_says_how_rows_are_chosen(capsys):
-    from skalign._migrate_choice import CENTRES_MAX_BUDGET
+    from skalign._migrate.choice import CENTRES_MAX_BUDGET
 
     with pytest.raises(SystemExit):
         main(["migrate", "--help"])
@@ -499,8 +499,8 @@ def test_the_report_budget_axis_labels_do_not_overlap(counts):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from skalign._plan_report import _figure
     from skalign.plan import Estimate, MigrationPlan
+    from skalign.plan._report import _figure
 
     plan = MigrationPlan(n_pairs=counts[-1], n_unpaired_source=0, n_unpaired_target=0, k=10,
                          normalized=True, row_norms={"source": 1.0, "target": 1.0},

@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from skalign._migrate import migrate_store
-from skalign._migrate_choice import centre_rows, choose_rows
+from skalign._migrate.choice import centre_rows, choose_rows
+from skalign._migrate.migration import migrate_store
 from skalign._stores import open_live
 from skalign.cli import main
 from skalign.encoders import CachedEncoder, CallableEncoder, EncodeCache
@@ -251,7 +251,7 @@ def make_qdrant(root, texts, old):
     from qdrant_client import models
 
     from skalign._stores.address import parse_address
-    from skalign._stores.qdrant import _client
+    from skalign._stores.qdrant.store import _client
 
     (root / "qdrant").mkdir()
     client = _client(parse_address(f"qdrant:{root}/qdrant/x"))  # shared with skalign's reads

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from skalign import _migrate_calibration as mc
-from skalign._migrate import migrate_store
-from skalign._migrate_choice import centre_rows
-from skalign._migrate_rows import ExactRowsModel
+from skalign._migrate.choice import centre_rows
+from skalign._migrate.migration import migrate_store
+from skalign._migrate.rows import ExactRowsModel
 from skalign._stores import open_live
 from skalign.datasets import load_docstring_embeddings
 from skalign.encoders import CachedEncoder, CallableEncoder, EncodeCache

@@ -83,7 +83,7 @@ def test_one_batch_returns_the_product_itself_never_a_view_of_the_input():
     """A transform that fits in one batch returns ``fn``'s own result (no copy into a second
     array), the numbers of the batch-by-batch path, and never the caller's array or a view of
     it."""
-    from skalign._backend import apply_in_batches_numpy
+    from skalign.utils._backend import apply_in_batches_numpy
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(50, 6)).astype(np.float32)
@@ -106,7 +106,7 @@ def test_batches_written_in_place_give_the_same_numbers():
     working buffer reused) gives the numbers of one batch at a time, normalised and centred
     inputs included, and the store's batch translator gives exactly those of ``transform`` with
     the same batches."""
-    from skalign._stores.streaming import BatchTranslator as _BatchTranslator
+    from skalign._stores.pipeline.streaming import BatchTranslator as _BatchTranslator
 
     rng = np.random.default_rng(3)
     X = (rng.normal(size=(500, 12)) * rng.uniform(0.5, 4, size=(500, 1)) + 2).astype(np.float32)
@@ -141,8 +141,8 @@ def test_affine_map_prepares_rows_in_chunks_and_bounds_them(params, monkeypatch)
     rounding, and the bound it returns proves input and output finite, or leaves a NaN, an
     infinity or numbers too large for the bound to the store's batch translator's exact check
     (which refuses an output that overflowed)."""
-    import skalign._backend as backend
-    from skalign._stores.streaming import BatchTranslator as _BatchTranslator
+    import skalign.utils._backend as backend
+    from skalign._stores.pipeline.streaming import BatchTranslator as _BatchTranslator
     from skalign.exceptions import StoreError
 
     rng = np.random.default_rng(5)

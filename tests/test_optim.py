@@ -1,4 +1,5 @@
-"""The one early-stopping implementation (skalign._optim) shared by the iterative estimators."""
+"""The one early-stopping implementation (skalign.utils._optim) shared by the iterative
+estimators."""
 
 import math
 import warnings
@@ -6,8 +7,8 @@ import warnings
 import pytest
 from sklearn.exceptions import ConvergenceWarning
 
-from skalign._optim import LossHistory, Plateau
 from skalign.exceptions import NumericalError
+from skalign.utils._optim import LossHistory, Plateau
 
 
 def test_plateau_is_relative_to_the_reference_and_counts_stalls():

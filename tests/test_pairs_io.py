@@ -15,8 +15,8 @@ import pytest
 from store_backends import serve_postgres
 
 from skalign import ProcrustesAligner
-from skalign._pairs_io import UnmatchedIdsWarning, read_pairs
 from skalign.cli import main
+from skalign.cli._pairs import UnmatchedIdsWarning, read_pairs
 from skalign.exceptions import StoreError
 
 HOSTILE = "d'o\"c; DROP TABLE victim; --\n"
@@ -63,7 +63,7 @@ def _qdrant(folder, ids, V, name="old"):
     from qdrant_client import models
 
     from skalign._stores.address import parse_address
-    from skalign._stores.qdrant import _client
+    from skalign._stores.qdrant.store import _client
 
     folder.mkdir(exist_ok=True)
     c = _client(parse_address(f"qdrant:{folder}/{name}"))

@@ -1,5 +1,5 @@
 """The single-file Parquet output: units appended one after the other, joined by one footer
-(skalign._stores.parquet_footer), and its crash safety around the footer."""
+(skalign._stores.parquet.footer), and its crash safety around the footer."""
 
 import os
 import struct
@@ -13,7 +13,7 @@ from skalign.io import translate
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
-from skalign._stores.parquet_footer import decode, encode, footer_of, join_footers  # noqa: E402
+from skalign._stores.parquet.footer import decode, encode, footer_of, join_footers  # noqa: E402
 
 SCHEMA = pa.schema([("id", pa.int64()), ("doc", pa.string()),
                     ("meta", pa.struct([("k", pa.int64()), ("tags", pa.list_(pa.string()))])),

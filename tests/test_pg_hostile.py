@@ -370,7 +370,7 @@ def test_a_killed_runs_index_build_still_under_way(db, model, pg, capsys, monkey
     import psycopg
 
     from skalign._stores import pgvector
-    from skalign._stores.pg_indexes import index_name
+    from skalign._stores.pgvector.indexes import index_name
 
     _make(db, "src", hnsw=False)
     src, out = _address(pg.base, "src"), _address(pg.base, "out")

@@ -153,7 +153,7 @@ def test_bootstrap_left_out_when_the_samples_hold_only_the_known_pairs(docstring
 
 
 def test_bootstrap_never_sees_its_held_out_pairs(docstring_pair):
-    from skalign._plan_store import _pool_without
+    from skalign.plan._store import _pool_without
 
     A, B, perm = docstring_pair
     pool = UnpairedPool(X=A[perm[:100]], y=B[perm[50:150]])
@@ -164,8 +164,8 @@ def test_bootstrap_never_sees_its_held_out_pairs(docstring_pair):
 
 
 def test_bootstrap_recommended_only_when_clearly_ahead():
-    from skalign._plan_recommend import _recommend
     from skalign.plan import Estimate, MigrationPlan
+    from skalign.plan._recommend import _recommend
 
     def plan_with(boot):
         plan = MigrationPlan(n_pairs=2000, n_unpaired_source=2000, n_unpaired_target=2000, k=10,

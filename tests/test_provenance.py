@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from test_search import backend  # noqa: F401  (the fixture: a store of every live kind)
 
-from skalign._migrate import count_provenance, migrate_store
+from skalign._migrate.migration import count_provenance, migrate_store
 from skalign._stores import open_live
 from skalign._stores.live import (
     encoded_mark,
@@ -143,7 +143,7 @@ def _user_key_store(kind, tmp_path, request):
         from qdrant_client import models
 
         from skalign._stores.address import parse_address
-        from skalign._stores.qdrant import _client
+        from skalign._stores.qdrant.store import _client
 
         (tmp_path / "q").mkdir()
         client = _client(parse_address(f"qdrant:{tmp_path}/q/x"))
@@ -273,7 +273,7 @@ class World:
         from qdrant_client import models
 
         from skalign._stores.address import parse_address
-        from skalign._stores.qdrant import _client
+        from skalign._stores.qdrant.store import _client
 
         (self.tmp / "q").mkdir()
         self.client = _client(parse_address(f"qdrant:{self.tmp}/q/x"))

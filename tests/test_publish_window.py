@@ -25,7 +25,8 @@ from skalign import ProcrustesAligner
 from skalign.io import save
 
 _CTX = multiprocessing.get_context("forkserver")
-_CTX.set_forkserver_preload(["skalign.cli", "skalign._stores.pipeline", "skalign._procrustes",
+_CTX.set_forkserver_preload(["skalign.cli", "skalign._stores.pipeline.translate",
+                             "skalign._affine.procrustes",
                              "store_backends"])
 
 KILL_AT = "SKALIGN_TEST_KILL_AT"
@@ -281,7 +282,7 @@ def test_another_jobs_interrupted_publish_is_finished_for_that_job(tmp_path):
 def _translate_store(model_path, src, out, extra, marks, fail):
     """:func:`translate_store` with ``stamp_extra`` and an ``after_publish`` that appends a
     line to ``marks`` (and raises where ``fail``)."""
-    from skalign._stores.pipeline import translate_store
+    from skalign._stores.pipeline.translate import translate_store
     from skalign.io import load
 
     def after(address):
@@ -327,7 +328,7 @@ def test_stamp_extra_and_after_publish(tmp_path):
 
 
 def test_stamp_extra_may_not_set_the_stamps_own_fields(tmp_path):
-    from skalign._stores.pipeline import translate_store
+    from skalign._stores.pipeline.translate import translate_store
 
     model = ProcrustesAligner().fit(np.eye(16, dtype=np.float32), np.eye(16, dtype=np.float32))
     np.save(tmp_path / "src.npy", np.eye(16, dtype=np.float32))

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from test_search import FileStore
 
-from skalign._results_files import OutputFileError, write_output_file
 from skalign.cli import main
+from skalign.utils._results_files import OutputFileError, write_output_file
 
 N, D = 120, 8
 

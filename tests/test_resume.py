@@ -26,7 +26,8 @@ from skalign.exceptions import StoreError
 from skalign.io import save, translate
 
 _CTX = multiprocessing.get_context("forkserver")
-_CTX.set_forkserver_preload(["skalign.cli", "skalign._stores.pipeline", "skalign._procrustes",
+_CTX.set_forkserver_preload(["skalign.cli", "skalign._stores.pipeline.translate",
+                             "skalign._affine.procrustes",
                              "store_backends"])
 
 
@@ -218,8 +219,8 @@ def _translate_child_stderr(argv, conn):
 
 
 def _sample(address, batch_size):
-    from skalign._stores.pipeline import open_reader
-    from skalign._stores.verify import verification_positions
+    from skalign._stores.pipeline.translate import open_reader
+    from skalign._stores.pipeline.verify import verification_positions
 
     return verification_positions(open_reader(address), batch_size)
 
@@ -234,7 +235,7 @@ def test_resumed_run_verifies_rows_the_crashed_run_committed(tmp_path, backend):
     rerun translates only the last batches, yet reads the sampled committed rows back from the
     input, translates them again and refuses to publish: exit status 2, one line naming the
     output and the row, and nothing left (no output, no shadow, journal or lock)."""
-    from skalign._stores.verify import N_VERIFY
+    from skalign._stores.pipeline.verify import N_VERIFY
 
     rng = np.random.default_rng(21)
     n, batch = (120, 10) if backend.name == "qdrant" else (600, 60)
@@ -314,7 +315,7 @@ def test_second_concurrent_run_fails_at_once_postgres(tmp_path, postgres):
     # hold the output's advisory lock the way a running translate does
     with psycopg.connect(postgres, autocommit=True) as other:
         from skalign._stores.address import parse_address
-        from skalign._stores.pgvector import lock_key
+        from skalign._stores.pgvector.store import lock_key
 
         key = lock_key(parse_address(out), "public", parse_address(out).name)
         assert other.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]

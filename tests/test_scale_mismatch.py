@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from skalign import LinearAligner, ProcrustesAligner
-from skalign._norms import choose_normalization
+from skalign._affine.norms import choose_normalization
 from skalign.exceptions import ScaleMismatchWarning
 
 ESTIMATORS = [ProcrustesAligner, LinearAligner]

@@ -52,10 +52,10 @@ def test_zero_pairs_reach_the_supervised_ceiling(split):
 
 def test_soft_self_learning_lifts_a_weak_start(split):
     """The soft phase alone turns the signature start (~9 % right) into the right pairing."""
-    from skalign._backend import row_normalize
-    from skalign._matching import csls_match
-    from skalign._self_learning import csls_scores, soft_self_learn
-    from skalign._signatures import principal_basis, similarity_signatures
+    from skalign._bootstrap.matching import csls_match
+    from skalign._bootstrap.self_learning import csls_scores, soft_self_learn
+    from skalign._bootstrap.signatures import principal_basis, similarity_signatures
+    from skalign.utils._backend import row_normalize
 
     pool, shuffle, *_ = split
     X, Y = (torch.as_tensor(A - A.mean(0)) for A in (pool.X, pool.y))
@@ -84,10 +84,10 @@ def test_soft_candidates_are_the_dense_iteration_when_they_are_every_row(split):
     """With as many candidates as rows the candidate softmaxes are the dense ones: the same
     maps and objectives up to rounding; with the default few candidates the phase still lifts
     the start to the right pairing, in fewer seconds per iteration than the dense one."""
-    from skalign._backend import row_normalize
-    from skalign._matching import csls_match
-    from skalign._self_learning import SOFT_CANDIDATES, csls_scores, soft_self_learn
-    from skalign._signatures import principal_basis, similarity_signatures
+    from skalign._bootstrap.matching import csls_match
+    from skalign._bootstrap.self_learning import SOFT_CANDIDATES, csls_scores, soft_self_learn
+    from skalign._bootstrap.signatures import principal_basis, similarity_signatures
+    from skalign.utils._backend import row_normalize
 
     pool, shuffle, *_ = split
     X, Y = (row_normalize(torch.as_tensor(A - A.mean(0))) for A in (pool.X, pool.y))
@@ -108,10 +108,10 @@ def test_soft_candidates_are_the_dense_iteration_when_they_are_every_row(split):
 def test_over_relaxed_soft_steps_shorten_a_slow_climb(split):
     """Softer temperatures climb slowly (20 plain steps here): the over-relaxed steps reach
     the same pairing in fewer, and at the fixed point they turn plain (no oscillation)."""
-    from skalign._backend import row_normalize
-    from skalign._matching import csls_match
-    from skalign._self_learning import csls_scores, soft_self_learn
-    from skalign._signatures import principal_basis, similarity_signatures
+    from skalign._bootstrap.matching import csls_match
+    from skalign._bootstrap.self_learning import csls_scores, soft_self_learn
+    from skalign._bootstrap.signatures import principal_basis, similarity_signatures
+    from skalign.utils._backend import row_normalize
 
     pool, shuffle, *_ = split
     X, Y = (row_normalize(torch.as_tensor(A - A.mean(0))) for A in (pool.X, pool.y))
@@ -137,10 +137,10 @@ def test_over_relaxed_soft_steps_shorten_a_slow_climb(split):
 def test_soft_phase_stops_sooner_once_it_has_taken_off(split):
     """After the take-off the soft phase stops after SOFT_LANDED_PATIENCE flat iterations, not
     the full patience; up to there its course is the same, bit for bit, and so are its pairs."""
-    from skalign._backend import row_normalize
-    from skalign._matching import csls_match
-    from skalign._self_learning import SOFT_TAKEOFF, csls_scores, soft_self_learn
-    from skalign._signatures import principal_basis, similarity_signatures
+    from skalign._bootstrap.matching import csls_match
+    from skalign._bootstrap.self_learning import SOFT_TAKEOFF, csls_scores, soft_self_learn
+    from skalign._bootstrap.signatures import principal_basis, similarity_signatures
+    from skalign.utils._backend import row_normalize
 
     pool, shuffle, *_ = split
     X, Y = (row_normalize(torch.as_tensor(A - A.mean(0))) for A in (pool.X, pool.y))
@@ -166,10 +166,10 @@ def test_hard_phase_stops_at_its_fixed_point(split, monkeypatch):
     """At keep probability 1 the hard loop is deterministic: it stops as soon as its pairs
     repeat. Without that exit it runs on to its stall test and returns the same map, bit for
     bit, and the same objective."""
-    from skalign._backend import row_normalize
-    from skalign._matching import csls_match
-    from skalign._self_learning import csls_scores, self_learn, soft_self_learn
-    from skalign._signatures import principal_basis, similarity_signatures
+    from skalign._bootstrap.matching import csls_match
+    from skalign._bootstrap.self_learning import csls_scores, self_learn, soft_self_learn
+    from skalign._bootstrap.signatures import principal_basis, similarity_signatures
+    from skalign.utils._backend import row_normalize
 
     pool, shuffle, *_ = split
     X, Y = (row_normalize(torch.as_tensor(A - A.mean(0))) for A in (pool.X, pool.y))
@@ -221,8 +221,8 @@ def test_zero_pair_fits_repeat_bit_for_bit(split):
 def test_restarts_explore_with_their_own_soft_settings(split):
     """Nothing to find: every restart runs, each with its own temperatures and subspace, and
     each stops after its soft phase, its start pairs failing their held-out certificate."""
-    from skalign._bootstrap_seedless import _START_CERTIFICATE_MIN
-    from skalign._self_learning import SOFT_SCHEDULE
+    from skalign._bootstrap.seedless import _START_CERTIFICATE_MIN
+    from skalign._bootstrap.self_learning import SOFT_SCHEDULE
 
     pool, *_ = split
     noise = np.random.default_rng(1).standard_normal((300, 768)).astype(np.float32)

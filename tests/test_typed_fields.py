@@ -349,7 +349,7 @@ def _qdrant(root, X):
     from qdrant_client import models
 
     from skalign._stores.address import parse_address
-    from skalign._stores.qdrant import _client
+    from skalign._stores.qdrant.store import _client
 
     (root / "qdrant").mkdir()
     client = _client(parse_address(f"qdrant:{root}/qdrant/x"))

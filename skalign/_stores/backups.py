@@ -6,7 +6,7 @@ collection, a hashed name where PostgreSQL's 63 bytes would cut it) and a file s
 from __future__ import annotations
 
 from .address import FILE_KINDS
-from .dbcommon import backup_name
+from .databases.common import backup_name
 
 __all__ = ["BACKUP_SUFFIX", "backup_address", "is_backup", "sidecar_path"]
 
@@ -30,7 +30,7 @@ def backup_address(address):
         return address.with_path(path.with_name(
             f"{_stem(path, address.kind)}-{BACKUP_SUFFIX}{_SUFFIXES[address.kind]}"))
     if address.kind == "pgvector":  # PostgreSQL cuts names at 63 bytes: a hashed name there
-        from .pg_indexes import derived_name
+        from .pgvector.indexes import derived_name
 
         schema, dot, table = address.name.rpartition(".")
         return address.with_name(f"{schema}{dot}{derived_name(table, 'backup')}")

@@ -2,8 +2,8 @@
 
 A backend module (``npy``, ``parquet``, ``lance``, ``faiss``, ``pgvector``, ``chroma``,
 ``qdrant``) defines a reader and a writer subclassing these two classes; the pipeline
-(:mod:`skalign._stores.pipeline`) only ever calls the methods below and reads the capabilities
-as class attributes, never probes with ``getattr``. No backend imports the pipeline.
+(:mod:`skalign._stores.pipeline.translate`) only ever calls the methods below and reads the
+capabilities as class attributes, never probes with ``getattr``. No backend imports the pipeline.
 
 A translation's life on the writer: :meth:`StoreWriter.lock` (one writer per output),
 :meth:`~StoreWriter.begin` (resume a leftover shadow of the same job, or remove it and start

@@ -20,12 +20,12 @@ import struct
 
 import numpy as np
 
-from .._backend import iter_batches
 from ..exceptions import StoreError
+from ..utils._backend import iter_batches
 from .base import StoreReader
+from .files.shadow import remove_path, restore_file
 from .journal import write_journal
 from .npy import NpyShadow
-from .shadow import remove_path, restore_file
 
 __all__ = ["Reader", "Writer", "restore"]
 

@@ -1,8 +1,8 @@
 """Live FAISS indexes (``PATH.faiss``, the types :mod:`skalign._stores.faiss` reads): candidates
 from the index's own search, ids from its ``IndexIDMap`` (else row numbers), texts from a text
 file beside it (row ``i`` of the index on line ``i``,
-:class:`~skalign._stores.file_live.LineTexts`), encoded rows in the overlay
-(:mod:`skalign._stores.live_overlay`, merged as :mod:`skalign._stores.file_live` says)."""
+:class:`~skalign._stores.files.live.LineTexts`), encoded rows in the overlay
+(:mod:`skalign._stores.files.overlay`, merged as :mod:`skalign._stores.files.live` says)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 
 from ..exceptions import StoreError
 from .faiss import Reader, _faiss
-from .file_live import FileLiveStore, IdIndex, LineTexts, RowNumbers, files_state
+from .files.live import FileLiveStore, IdIndex, LineTexts, RowNumbers, files_state
 
 __all__ = ["FaissLive"]
 

@@ -5,7 +5,8 @@ shadow belongs to the same job (then it is resumed) or to another one (then it i
 The publish is the last step that can be interrupted: the output's stamp is written with the
 shadow, before it goes in place, marked :data:`PUBLISHING` until the steps after the publish are
 done (a file store's journal in a publish phase says the same), so that the same command run
-again after a kill anywhere finishes them (:func:`skalign._stores.pipeline.translate_store`).
+again after a kill anywhere finishes them
+(:func:`skalign._stores.pipeline.translate.translate_store`).
 
 No skalign module is imported here, so the store modules and the connectors can both use it.
 """

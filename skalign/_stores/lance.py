@@ -9,7 +9,8 @@ from contextlib import contextmanager
 import numpy as np
 
 from ..exceptions import StoreError
-from .arrow import (
+from .base import StoreReader
+from .files.arrow import (
     arrow_vectors,
     import_lancedb,
     import_pyarrow,
@@ -17,9 +18,8 @@ from .arrow import (
     output_schema,
     pick_column,
 )
-from .base import StoreReader
+from .files.shadow import FileShadow, restore_file
 from .journal import write_journal
-from .shadow import FileShadow, restore_file
 
 __all__ = ["LanceReader", "LanceWriter"]
 

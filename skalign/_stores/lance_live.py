@@ -1,17 +1,17 @@
 """Live LanceDB tables: ids from an id column (``id`` by default: LanceDB's search names its rows
 by their columns, so a table needs one), texts from a text column, candidates from the table's
 own search (its vector index where it has one, else an exact scan), encoded rows in the overlay
-(:mod:`skalign._stores.live_overlay`, merged as :mod:`skalign._stores.file_live` says)."""
+(:mod:`skalign._stores.files.overlay`, merged as :mod:`skalign._stores.files.live` says)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from ..exceptions import StoreError
-from .arrow import arrow_vectors, import_pyarrow
-from .arrow_live import id_index, text_column
-from .engine_edge import one_line
-from .file_live import FileLiveStore, IdIndex, check_metric
+from .databases.edge import one_line
+from .files.arrow import arrow_vectors, import_pyarrow
+from .files.arrow_live import id_index, text_column
+from .files.live import FileLiveStore, IdIndex, check_metric
 from .lance import LanceReader
 
 __all__ = ["LanceLive"]

@@ -1,9 +1,9 @@
 """Live access to a published store: search its own index, read rows by id, replace vectors.
 
-The translation pipeline (:mod:`skalign._stores.pipeline`) streams a whole store into a shadow
-copy; the searcher (:mod:`skalign.search`), the pair reader and the progressive migration need the
-opposite: a few rows at a time, by id, in the store as it is served. Each backend provides a
-:class:`LiveStore` in a module of its own (``<backend>_live``), registered in
+The translation pipeline (:mod:`skalign._stores.pipeline.translate`) streams a whole store into a
+shadow copy; the searcher (:mod:`skalign.search`), the pair reader and the progressive migration
+need the opposite: a few rows at a time, by id, in the store as it is served. Each backend
+provides a :class:`LiveStore` (``npy_live``, ``<engine>/live``), registered in
 :mod:`skalign._stores.registry` under ``live``.
 
 Row provenance: a row's vector is either *translated* (written by a map) or *encoded* (the new

@@ -1,18 +1,18 @@
 """.npy stores: a 2-D numpy array, read memory-mapped in windows of ``batch_size`` rows (each
 window unmapped after use, so the resident set stays bounded), written to a hidden full-size
 ``.npy`` with a one-block header (:func:`create_npy`) filled with sequential writes (direct I/O
-where the file system allows it, :mod:`skalign._stores.direct_io`)."""
+where the file system allows it, :mod:`skalign._stores.files.direct_io`)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from .._backend import iter_batches
 from ..exceptions import StoreError
+from ..utils._backend import iter_batches
 from .base import StoreReader
-from .direct_io import BLOCK, SequentialWriter
+from .files.direct_io import BLOCK, SequentialWriter
+from .files.shadow import FileShadow, open_file, restore_file
 from .journal import write_journal
-from .shadow import FileShadow, open_file, restore_file
 
 __all__ = ["NpyReader", "NpyShadow", "create_npy"]
 
@@ -97,7 +97,7 @@ def create_npy(path, shape, dtype, align=BLOCK, mode=0o666):
     """Create the ``.npy`` file ``path`` for an array of ``shape`` (its data not written yet: a
     sparse file of zeros) with a header padded to ``align`` bytes; return the data's offset.
     The file is created afresh with the permission bits ``mode`` (less the umask): anything at
-    ``path``, a link included, is refused (:func:`~skalign._stores.shadow.open_file`).
+    ``path``, a link included, is refused (:func:`~skalign._stores.files.shadow.open_file`).
 
     numpy pads a header to 64 bytes; the format allows any padding of the header's dictionary
     with spaces (``numpy.load`` reads the length it declares), and at a block boundary every

@@ -1,13 +1,13 @@
 """Live ``.npy`` stores: ids are row numbers, texts come from a text file beside the store
-(:class:`~skalign._stores.file_live.LineTexts`), ranking is exact (memory-mapped windows),
-encoded rows go to the overlay (:mod:`skalign._stores.live_overlay`)."""
+(:class:`~skalign._stores.files.live.LineTexts`), ranking is exact (memory-mapped windows),
+encoded rows go to the overlay (:mod:`skalign._stores.files.overlay`)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from ..exceptions import StoreError
-from .file_live import (
+from .files.live import (
     WINDOW_ROWS,
     FileLiveStore,
     LineTexts,

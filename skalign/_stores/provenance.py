@@ -131,7 +131,7 @@ def read_stamp(address):
         A stamp that is malformed (:func:`check_stamp`): one line naming the sidecar or the
         store.
     """
-    from .._input_files import InputFileError, loads_bounded
+    from ..utils._input_files import InputFileError, loads_bounded
 
     if address.kind in FILE_KINDS:
         path = sidecar_path(address)

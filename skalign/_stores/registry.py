@@ -15,28 +15,29 @@ __all__ = ["BACKENDS", "backend_module", "import_engine", "live_class", "reader_
 #: kind -> module of skalign._stores, reader and writer classes, the live store (``MODULE.CLASS``
 #: of skalign._stores, :class:`~skalign._stores.live.LiveStore`), the client module it needs,
 #: the extra that installs it and, for databases, the function that finishes a publish a killed
-#: run left (``MODULE.FUNCTION``; file stores share :func:`skalign._stores.shadow.recover_publish`)
+#: run left (``MODULE.FUNCTION``; file stores share
+#: :func:`skalign._stores.files.shadow.recover_publish`)
 BACKENDS = {
     "npy": {"module": "npy", "reader": "NpyReader", "writer": "NpyShadow",
             "live": "npy_live.NpyLive", "needs": None, "extra": None},
-    "parquet": {"module": "parquet", "reader": "ParquetReader", "writer": "ParquetFileWriter",
-                "live": "parquet_live.ParquetLive", "needs": "pyarrow", "extra": "stores"},
-    "parquet-dir": {"module": "parquet", "reader": "ParquetReader",
-                    "writer": "ParquetFolderWriter", "live": "parquet_live.ParquetLive",
+    "parquet": {"module": "parquet.store", "reader": "ParquetReader", "writer": "ParquetFileWriter",
+                "live": "parquet.live.ParquetLive", "needs": "pyarrow", "extra": "stores"},
+    "parquet-dir": {"module": "parquet.store", "reader": "ParquetReader",
+                    "writer": "ParquetFolderWriter", "live": "parquet.live.ParquetLive",
                     "needs": "pyarrow", "extra": "stores"},
     "lance": {"module": "lance", "reader": "LanceReader", "writer": "LanceWriter",
               "live": "lance_live.LanceLive", "needs": "lancedb", "extra": "stores"},
     "faiss": {"module": "faiss", "reader": "Reader", "writer": "Writer",
               "live": "faiss_live.FaissLive", "needs": "faiss", "extra": "faiss"},
-    "pgvector": {"module": "pgvector", "reader": "Reader", "writer": "Writer",
-                 "live": "pgvector_live.PgvectorLive", "needs": "psycopg", "extra": "pgvector",
-                 "recovery": "pgvector_recovery.recover_publish"},
-    "chroma": {"module": "chroma", "reader": "Reader", "writer": "Writer",
-               "live": "chroma_live.ChromaLive", "needs": "chromadb", "extra": "chroma",
-               "recovery": "chroma_recovery.recover_publish"},
-    "qdrant": {"module": "qdrant", "reader": "Reader", "writer": "Writer",
-               "live": "qdrant_live.QdrantLive", "needs": "qdrant_client", "extra": "qdrant",
-               "recovery": "qdrant_recovery.recover_publish"},
+    "pgvector": {"module": "pgvector.store", "reader": "Reader", "writer": "Writer",
+                 "live": "pgvector.live.PgvectorLive", "needs": "psycopg", "extra": "pgvector",
+                 "recovery": "pgvector.recovery.recover_publish"},
+    "chroma": {"module": "chroma.store", "reader": "Reader", "writer": "Writer",
+               "live": "chroma.live.ChromaLive", "needs": "chromadb", "extra": "chroma",
+               "recovery": "chroma.recovery.recover_publish"},
+    "qdrant": {"module": "qdrant.store", "reader": "Reader", "writer": "Writer",
+               "live": "qdrant.live.QdrantLive", "needs": "qdrant_client", "extra": "qdrant",
+               "recovery": "qdrant.recovery.recover_publish"},
 }
 
 
@@ -86,7 +87,7 @@ def recovery_function(address):
     database's own (its client library imported first)."""
     entry = BACKENDS[address.kind]
     if "recovery" not in entry:
-        from .shadow import recover_publish
+        from .files.shadow import recover_publish
 
         return recover_publish
     import_engine(address.kind, address)

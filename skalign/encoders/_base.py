@@ -8,8 +8,8 @@ import inspect
 
 import numpy as np
 
-from .._terminal import escape_control
 from ..exceptions import EncoderError
+from ..utils._terminal import escape_control
 
 __all__ = ["CallableEncoder", "Encoder", "UnitEncoder", "check_embeddings", "describe_error",
            "unit_rows"]

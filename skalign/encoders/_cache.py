@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .._terminal import escape_control
 from ..exceptions import EncoderError
+from ..utils._terminal import escape_control
 from ._base import (
     Encoder,
     call_encoder,

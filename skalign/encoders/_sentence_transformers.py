@@ -9,8 +9,8 @@ import os
 import re
 from pathlib import Path
 
-from .._terminal import escape_control
 from ..exceptions import EncoderError, MissingDependencyError
+from ..utils._terminal import escape_control
 from ._base import Encoder, _positive, describe_error
 
 __all__ = ["SentenceTransformerEncoder"]
@@ -161,7 +161,7 @@ class SentenceTransformerEncoder(Encoder):
                 raise MissingDependencyError(
                     "a sentence-transformers encoder needs the sentence-transformers package: "
                     "pip install 'skalign[encoders]'") from None
-        from .._backend import resolve_device
+        from ..utils._backend import resolve_device
 
         self.batch_size = _positive(batch_size, "batch_size")
         if normalize not in (None, True, False):

@@ -6,8 +6,8 @@ import os
 import re
 from pathlib import Path
 
-from .._terminal import escape_control
 from ..exceptions import EncoderError
+from ..utils._terminal import escape_control
 from ._base import CallableEncoder, Encoder, UnitEncoder, describe_error, import_callable
 
 __all__ = ["as_encoder", "load_encoder", "normalize_label", "resolve_normalize",

@@ -3,7 +3,7 @@ project-wide checks for estimators built on :mod:`skalign.base`."""
 
 from __future__ import annotations
 
-from .._discovery import public_estimators
+from ._discovery import public_estimators
 
 __all__ = ["all_estimators"]
 

@@ -47,7 +47,7 @@ import torch
 from sklearn.base import BaseEstimator, clone
 from sklearn.utils import get_tags
 
-from .._backend import fitted_models
+from ._backend import fitted_models
 
 __all__ = [
     "FAST_PARAMETERS",

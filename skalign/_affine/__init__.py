@@ -1,0 +1,3 @@
+"""Affine translations fitted on pairs: orthogonal Procrustes, ridge regression, and the norm
+handling they share.
+"""

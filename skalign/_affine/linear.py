@@ -1,0 +1,409 @@
+"""Least-squares / ridge affine map, the unconstrained baseline, with an efficient
+leave-one-out choice of the penalty."""
+
+from __future__ import annotations
+
+from numbers import Real
+
+import numpy as np
+
+from ..base import BaseAligner
+from ..utils._backend import (
+    affine_fn,
+    affine_numpy_fn,
+    check_finite,
+    ridge_svd,
+    small_lapack,
+    to_numpy,
+)
+from ..utils._compat import Interval, StrOptions, _fit_context
+from .norms import NORMALIZE_CONSTRAINT, NormalizeMixin
+
+__all__ = ["LinearAligner"]
+
+#: default penalty grid of ``alpha="auto"``: 10⁻⁴ … 10⁶, five values per decade.
+DEFAULT_ALPHAS = tuple(float(a) for a in np.logspace(-4, 6, 51))
+
+
+def ridge_loo_errors(Xc, Yc, alphas, *, center=True):
+    r"""Exact leave-one-out mean squared errors of ridge maps for several penalties, from one SVD.
+
+    With the SVD :math:`\bar X = U \Sigma V^\top` of the centred anchors and the shrinkage
+    factors :math:`f_j(\alpha) = \sigma_j^2 / (\sigma_j^2 + \alpha)`, the fitted values are
+    :math:`\hat Y = \mathbf 1 \bar y^\top + U \operatorname{diag}(f) U^\top \bar Y` and the hat
+    matrix's diagonal is :math:`h_i = 1/n + \sum_j U_{ij}^2 f_j` (the intercept is not penalised;
+    drop :math:`1/n` without one). The leave-one-out residual of pair :math:`i` is then
+    :math:`(\bar y_i - \hat y_i)/(1 - h_i)`, so every candidate costs one
+    :math:`O(n\,r\,d_y)` product instead of ``n`` refits — the identity behind
+    :class:`sklearn.linear_model.RidgeCV`'s default (``cv=None``).
+
+    Parameters
+    ----------
+    Xc : tensor of shape (n, d_x)
+        Source anchors, centred when ``center``.
+    Yc : tensor of shape (n, d_y)
+        Target anchors, centred the same way.
+    alphas : sequence of float
+        Positive penalties.
+    center : bool, default=True
+        Whether ``Xc`` and ``Yc`` were centred (adds the intercept's :math:`1/n` to :math:`h_i`).
+
+    Returns
+    -------
+    errors : ndarray of shape (n_alphas,)
+        Leave-one-out squared error averaged over pairs and target features (``inf`` where a
+        pair has leverage 1).
+    """
+    import torch
+
+    X64, Y64 = Xc.to(torch.float64), Yc.to(torch.float64)
+    n = X64.shape[0]
+    U, s, _ = torch.linalg.svd(X64, full_matrices=False)
+    UtY = U.mT @ Y64
+    U2 = U * U
+    s2 = s * s
+    base = 1.0 / n if center else 0.0
+    errors = np.empty(len(alphas))
+    for i, a in enumerate(alphas):
+        f = s2 / (s2 + a)
+        R = Y64 - U @ (f.unsqueeze(-1) * UtY)
+        one_minus_h = 1.0 - base - U2 @ f
+        loo = R.square().sum(1) / one_minus_h.square()
+        err = float(loo.sum()) / (n * Y64.shape[1])
+        errors[i] = err if np.isfinite(err) else np.inf
+    return errors
+
+
+def ridge_cv_retention(Xt, Yt, alphas, n_splits, *, center=True, k=10):
+    r"""K-fold recall@k retention of ridge maps for several penalties, one SVD per fold.
+
+    For each of ``n_splits`` folds (shuffled with seed 0), the training part's centred anchors
+    are decomposed once, :math:`\bar X = U \Sigma V^\top`, and every penalty's map
+    :math:`W(\alpha) = V \operatorname{diag}(\sigma_j/(\sigma_j^2 + \alpha)) U^\top \bar Y`
+    translates the held-out part, which is scored by recall@k retention as
+    :func:`skalign.metrics.retrieval_retention` defines it (each held-out target a leave-one-out
+    query against the others, cosine; the re-embedded top-k computed once per fold). The score
+    is the mean over folds.
+
+    Parameters
+    ----------
+    Xt, Yt : tensors of shape (n, d_x), (n, d_y)
+        Anchors, not centred.
+    alphas : sequence of float
+        Non-negative penalties.
+    n_splits : int
+        Folds; every held-out part must hold more than ``k + 1`` anchors.
+    center : bool, default=True
+        Centre each training part (fit an intercept).
+    k : int, default=10
+        Neighbourhood size.
+
+    Returns
+    -------
+    scores : ndarray of shape (n_alphas,)
+        Mean held-out recall@k retention per penalty.
+    """
+    import torch
+    from sklearn.model_selection import KFold
+
+    X64, Y64 = Xt.to(torch.float64), Yt.to(torch.float64)
+    scores = np.zeros(len(alphas))
+    for train, test in KFold(n_splits, shuffle=True, random_state=0).split(np.arange(len(X64))):
+        Xtr, Ytr = X64[train], Y64[train]
+        mx = Xtr.mean(0) if center else torch.zeros_like(Xtr[0])
+        my = Ytr.mean(0) if center else torch.zeros_like(Ytr[0])
+        V, sv, UtY = _svd_by_gram(Xtr - mx, Ytr - my)
+        Yte = Y64[test]
+        Yte = Yte / Yte.norm(dim=1, keepdim=True).clamp_min(1e-12)
+        # every penalty's prediction is P(alpha) @ UtY + my with P = (X_te V) diag(f(alpha)):
+        # its cosines with the held-out targets and its norms come from r-sized products,
+        # without forming the d_x x d_y map or the predictions
+        # the decomposition needs float64; the per-penalty cosines only rank neighbours, and
+        # float32 gave the same scores on the development data at a quarter less time
+        XV = ((X64[test] - mx) @ V).float()
+        C, b = (Yte @ UtY.mT).float(), (Yte @ my).float()
+        G, g, my2 = (UtY @ UtY.mT).float(), (UtY @ my).float(), float(my @ my)
+        sv32 = sv.float()
+        # the re-embedded neighbourhoods do not depend on alpha: once per fold
+        own = _top_k_excluding_self(Yte @ Yte.mT, k)
+        for i, a in enumerate(alphas):
+            P = XV * (sv32 / (sv32 * sv32 + a))
+            sq = ((P @ G) * P).sum(1) + 2.0 * (P @ g) + my2
+            S = (C @ P.mT + b[:, None]) / sq.clamp_min(1e-24).sqrt()
+            got = _top_k_excluding_self(S, k)
+            kept = (own[:, :, None] == got[:, None, :]).any(axis=2).sum(axis=1)
+            scores[i] += float(np.mean(kept / k)) / n_splits
+    return scores
+
+
+def _svd_by_gram(Xc, Yc, rtol=1e-12):
+    r"""``V``, ``sigma`` and :math:`U^\top Y` of the thin SVD :math:`X = U \Sigma V^\top`, from the
+    eigendecomposition of the smaller Gram matrix (:math:`X^\top X` or :math:`X X^\top`),
+    several times cheaper than the SVD for tall or wide anchors. Directions with
+    :math:`\sigma^2 \le` ``rtol`` :math:`\sigma^2_{max}` are dropped: every ridge penalty
+    considered shrinks them to nothing."""
+    import torch
+
+    n, d = Xc.shape
+    gram = Xc.mT @ Xc if n >= d else Xc @ Xc.mT
+    with small_lapack(gram):
+        s2, E = torch.linalg.eigh(gram)
+    keep = s2 > rtol * s2.max()
+    s2, E = s2[keep], E[:, keep]
+    sv = s2.sqrt()
+    if n >= d:  # E = V
+        return E, sv, (E.mT @ (Xc.mT @ Yc)) / sv.unsqueeze(-1)
+    return (Xc.mT @ E) / sv, sv, E.mT @ Yc  # E = U
+
+
+def _top_k_excluding_self(S, k):
+    """Column indices of each row's ``k`` largest entries of the square tensor ``S``, the
+    diagonal left out (in no particular order)."""
+    import torch
+
+    S = S.clone()
+    S.fill_diagonal_(-torch.inf)
+    return to_numpy(torch.topk(S, k, dim=1, sorted=False).indices)
+
+
+class LinearAligner(NormalizeMixin, BaseAligner):
+    r"""Affine map from source to target embeddings fitted by (ridge) least squares.
+
+    The least-squares linear map plus offset that best predicts each target embedding from its
+    source embedding, with the ridge penalty chosen by exact leave-one-out cross-validation by
+    default. The penalty minimises squared error, which favours strong shrinkage; for
+    nearest-neighbour retrieval among raw targets, :class:`ProcrustesAligner` or a penalty tuned
+    with :data:`skalign.metrics.top1_scorer` usually does better on real text encoders (user
+    guide, "Defaults on real encoders").
+
+    .. math::
+
+        W = \operatorname*{arg\,min}_W \|\bar X W - \bar Y\|_F^2 + \alpha \|W\|_F^2
+          = V \operatorname{diag}\!\Big(\frac{\sigma_i}{\sigma_i^2 + \alpha}\Big) U^\top \bar Y,
+
+    with :math:`\bar X = U \Sigma V^\top` the SVD of the centred source anchors, and
+    ``transform(x) = (x − μ_X) W + μ_Y``, stored in scikit-learn's layout: ``coef_`` is
+    :math:`W^\top`, of shape ``(n_features_out, n_features_in)``. The solve runs in float64
+    through the SVD, so rank-deficient anchors (fewer pairs than dimensions) give the
+    minimum-norm solution for ``alpha=0`` instead of a wrong answer.
+
+    With ``alpha="auto"`` (default) the penalty is chosen among ``alphas`` by exact leave-one-out
+    error over the anchor pairs, computed from the same SVD for every candidate: with
+    :math:`f_j = \sigma_j^2/(\sigma_j^2 + \alpha)` and :math:`h_i = 1/n + \sum_j U_{ij}^2 f_j`
+    (the diagonal of the hat matrix),
+
+    .. math::
+
+        \alpha^\star = \operatorname*{arg\,min}_{\alpha}\ \frac{1}{n\,d_y} \sum_{i=1}^n
+        \frac{\|\bar y_i - \hat y_i(\alpha)\|^2}{(1 - h_i(\alpha))^2},
+
+    the criterion of :class:`sklearn.linear_model.RidgeCV` (same alphas, same choice). A map
+    from one encoder to another is underdetermined with a few hundred pairs of 384- or 768-d
+    embeddings, and its best penalty depends on the pair count and the spaces' scales, so a fixed
+    ``alpha`` is rarely close to the best one; the leave-one-out choice costs a few milliseconds.
+
+    Read more in the :ref:`User Guide <linear>`.
+
+    Parameters
+    ----------
+    alpha : "auto" or float, default="auto"
+        Ridge penalty. ``0`` is ordinary (minimum-norm) least squares; ``"auto"`` picks the
+        leave-one-out best of ``alphas`` (the choice is stored in ``alpha_``).
+    alphas : array-like of float, default=None
+        Positive candidate penalties for ``alpha="auto"``. ``None`` uses 51 values spaced
+        evenly in log scale from ``1e-4`` to ``1e6``. Ignored when ``alpha`` is a number.
+    scoring : {None, "recall_retention"}, default=None
+        How ``alpha="auto"`` chooses: ``None`` by leave-one-out squared error (above);
+        ``"recall_retention"`` by 5-fold cross-validated recall@10 retention of the held-out
+        anchors' neighbourhoods (one SVD per fold, the folds shuffled with seed 0), which is
+        what a migrated search index keeps. Squared error favours shrinkage, which
+        neighbourhoods do not need: on the development set (2,000 pairs of unit rows, held-out
+        store of 2,000, six encoder pairs) the retention choice kept 0.000-0.017 more of each
+        top-10 than the leave-one-out one (``benchmarks/bench_migrate_peers.py``, ``linear``
+        rows before and after the change). With fewer than 24 anchors per fold (under 48
+        pairs) the leave-one-out choice is used; ``alpha_criterion_`` says which.
+    center : bool, default=True
+        Centre both spaces on their anchor means (an affine rather than a linear map).
+    rtol : float, default=None
+        For ``alpha=0``: singular values below ``rtol * σ_max`` are dropped. ``None`` uses
+        ``max(n, d) · eps``.
+    normalize : {"auto", "source", "target", "both"} or bool, default="auto"
+        L2-normalise the rows of one side or both before fitting, and the same side's rows in
+        ``transform`` and ``inverse_transform`` (row by row, so a row's image does not depend on
+        the others). Rows the map produces in a normalised space are scaled to its mean anchor
+        norm: ``target_norm_`` in ``transform``, ``source_norm_`` in ``inverse_transform`` (which
+        therefore returns directions at one typical norm, not each row's own norm). ``"auto"``
+        normalises a side whose row norms carry nothing the other side can reproduce: a raw
+        encoder (norms varying) against one whose norms are constant, such as all-MiniLM-L6-v2
+        without its Normalize module (norms 2.2-8.1) against multilingual-e5 (unit norm), or two
+        constant-norm spaces of very different sizes; when both sides' norms vary it keeps them.
+        ``False`` fits the plain map (the behaviour before this parameter), ``True`` means
+        ``"both"``. An explicit choice that keeps raw a side ``"auto"`` would normalise warns with
+        :class:`~skalign.exceptions.ScaleMismatchWarning`. The choice and its reason are stored in
+        ``normalize_`` and ``normalize_reason_`` (``skalign fit`` prints them). Normalised rows
+        are put at their side's mean anchor norm rather than on the unit sphere, so ``alpha``
+        means the same with and without normalisation (a global rescale moves the leave-one-out
+        choice along the ``alphas`` grid: on MPNet → e5 with 300 pairs, unit rows gave held-out
+        top-1 0.463, rows at their mean norm 0.510, raw rows 0.509).
+
+        Development set, 2,000 pairs, 2,000 held-out texts, mean of 2 splits
+        (``scale_mismatch.py``, a study in commit ``cb4e28a``), as top-1 / neighbourhood
+        retention R@10 of the translated store against the re-embedded one (cosine /
+        Euclidean): raw MiniLM → e5
+        with ``normalize=False`` 0.895 / 0.460 / 0.449, with ``"auto"`` 0.922 / 0.529 / 0.526
+        (the fit on L2-normalised sources: 0.920 / 0.528 / 0.525); raw MPNet → e5
+        0.893 / 0.506 / 0.501 against 0.893 / 0.511 / 0.508; e5 → raw MiniLM (target normalised)
+        0.947 / 0.620 / 0.446 against 0.953 / 0.632 / 0.437. Raw MiniLM → raw MPNet is left as
+        is (0.976 / 0.704 / 0.613); ``normalize=True`` gives 0.978 / 0.708 / 0.683 there.
+    device : {"cpu", "cuda", "auto"} or torch.device, default="cpu"
+        Where the solve and the transforms run.
+    batch_size : int, default=None
+        Rows per batch in ``transform``; ``None`` sizes from ``sklearn.get_config()``.
+
+    Attributes
+    ----------
+    coef_ : ndarray of shape (n_features_out, n_features_in)
+        The linear map, as in scikit-learn's linear models: :math:`W^\top` (float64), so that
+        ``transform(X) = X @ coef_.T + intercept_``.
+    intercept_ : ndarray of shape (n_features_out,)
+        ``μ_Y − μ_X W``, so that ``transform(x) = x @ coef_.T + intercept_`` (zero when
+        ``center=False``), with ``x`` L2-normalised first and the result multiplied by
+        ``target_norm_`` on the sides ``normalize_`` names.
+    alpha_ : float
+        The penalty used: ``alpha`` itself, or the leave-one-out choice for ``alpha="auto"``.
+    loo_errors_ : ndarray of shape (n_alphas,) or None
+        Leave-one-out mean squared error of each candidate in ``alphas`` (``None`` unless
+        ``alpha="auto"`` chose by it).
+    cv_scores_ : ndarray of shape (n_alphas,) or None
+        Cross-validated recall@10 retention of each candidate (``None`` unless
+        ``scoring="recall_retention"`` chose by it).
+    alpha_criterion_ : {"fixed", "loo", "recall_retention"}
+        How ``alpha_`` was chosen.
+    normalize_ : {"none", "source", "target", "both"}
+        The sides whose rows are L2-normalised (see ``normalize``).
+    normalize_reason_ : str
+        Why, with the anchors' row-norm statistics (mean and coefficient of variation per side).
+    source_norm_ : float
+        Mean row norm of the source anchors.
+    target_norm_ : float
+        Mean row norm of the target anchors.
+    device_ : str
+        The device the model was fitted on.
+    n_features_in_ : int
+        Width of the source embeddings ``X``.
+    n_features_out_ : int
+        Width of the target embeddings ``y``.
+    feature_names_in_ : ndarray of shape (n_features_in,)
+        Defined only when ``X`` has string feature names.
+
+    See Also
+    --------
+    ProcrustesAligner : The same problem restricted to isometries.
+    sklearn.linear_model.RidgeCV : The same leave-one-out choice for one-target regression.
+
+    References
+    ----------
+    .. [1] G. H. Golub, M. Heath, G. Wahba, "Generalized cross-validation as a method for choosing
+       a good ridge parameter", Technometrics 21, 1979.
+
+    Examples
+    --------
+    >>> from skalign import LinearAligner
+    >>> from skalign.datasets import make_paired_spaces
+    >>> X, Y = make_paired_spaces(n_samples=200, n_features=16, relation="linear", random_state=0)
+    >>> round(LinearAligner(alpha=0.0).fit(X, Y).score(X, Y), 4)
+    1.0
+    >>> est = LinearAligner().fit(X, Y)
+    >>> bool(est.alpha_ <= 1e-3)  # noise-free pairs: the smallest penalty wins
+    True
+    """
+
+    # normalised rows keep their side's mean norm, so a given alpha means what it did without
+    # normalisation (a global rescale moves the leave-one-out choice across the alpha grid)
+    _norm_radius = "mean"
+
+    _parameter_constraints = {
+        **BaseAligner._parameter_constraints,
+        "alpha": [StrOptions({"auto"}), Interval(Real, 0, None, closed="left")],
+        "alphas": ["array-like", None],
+        "scoring": [StrOptions({"recall_retention"}), None],
+        "center": ["boolean"],
+        "rtol": [Interval(Real, 0, 1, closed="left"), None],
+        "normalize": NORMALIZE_CONSTRAINT,
+    }
+
+    def __init__(self, *, alpha="auto", alphas=None, scoring=None, center=True, rtol=None,
+                 normalize="auto", device="cpu", batch_size=None):
+        self.alpha = alpha
+        self.alphas = alphas
+        self.scoring = scoring
+        self.center = center
+        self.rtol = rtol
+        self.normalize = normalize
+        self.device = device
+        self.batch_size = batch_size
+
+    def _candidate_alphas(self):
+        alphas = DEFAULT_ALPHAS if self.alphas is None else self.alphas
+        alphas = np.asarray(alphas, dtype=np.float64).ravel()
+        if alphas.size == 0 or not np.all(np.isfinite(alphas)) or np.any(alphas <= 0):
+            raise ValueError(
+                "alphas must be a non-empty sequence of positive finite penalties; got "
+                f"{self.alphas!r}."
+            )
+        return alphas
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y):
+        """Fit the affine map on paired anchors.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_pairs, n_features_in)
+            Source embeddings of the anchors.
+        y : array-like of shape (n_pairs, n_features_out)
+            Target embeddings of the same anchors, row for row.
+
+        Returns
+        -------
+        self : LinearAligner
+            The fitted aligner.
+        """
+        X, y = self._validate_pair(X, y)
+        X, y = self._fit_normalization(X, y)
+        Xc, Yc, mx, my = self._centered_pair_tensors(X, y, center=self.center)
+        self.loo_errors_ = self.cv_scores_ = None
+        n_splits = min(5, len(Xc) // 24)  # held-out parts of at least 2 (k + 2) anchors
+        if isinstance(self.alpha, str) and self.scoring is not None and n_splits >= 2:
+            alphas = self._candidate_alphas()
+            self.cv_scores_ = ridge_cv_retention(Xc + mx, Yc + my, alphas, n_splits,
+                                                 center=self.center)
+            self.alpha_ = float(alphas[int(np.argmax(self.cv_scores_))])
+            self.alpha_criterion_ = "recall_retention"
+        elif isinstance(self.alpha, str):
+            alphas = self._candidate_alphas()
+            self.loo_errors_ = ridge_loo_errors(Xc, Yc, alphas, center=self.center)
+            check_finite(float(self.loo_errors_.min()), what="every leave-one-out error",
+                         hint="Pass larger alphas or a fixed alpha.")
+            self.alpha_ = float(alphas[int(np.argmin(self.loo_errors_))])
+            self.alpha_criterion_ = "loo"
+        else:
+            self.alpha_ = float(self.alpha)
+            self.alpha_criterion_ = "fixed"
+        W = ridge_svd(Xc, Yc, self.alpha_, rtol=self.rtol)
+        self.coef_ = to_numpy(W.T)  # scikit-learn's (n_targets, n_features)
+        self.intercept_ = to_numpy(my - mx @ W)
+        return self
+
+    def _affine(self):
+        normalize_in, scale_out = self._affine_io()
+        args = (self.coef_.T, np.zeros(self.n_features_in_), self.intercept_)
+        return args, {"normalize_in": normalize_in, "scale_out": scale_out}
+
+    def _transform_fn(self, device, dtype=None):
+        args, kw = self._affine()
+        return affine_fn(*args, device, dtype=dtype, **kw)
+
+    def _transform_numpy_fn(self, dtype=np.float32):
+        args, kw = self._affine()
+        return affine_numpy_fn(*args, dtype=dtype, **kw)

@@ -1,0 +1,1 @@
+"""GeRA: the geometrically regularised aligner, its losses and the neighbourhood graph they use."""

@@ -1,0 +1,3 @@
+"""Parquet files and folders: the reader and writers (store), the live store, and footer
+handling.
+"""

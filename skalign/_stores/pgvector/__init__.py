@@ -1,0 +1,3 @@
+"""PostgreSQL with pgvector: the reader and writer (store), the live store, the publish
+recovery, index rebuilding and COPY loading.
+"""

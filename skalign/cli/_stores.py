@@ -1,0 +1,269 @@
+"""The store commands of the ``skalign`` command line: ``translate``, ``restore`` and ``info``,
+and the parsing of every store address a command takes, once, at the edge."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+__all__ = ["TRANSLATE_EPILOG", "_positive_int", "add_store_commands", "cmd_info", "cmd_restore",
+           "cmd_translate", "parse_store_args"]
+
+_PAIRS = {"source": False, "target": False, "unpaired_source": False, "unpaired_target": False}
+#: command -> its store arguments, each with whether the store is written (an output)
+STORE_ARGS = {"translate": {"input": False, "output": True}, "restore": {"output": True},
+              "info": {"address": False}, "fit": _PAIRS, "evaluate": _PAIRS, "plan": _PAIRS,
+              "migrate": {"source": False, "output": True}, "search": {"store": False}}
+
+
+TRANSLATE_EPILOG = """\
+STORES (INPUT and OUTPUT):
+  X.npy                      a 2-D array (memory-mapped)
+  X.parquet | FOLDER         a Parquet file, or a folder of Parquet shards
+  DIR/TABLE.lance            a LanceDB table
+  PATH.faiss                 a FAISS index whose vectors can be reconstructed (Flat, IVFFlat,
+                             HNSWFlat, IDMap/IDMap2 keep their ids); written as the same type
+  postgresql://USER@HOST:PORT/DB?table=TABLE&column=COLUMN
+                             a pgvector vector(d) column (libpq URI; ?host=/socket/dir for a
+                             Unix socket); OUTPUT: a new table, same other columns and index
+  chroma:DIR/COLLECTION      Chroma persistent client; chroma+http://HOST:PORT/COLLECTION
+  qdrant:DIR/COLLECTION      Qdrant local mode; qdrant+http://HOST:PORT/COLLECTION;
+                             ?vector=NAME for a named vector
+  A database or FAISS INPUT is written to the same engine. Passwords are masked in messages.
+
+SAFETY:
+  The output is written under a temporary name (file, table, collection), committed batch by
+  batch, verified (row count, ids, sampled rows translated again) and only then published.
+  Killed part-way? Run the same command again: it resumes from the last committed batch and
+  removes what the crashed run left. A second run on the same OUTPUT fails at once.
+  An existing OUTPUT needs --replace; the previous one is kept as a backup (files:
+  NAME-skalign-backup, tables and collections: NAME_skalign_backup) and `skalign restore
+  OUTPUT` swaps it back. A backup is never overwritten: remove or restore it first.
+  Every output carries a provenance stamp (`skalign info OUTPUT`): translating a backup or a
+  store that is already this model's output is refused (--force overrides), and --replace run
+  again with the same model and input does nothing.
+"""
+
+
+def _positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def add_store_commands(sub):
+    """Add ``translate``, ``restore`` and ``info`` to the subparsers ``sub``."""
+    tr = sub.add_parser(
+        "translate", help="translate a whole store, streaming in batches",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Translate every vector of INPUT into OUTPUT, keeping ids and all other "
+        "fields.", epilog=TRANSLATE_EPILOG)
+    tr.add_argument("model", metavar="MODEL", help="model file written by `skalign fit` (.skops)")
+    tr.add_argument("input", metavar="INPUT", help="store to translate (never modified): a file "
+                    "path or an address, see STORES below")
+    tr.add_argument("output", metavar="OUTPUT", help="store to write, same forms; written in the "
+                    "shadow and published when complete and verified")
+    tr.add_argument("--column", metavar="NAME", help="vector column of a Parquet/LanceDB input "
+                    "(default: the only list-of-floats column, or vector/embedding)")
+    tr.add_argument("--batch-size", type=_positive_int, metavar="N",
+                    help="rows per batch, the unit of commit and resume in databases (default: "
+                    "about 128 MiB of float32 per batch, half that for Parquet output, at most "
+                    "2048 rows for PostgreSQL, 1024 for Chroma and Qdrant)")
+    tr.add_argument("--replace", action="store_true", help="allow an existing OUTPUT (or "
+                    "OUTPUT = INPUT): swap the translation in, keep the previous one as a backup "
+                    "(`skalign restore OUTPUT` puts it back)")
+    tr.add_argument("--force", action="store_true", help="translate even a store that is a "
+                    "backup or already this model's output (the provenance stamp says so)")
+    tr.add_argument("--scheduler", metavar="ADDRESS", help="dask distributed scheduler (e.g. "
+                    "tcp://host:8786): translate Parquet shards on that cluster")
+    tr.add_argument("--quiet", action="store_true", help="no progress bar and no summary")
+    tr.add_argument("--device", metavar="DEVICE", help="where the model computes: cpu, cuda, "
+                    "cuda:N or auto (default: the device it was fitted on, or the CPU on a "
+                    "machine without that device)")
+    tr.add_argument("--direction", choices=("forward", "inverse"), default="forward",
+                    help="forward: old -> new space (model.transform); inverse: new -> old "
+                    "(model.inverse_transform), e.g. to bridge new-encoder queries into the old "
+                    "index (default: forward)")
+
+    rs = sub.add_parser("restore", help="put back the store `translate --replace` replaced")
+    rs.add_argument("output", metavar="OUTPUT", help="the OUTPUT given to `translate --replace`")
+
+    info = sub.add_parser("info", help="the provenance stamp of a store skalign wrote")
+    info.add_argument("address", metavar="ADDRESS", help="a store: a file path or an address")
+    info.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def parse_store_args(args):
+    """Replace every store address among ``args`` by its parsed
+    :class:`~skalign._stores.address.Address` (the only parse of that text in the command);
+    return ``args`` and the passwords they hold (for the last-resort scrub of messages)."""
+    from .._stores.address import parse_address
+
+    secrets = set()
+    for name, output in STORE_ARGS.get(args.command, {}).items():
+        text = getattr(args, name, None)
+        if text is None:
+            continue
+        address = parse_address(text, output=output)
+        setattr(args, name, address)
+        secrets.update(p for p in (address.password, *(v for _, v in address.secret_params))
+                       if p and len(p) > 2)
+    return args, sorted(secrets, key=len, reverse=True)
+
+
+def cmd_translate(args, out):
+    from ..io import load, output_dim
+
+    model = load(args.model)
+    if args.device is not None:
+        from ..utils._backend import set_fitted_device
+
+        if not set_fitted_device(model, args.device):
+            from ..exceptions import StoreError
+
+            raise StoreError(f"--device {args.device}: {type(model).__name__} has no device "
+                               "to set; translate without --device.")
+    if args.direction == "inverse":
+        from ._inverse import inverse_model
+
+        model = inverse_model(model)
+    t0 = time.perf_counter()
+    if args.scheduler:
+        from ..parallel import translate_parquet
+
+        n = translate_parquet(model, args.input, args.output, scheduler=args.scheduler,
+                              column=args.column, batch_size=args.batch_size)
+    else:
+        from ..io import translate
+
+        n = translate(model, args.input, args.output, column=args.column,
+                      batch_size=args.batch_size, progress=not args.quiet, replace=args.replace,
+                      force=args.force)
+        if n.noop is not None:
+            out(n.noop)
+            return 0
+    secs = time.perf_counter() - t0
+    if not args.quiet:
+        out(f"translated {n} rows {model.n_features_in_}-d -> {output_dim(model)}-d: "
+            f"{args.input} -> {args.output} in {secs:.2f} s "
+            f"({n / max(secs, 1e-9):,.0f} rows/s)"
+            + (f", resumed at row {n.resumed_from}" if getattr(n, "resumed_from", 0) else ""))
+        if getattr(n, "restarted", None):
+            out(f"translated from row 0: {n.restarted}")
+        if getattr(n, "backup", None):
+            out(f"previous {args.output} kept as {n.backup}; `skalign restore "
+                f"{args.output}` puts it back")
+    return 0
+
+
+def cmd_restore(args, out):
+    from ..io import restore
+
+    backup = restore(args.output)
+    out(f"restored {args.output}; the store it replaced is now {backup}")
+    return 0
+
+
+def cmd_info(args, out):
+    from .._stores.pipeline.translate import open_reader
+    from .._stores.provenance import read_stamp
+    from ..utils._terminal import escape_control
+
+    stamp = read_stamp(args.address)
+    reader = open_reader(args.address)
+    info = {"store": str(args.address), "kind": args.address.kind, "rows": int(reader.n_rows),
+            "dim": int(reader.dim) if reader.n_rows else None, "stamp": stamp}
+    if stamp is not None:
+        from .._migrate.migration import count_provenance
+
+        info["vectors"] = count_provenance(args.address)
+    migration = stamp.get("migration") if isinstance(stamp, dict) else None
+    if isinstance(migration, dict):
+        info["lengths"] = vector_lengths(args.address)
+    if args.json:  # json.dumps escapes every control character (and all non-ASCII)
+        out(json.dumps(info, sort_keys=True))
+        return 0
+
+    def say(line):  # stamps and stores hold whatever their writers chose: escape controls
+        out(escape_control(line))
+
+    say(f"{info['store']}: {info['kind']}, {info['rows']} rows of {info['dim']}-d vectors")
+    if stamp is None:
+        say("no provenance stamp: not written by skalign (or by a version before 0.x stamps)")
+        return 0
+    say(f"translated by skalign {stamp.get('skalign')} on {stamp.get('written')} from "
+        f"{stamp.get('source')} ({stamp.get('rows')} rows, {stamp.get('d_in')}-d -> "
+        f"{stamp.get('d_out')}-d), model {stamp.get('model')}")
+    rows = info.get("vectors")
+    if rows and rows["encoded"]:
+        share = rows["encoded"] / max(rows["rows"], 1)
+        rest = ("; every row does: none is a translation" if rows["encoded"] == rows["rows"]
+                else f"; {rows['translated']} hold translations" if rows["translated"] else "")
+        say(f"{rows['encoded']} of {rows['rows']} rows ({share:.1%}) hold their text's vector "
+            f"by the new encoder (encoder {', '.join(rows['encoders'])}){rest}")
+    elif rows and rows["translated"] and isinstance(migration, dict):
+        say(f"none of the {rows['rows']} rows holds its text's vector by the new encoder: "
+            f"{rows['translated']} hold translations")
+    if rows and rows.get("stale"):
+        say(f"{rows['stale']} rows are marked encoded but their text, text field or encoder "
+            "changed since: they count as translations")
+    if isinstance(migration, dict):
+        say(_normalize_line(migration.get("normalize"), info.get("lengths")))
+    others = rows is None or rows["translated"] or rows["stale"]
+    if isinstance(migration, dict) and migration.get("method") and others:
+        est = migration.get("estimate") or {}
+        say(f"migrated: the other rows translated by {migration['method']}, estimated "
+            f"recall@10 {est.get('recall_at_10')} at {est.get('store_size')} rows")
+    return 0
+
+
+#: rows read to measure the vectors' lengths in ``skalign info``
+LENGTH_SAMPLE = 2048
+
+
+def vector_lengths(address):
+    """Mean L2 norm of the encoded rows and of the other rows (translated or stale) of a live
+    store, over up to :data:`LENGTH_SAMPLE` rows spread evenly over it:
+    ``{"sampled", "encoded", "translated"}`` (a mean ``None`` where the sample has no such
+    row); ``None`` when the store cannot be read live."""
+    import numpy as np
+
+    from .._stores import open_live
+    from .._stores.live import parse_mark
+    from ..exceptions import StoreError
+
+    try:
+        with open_live(address) as store:
+            ids = list(store.ids())
+            if not ids:
+                return None
+            pick = np.unique(np.linspace(0, len(ids) - 1, min(len(ids), LENGTH_SAMPLE))
+                             .astype(np.int64))
+            rows = store.fetch([ids[i] for i in pick])
+    except StoreError:
+        return None
+    norms = np.linalg.norm(np.asarray(rows.vectors, dtype=np.float64), axis=1)
+    encoded = np.array([getattr(parse_mark(p), "kind", None) == "encoded"
+                        for p in rows.provenance], dtype=bool)
+    return {"sampled": int(len(norms)),
+            "encoded": round(float(norms[encoded].mean()), 4) if encoded.any() else None,
+            "translated": round(float(norms[~encoded].mean()), 4) if (~encoded).any() else None}
+
+
+def _normalize_line(recorded, lengths):
+    """How a migrated store's encoded vectors were normalised (its stamp), and the lengths
+    its rows have."""
+    said = {"yes": "yes (unit vectors)", "no": "no (the encoder's raw output)",
+            "own": "the encoder's own output"}.get(recorded, "not recorded (a migration by an "
+                                                             "earlier skalign)")
+    line = f"normalize: {said}"
+    if lengths:
+        parts = [f"{name} rows {lengths[name]:.3f}" for name in ("encoded", "translated")
+                 if lengths[name] is not None]
+        line += (f"; mean vector length over {lengths['sampled']} rows: " + ", ".join(parts))
+    return line
