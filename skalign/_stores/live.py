@@ -3,7 +3,7 @@
 The translation pipeline (:mod:`skalign._stores.pipeline.translate`) streams a whole store into a
 shadow copy; the searcher (:mod:`skalign.search`), the pair reader and the progressive migration
 need the opposite: a few rows at a time, by id, in the store as it is served. Each backend
-provides a :class:`LiveStore` (``npy_live``, ``<engine>/live``), registered in
+provides a :class:`LiveStore` (``npy.NpyLive``, ``<engine>/live``), registered in
 :mod:`skalign._stores.registry` under ``live``.
 
 Row provenance: a row's vector is either *translated* (written by a map) or *encoded* (the new
