@@ -20,7 +20,7 @@ from .matching import csls_match
 
 __all__ = ["CERTIFICATE_THRESHOLD", "alignment_certificate", "split_halves"]
 
-CERTIFICATE_THRESHOLD = 0.5  # see benchmarks/certificate_study.py
+CERTIFICATE_THRESHOLD = 0.5  # see 5ae3bf6:benchmarks/certificate_study.py
 
 
 def split_halves(n_pairs, generator):

@@ -35,14 +35,15 @@ _SOFT_MAX_ITER = 150
 #: 0.11-0.14; the same numbers as with the full patience after a take-off, which changes no
 #: start's course before it), 0.023 for the identity start of
 #: MiniLM -> e5, and 0.98-0.998 for the 26 starts that went on to pass (five seeds: 0.979-0.998,
-#: 30 starts; every start is in ``benchmarks/results/bench_seedless_runs.csv``, column
+#: 30 starts; every start is in ``5ae3bf6:benchmarks/results/bench_seedless_runs.csv``, column
 #: ``restarts``). Failed fits end at certificates up to 0.46 (user guide), so the bar is the
 #: certificate's own, 0.5.
 _START_CERTIFICATE_MIN = 0.5
 #: Keep probability the hard phase starts from. From the soft phase's pairs (mostly right) the
 #: random dropping has nothing to escape: from the same soft pairs, 1 took 4 iterations and
 #: 1.6-2.2 s where 0.5 took 7-9 and 3.8-5.3 s, to the same top-1 within 0.001 (3,000-row pools
-#: of the three encoder pairs, 0 and 5 seeds, five fits: ``benchmarks/seedless_hard_keep.py``).
+#: of the three encoder pairs, 0 and 5 seeds, five fits:
+#: ``5ae3bf6:benchmarks/seedless_hard_keep.py``).
 _HARD_KEEP_PROBABILITY = 1.0
 
 

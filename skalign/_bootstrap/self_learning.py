@@ -17,7 +17,7 @@ escape the local optimum it would otherwise lock into. Started from :func:`soft_
 pairs (as the bootstrapper does), which are mostly right already, the loop only polishes them
 in the full dimension, and there is nothing to escape: the bootstrapper starts at :math:`p = 1`
 (4 iterations on 3,000-row pools where 0.5 took 7-9, both stopping at the fixed point, to the
-same top-1 within 0.001, ``benchmarks/seedless_hard_keep.py``; 11-12 from 0.5 without that
+same top-1 within 0.001, ``5ae3bf6:benchmarks/seedless_hard_keep.py``; 11-12 from 0.5 without that
 stop).
 
 The start can be too weak for the hard loop alone (1–2 % of rows paired right between encoder
@@ -39,8 +39,8 @@ hard loop stays below 5 %.
 The first step, on the start scores, decides most: on MPNet → multilingual-e5 (3,000 rows, 1.3 %
 of the start right) a first temperature of 0.05 climbs to 5 % right and stalls, 0.02 reaches
 98.5 % (a slow climb for about 40 iterations, then a jump;
-``benchmarks/seedless_soft_diagnosis.py``). :data:`SOFT_SCHEDULE` lists the settings successive
-restarts try, so that a restart explores differently instead of only drawing other rows.
+``5ae3bf6:benchmarks/seedless_soft_diagnosis.py``). :data:`SOFT_SCHEDULE` lists the settings
+successive restarts try, so that a restart explores differently instead of only drawing other rows.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ SEED_WEIGHT = 5.0
 #: (0.02-0.1) an entry 0.2 below a row's best weighs :math:`e^{-4}` or less of it; the dense
 #: softmaxes, transposed products and CSLS passes over all ``n × m`` scores were three quarters
 #: of a soft iteration's time on one thread (MPNet -> e5, 3,000 rows: 0.33 s per iteration,
-#: ``benchmarks/profile_seedless.py``). ``None``: the dense softmaxes.
+#: ``5ae3bf6:benchmarks/profile_seedless.py``). ``None``: the dense softmaxes.
 SOFT_CANDIDATES = 32
 
 

@@ -1,5 +1,5 @@
-"""What the engines' live stores (:mod:`.chroma_live`, :mod:`.qdrant_live`,
-:mod:`.pgvector_live`) share: the checks of what they are given, before the engine sees it
+"""What the engines' live stores (:mod:`.chroma.live`, :mod:`.qdrant.live`,
+:mod:`.pgvector.live`) share: the checks of what they are given, before the engine sees it
 (queries and vectors of the store's width and finite, ``k`` a positive integer, ids unique and
 of a type the engine's client sends as it received it, a provenance mark that is text), and the
 process's lock of a database whose engine does not replace a row's vector and metadata at once

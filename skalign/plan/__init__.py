@@ -28,7 +28,7 @@ whose old and new vectors are both known, and none of which a map was fitted on.
   over ``STORE_PARTS`` parts of the store, each fit without that part's rows in its samples.
   On the development data (MiniLM, MPNet, multilingual-e5, every ordered pair; 25-500 known
   pairs, samples of 2,000 texts) 96.9-99.9 % of the 1,403-1,952 pairs discovered were right
-  (``benchmarks/plan_pseudo_pairs.py``), and every estimate was within 0.05 of the retention
+  (``5ae3bf6:benchmarks/plan_pseudo_pairs.py``), and every estimate was within 0.05 of the retention
   measured on a separate store of 2,000 other texts (90 of 90, largest error 0.014;
   ``benchmarks/bench_migrate_peers.py``). The store holds the items the pairing found, mutual
   nearest neighbours: if the samples share only part of their items, it is biased towards the

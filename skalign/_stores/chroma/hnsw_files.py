@@ -10,14 +10,14 @@ its neighbours on the levels above 0). Nothing orders these writes on the disk, 
 between two of them leaves a header that counts elements whose neighbour lists were never
 written. Chroma loads such files without a check, and the first search through the graph then
 follows a null or stale link: the process dies of a segmentation fault inside Chroma
-(seen once in the kill studies at 200,000 records, ``benchmarks/stores_resume_repeats.py``) or
-Chroma refuses the collection.
+(seen once in the kill studies at 200,000 records,
+``5ae3bf6:benchmarks/stores_resume_repeats.py``) or Chroma refuses the collection.
 
 :func:`hnsw_fault` reads the files as hnswlib's loader does and says what is inconsistent,
 so that a crashed run's shadow with torn files is dropped instead of opened. It reads the
 100-byte header, the level-0 neighbours at the head of each element's row of
 ``data_level0.bin`` and every size and neighbour of ``link_lists.bin``
-(``benchmarks/chroma_torn_index.py`` times it).
+(``5ae3bf6:benchmarks/chroma_torn_index.py`` times it).
 """
 
 from __future__ import annotations

@@ -150,7 +150,7 @@ def vector_segments(folder, name):
 
 def torn_index(folder, name):
     """What is inconsistent in the HNSW files of collection ``name`` in a persistent folder
-    (:func:`~skalign._connectors._hnsw_files.hnsw_fault`), or ``None`` where they agree, where
+    (:func:`~skalign._stores.chroma.hnsw_files.hnsw_fault`), or ``None`` where they agree, where
     Chroma has not written them yet, or where the catalogue cannot be read (Chroma says what is
     wrong then)."""
     from .hnsw_files import hnsw_fault

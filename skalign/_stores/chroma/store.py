@@ -92,13 +92,13 @@ ADD_ROWS = 2048
 
 #: Records per ``add`` when translating in phases (:data:`PHASE_ROWS`), where the reads are
 #: done before the phase's adds: larger adds cost less per record, and the peak is then one
-#: index and one phase, not two indexes (see ``chroma_memory.py``'s ``add_*`` variants)
+#: index and one phase, not two indexes (``5ae3bf6:benchmarks/chroma_memory.py``, ``add_*``)
 PHASE_ADD_ROWS = 4096
 
 #: Give the C heap's free pages back after each ``add`` (persistent folders): an add of 2,048
 #: 768-d records leaves about 45 MB free but resident in Chroma's heap (its Rust core allocates
 #: with glibc's malloc); the translation's peak at 200,000 records fell by 23 to 41 MiB (the
-#: medians of two runs of ``benchmarks/chroma_memory.py``), at no measured CPU cost
+#: medians of two runs of ``5ae3bf6:benchmarks/chroma_memory.py``), at no measured CPU cost
 TRIM_EACH_ADD = True
 
 #: Between two persistent folders, records read per phase (see the module's docstring); 0 reads
@@ -310,7 +310,7 @@ class Reader(_Handles, StoreReader):
     def batches(self, batch_size, start=0):
         """Batches of records fetched by id: ``get`` with an ``offset`` skips the records before
         it one by one (a 200,000-record collection read in pages of 1,024: 17.6 s of CPU by
-        offset, 11.0 s by id; ``benchmarks/chroma_batch_cost.py 2e5 --reads-only``)."""
+        offset, 11.0 s by id; ``5ae3bf6:benchmarks/chroma_batch_cost.py``, ``2e5 --reads-only``)."""
         ids = self._ids()
         lo = start - start % batch_size
         if self.phases is None:
@@ -376,7 +376,7 @@ class Writer(_Handles, StoreWriter):
             self.pipelined = False
             # Chroma's add works in threads of its own: one BLAS thread for the products, whose
             # idle OpenBLAS threads would spin beside it (200,000 records in phases: 178 s of
-            # CPU with two, ``chroma_memory.py``)
+            # CPU with two, ``5ae3bf6:benchmarks/chroma_memory.py``)
             self.busy_threads = 1
             self.add_rows = PHASE_ADD_ROWS
 

@@ -1,5 +1,5 @@
 """What the live file stores (``.npy``, Parquet, LanceDB, FAISS) share: ranking with their
-encoded rows (:mod:`.live_overlay`) merged in, ids mapped to positions, texts read from a
+encoded rows (:mod:`.overlay`) merged in, ids mapped to positions, texts read from a
 column or from a text file beside the store.
 
 A row's score is always that of the vector :meth:`~FileLiveStore.fetch` returns for it: its

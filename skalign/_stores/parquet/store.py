@@ -284,8 +284,8 @@ class ParquetFileWriter(FileShadow):
     Parquet files, one per batch (a row group each), appended one after the other; the journal
     lists the committed ones (where each starts and ends, its rows). A rerun cuts the shadow back
     to the end of the last committed one and appends after it; the end of the run appends one
-    footer listing the row groups of all (:mod:`skalign._parquet_footer`), so no row is read or
-    written twice, in a resumed run or an uninterrupted one."""
+    footer listing the row groups of all (:mod:`skalign._stores.parquet.footer`), so no row is
+    read or written twice, in a resumed run or an uninterrupted one."""
 
     suffix = ".parquet"
     pipelined = True

@@ -13,7 +13,7 @@ copied, only the vector's replaced — so no value is converted to Python and ba
 sampled rows the verification compares). Then the table is given the source's primary key,
 unique constraints and indexes — HNSW/IVFFlat with the same operator class and options — built
 again from the catalog's facts, never its SQL text, under short hashed names, and counted
-(:mod:`.pg_indexes`: an index on an expression or a partial one is skipped with a warning), and
+(:mod:`.indexes`: an index on an expression or a partial one is skipped with a warning), and
 renamed into place in one transaction; with ``--replace`` the existing ``OUTPUT`` is renamed to
 ``OUTPUT_skalign_backup`` (a name cut to fit 63 bytes with a hash where it would not) in that
 same transaction, and the provenance stamp set as the shadow's ``COMMENT`` in that same
@@ -43,7 +43,7 @@ from ..live import PROVENANCE_KEY
 __all__ = ["PROVENANCE_COMMENT", "Reader", "Writer", "restore"]
 
 #: the comment skalign sets on the provenance column it adds to a table (what says the column
-#: is its own: :mod:`.pgvector_live`)
+#: is its own: :mod:`.live`)
 PROVENANCE_COMMENT = "skalign: each row's provenance (encoded or translated)"
 
 # the binary COPY stream's parsing, and the catalog's names, lookups, errors and

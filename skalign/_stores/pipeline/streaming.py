@@ -94,7 +94,7 @@ def blas_threads_beside(busy):
 
     An OpenBLAS thread that has done its share of a product spins for its next one, taking a
     core from the encoders: on two cores a million rows into a single Parquet file took 27.6
-    CPU seconds with two BLAS threads and 21.2 with one (``profile_stores.py parquet 1e6``
+    CPU seconds with two BLAS threads and 21.2 with one (``5ae3bf6:benchmarks/profile_stores.py``
     under ``OPENBLAS_NUM_THREADS``), 14.9 s of wall time against 11.9 s. Where the writes
     leave the cores free (direct I/O) the product keeps them all.
     """

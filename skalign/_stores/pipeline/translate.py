@@ -115,12 +115,13 @@ INTERCHANGEABLE = ("npy", "parquet", "parquet-dir", "lance")
 #: batches, 2x with the memory budget's 29,000). Every run, a rerun after a crash too, reads,
 #: translates and loads its first batch with nothing to overlap: 200,000 rows into pgvector
 #: committed their first batch 0.40 s in with 2,048 rows against 1.18 s with 8,192, in the
-#: same time overall (``benchmarks/pg_batch_rows.py``)
+#: same time overall (``5ae3bf6:benchmarks/pg_batch_rows.py``)
 DATABASE_BATCH_ROWS = 2048
 
 #: Chroma and Qdrant's local mode pass every row through Python as lists of floats (a read
 #: of Chroma builds the whole page at once; Qdrant's upsert copies the lists twice), so their
-#: default batch is smaller (peak memory at the issue's sizes: ``benchmarks/store_memory.py``)
+#: default batch is smaller (peak memory at the issue's sizes:
+#: ``5ae3bf6:benchmarks/store_memory.py``)
 ENGINE_BATCH_ROWS = {"chroma": 1024, "qdrant": 1024}
 
 

@@ -6,7 +6,8 @@ vectors kept as float32 rows as they are read instead of as lists of Python floa
 lists of Python floats (32 bytes a value), to one list per vector name, then makes them one
 float64 array (``np.array`` of the lists). A 50,000-point 384-d source peaked near 1.4 GB in
 the open alone, and a killed translation's shadow of 768-d points, loaded by the rerun, adds
-twice that per point (``benchmarks/qdrant_local_memory.py``, steps ``open`` and ``rerun_*``).
+twice that per point (``5ae3bf6:benchmarks/qdrant_local_memory.py``, steps ``open`` and
+``rerun_*``).
 
 :func:`load_vectors` is the same loader with one change: a point's dense vectors (and
 multivectors) become float32 rows as the point is read, so what is held for a collection is

@@ -110,7 +110,7 @@ def _target(address, name):
 #: Local mode: give the C heap's free pages back after each batch. The local mode grows the
 #: output's vector array by doubling it (a copy) and pickles every point; without the trim the
 #: pages those free stay resident and add up to the peak (50,000 points, 384 -> 768:
-#: ``benchmarks/qdrant_local_memory.py``).
+#: ``5ae3bf6:benchmarks/qdrant_local_memory.py``).
 TRIM_EACH_BATCH = True
 
 #: Local mode: the attributes of qdrant-client's in-memory collection that hold Python objects
@@ -139,7 +139,7 @@ def _compact_local(client):
     objects). Copying them while the originals live puts the copies in the same arenas;
     pickling them, dropping them (which empties, and so releases, those arenas) and
     unpickling them into fresh arenas leaves the same values in far less memory (50,000
-    points: 1,006 -> 425 MiB resident in 0.3 s, ``benchmarks/qdrant_local_memory.py``). The
+    points: 1,006 -> 425 MiB resident in 0.3 s, ``5ae3bf6:benchmarks/qdrant_local_memory.py``). The
     values are equal and nothing else refers to these containers; a client whose internals
     differ (another version of qdrant-client) is left as it is.
 
