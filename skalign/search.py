@@ -3,15 +3,15 @@ index, re-scored exactly by the new encoder's vectors, which are written back as
 vectors.
 
 A translated store ranks new-model queries well enough to *find* the right rows, not always to
-*order* them: on the development data (MiniLM → e5, a ridge map on 2,000 pairs, a 2,000-row
-store), a query's top-10 in the translated store holds 0.48 of its top-10 in the re-embedded
-store, but its top-100 holds 0.90 of them and its top-200 0.96. :class:`Searcher` takes the
-store index's ``K`` best rows (the *candidates*) for each query, encodes the texts of those that
-have no encoded vector yet (through an :class:`~skalign.encoders.EncodeCache`: each text is
-encoded once, ever), scores all ``K`` exactly and returns the best ``k``. Every vector it
-encodes is written back to its row as that row's final vector, with the provenance
-``encoded:<fingerprint>``: the rows traffic touches are migrated for good, and the store
-converges to a full re-embedding, the most-searched rows first.
+*order* them: a query's top-100 in the translated store holds far more of its top-10 in the
+re-embedded store than the translated top-10 does (the user guide has the measurements).
+:class:`Searcher` takes the store index's ``K`` best rows (the *candidates*) for each query,
+encodes the texts of those that have no encoded vector yet (through an
+:class:`~skalign.encoders.EncodeCache`: each text is encoded once, ever), scores all ``K``
+exactly and returns the best ``k``. Every vector it encodes is written back to its row as that
+row's final vector, with the provenance ``encoded:<fingerprint>``: the rows traffic touches are
+migrated for good, and the store converges to a full re-embedding, the most-searched rows
+first.
 
 Read more in the :ref:`User Guide <search_rerank>`.
 """

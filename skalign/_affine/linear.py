@@ -217,11 +217,10 @@ class LinearAligner(NormalizeMixin, BaseAligner):
         ``"recall_retention"`` by 5-fold cross-validated recall@10 retention of the held-out
         anchors' neighbourhoods (one SVD per fold, the folds shuffled with seed 0), which is
         what a migrated search index keeps. Squared error favours shrinkage, which
-        neighbourhoods do not need: on the development set (2,000 pairs of unit rows, held-out
-        store of 2,000, six encoder pairs) the retention choice kept 0.000-0.017 more of each
-        top-10 than the leave-one-out one (``benchmarks/bench_migrate_peers.py``, ``linear``
-        rows before and after the change). With fewer than 24 anchors per fold (under 48
-        pairs) the leave-one-out choice is used; ``alpha_criterion_`` says which.
+        neighbourhoods do not need: choose ``"recall_retention"`` for a map that translates a
+        search index (the :ref:`User Guide <linear>` has the measurements). With fewer than 24
+        anchors per fold (under 48 pairs) the leave-one-out choice is used;
+        ``alpha_criterion_`` says which.
     center : bool, default=True
         Centre both spaces on their anchor means (an affine rather than a linear map).
     rtol : float, default=None
@@ -235,26 +234,20 @@ class LinearAligner(NormalizeMixin, BaseAligner):
         therefore returns directions at one typical norm, not each row's own norm). ``"auto"``
         normalises a side whose row norms carry nothing the other side can reproduce: a raw
         encoder (norms varying) against one whose norms are constant, such as all-MiniLM-L6-v2
-        without its Normalize module (norms 2.2-8.1) against multilingual-e5 (unit norm), or two
+        without its Normalize module against multilingual-e5 (unit norm), or two
         constant-norm spaces of very different sizes; when both sides' norms vary it keeps them.
         ``False`` fits the plain map (the behaviour before this parameter), ``True`` means
         ``"both"``. An explicit choice that keeps raw a side ``"auto"`` would normalise warns with
         :class:`~skalign.exceptions.ScaleMismatchWarning`. The choice and its reason are stored in
         ``normalize_`` and ``normalize_reason_`` (``skalign fit`` prints them). Normalised rows
         are put at their side's mean anchor norm rather than on the unit sphere, so ``alpha``
-        means the same with and without normalisation (a global rescale moves the leave-one-out
-        choice along the ``alphas`` grid: on MPNet → e5 with 300 pairs, unit rows gave held-out
-        top-1 0.463, rows at their mean norm 0.510, raw rows 0.509).
+        means the same with and without normalisation (a global rescale would move the
+        leave-one-out choice along the ``alphas`` grid).
 
-        Development set, 2,000 pairs, 2,000 held-out texts, mean of 2 splits
-        (``scale_mismatch.py``, a study in commit ``cb4e28a``), as top-1 / neighbourhood
-        retention R@10 of the translated store against the re-embedded one (cosine /
-        Euclidean): raw MiniLM → e5
-        with ``normalize=False`` 0.895 / 0.460 / 0.449, with ``"auto"`` 0.922 / 0.529 / 0.526
-        (the fit on L2-normalised sources: 0.920 / 0.528 / 0.525); raw MPNet → e5
-        0.893 / 0.506 / 0.501 against 0.893 / 0.511 / 0.508; e5 → raw MiniLM (target normalised)
-        0.947 / 0.620 / 0.446 against 0.953 / 0.632 / 0.437. Raw MiniLM → raw MPNet is left as
-        is (0.976 / 0.704 / 0.613); ``normalize=True`` gives 0.978 / 0.708 / 0.683 there.
+        Keep ``"auto"``; when both sides are raw encoders (nothing is normalised then), pass
+        ``normalize=True`` if the translated store is searched by Euclidean distance or inner
+        product. Measured on real encoders in the :ref:`User Guide <baselines>` ("Raw and
+        normalised encoders").
     device : {"cpu", "cuda", "auto"} or torch.device, default="cpu"
         Where the solve and the transforms run.
     batch_size : int, default=None

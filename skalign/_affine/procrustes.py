@@ -51,22 +51,17 @@ class ProcrustesAligner(NormalizeMixin, BaseAligner):
         therefore returns directions at one typical norm, not each row's own norm). ``"auto"``
         normalises a side whose row norms carry nothing the other side can reproduce: a raw
         encoder (norms varying) against one whose norms are constant, such as all-MiniLM-L6-v2
-        without its Normalize module (norms 2.2-8.1) against multilingual-e5 (unit norm), or two
+        without its Normalize module against multilingual-e5 (unit norm), or two
         constant-norm spaces of very different sizes; when both sides' norms vary it keeps them.
         ``False`` fits the plain map (the behaviour before this parameter), ``True`` means
         ``"both"``. An explicit choice that keeps raw a side ``"auto"`` would normalise warns with
         :class:`~skalign.exceptions.ScaleMismatchWarning`. The choice and its reason are stored in
         ``normalize_`` and ``normalize_reason_`` (``skalign fit`` prints them).
 
-        Development set, 2,000 pairs, 2,000 held-out texts, mean of 2 splits
-        (``scale_mismatch.py``, a study in commit ``cb4e28a``), as top-1 / neighbourhood
-        retention R@10 of the translated store against the re-embedded one (cosine /
-        Euclidean): raw MiniLM → e5
-        with ``normalize=False`` 0.954 / 0.291 / 0.004, with ``"auto"`` 0.960 / 0.458 / 0.433
-        (exactly the fit on L2-normalised sources); raw MPNet → e5 0.928 / 0.382 / 0.035 against
-        0.933 / 0.448 / 0.424; e5 → raw MiniLM (target normalised) top-1 0.053 against 0.919.
-        Raw MiniLM → raw MPNet is left as is (0.986 / 0.702 / 0.209); ``normalize=True`` gives
-        0.987 / 0.706 / 0.688 there, much better for a Euclidean index.
+        Keep ``"auto"``; when both sides are raw encoders (nothing is normalised then), pass
+        ``normalize=True`` if the translated store is searched by Euclidean distance or inner
+        product. Measured on real encoders in the :ref:`User Guide <baselines>` ("Raw and
+        normalised encoders").
     device : {"cpu", "cuda", "auto"} or torch.device, default="cpu"
         Where the SVD and the transforms run.
     batch_size : int, default=None

@@ -71,17 +71,14 @@ class ASIFAligner(SharedSpaceMixin, BaseAligner):
     n_nonzero : int, default=800
         ``k``: similarities kept per row (clipped to the number of anchors in ``n_nonzero_``).
     exponent : float, default=1.0
-        ``p``. The reference code's ``p = 8`` suits CLIP-like image and text features; on real
-        sentence encoders (MiniLM → MPNet and MiniLM → multilingual-e5, 50–1,000 anchors;
-        ``tune_asif_real.py``, a study in commit ``510f271``) ``p = 1`` was the best of
-        {1, 3, 8} in every setting,
-        by 0.1–0.6 of held-out top-1 (e.g. 0.75 against 0.13 with 50 MiniLM → MPNet anchors).
+        ``p``. The reference code's ``p = 8`` suits CLIP-like image and text features; keep
+        ``p = 1`` for sentence encoders, where it was the best choice in every setting measured
+        (:ref:`User Guide <asif>`).
     center : bool, default=True
         Centre each space on its anchor mean before the cosine similarities (not in the original
         method). Text-encoder embeddings are offset from the origin, so raw cosines are all
-        similar; on the same study centring won clearly for MiniLM → e5 (0.21 against 0.10 with
-        50 anchors, 0.65 against at most 0.56 with 1,000) and with 1,000 MiniLM → MPNet anchors,
-        tied with 300, and lost with 50 (0.65 against 0.75).
+        similar: centre them, unless the anchors are few (tens) and the two encoders close, where
+        the raw cosines may do better (:ref:`User Guide <asif>`).
     device : {"cpu", "cuda", "auto"} or torch.device, default="cpu"
         Where the fit and the transforms run; resolved at fit time into ``device_``.
     batch_size : int, default=None
