@@ -158,7 +158,7 @@ def test_qdrant_stamp_bound_to_the_collection_it_was_written_for(tmp_path, data)
     pytest.importorskip("qdrant_client")
     from qdrant_client import models
 
-    from skalign._stores import qdrant as _qdrant
+    from skalign._stores.qdrant import store as _qdrant
 
     X, model = data
     b = Qdrant()
@@ -212,7 +212,7 @@ def test_missing_collection_names_a_few_and_creates_nothing(tmp_path, backend, d
         for k in range(8):
             client.create_collection(f"col{k}", vectors_config=models.VectorParams(
                 size=4, distance=models.Distance.DOT))
-        from skalign._stores import qdrant as _qdrant
+        from skalign._stores.qdrant import store as _qdrant
 
         _qdrant._close_all()  # the check reads meta.json before any client is opened
     before = _files(store), backend.inventory(tmp_path)
@@ -370,7 +370,8 @@ def test_engine_message_quoting_the_password_is_masked():
     from chromadb.errors import InternalError
     from qdrant_client.http.exceptions import ResponseHandlingException
 
-    from skalign._stores import chroma_names, qdrant_names
+    from skalign._stores.chroma import names as chroma_names
+    from skalign._stores.qdrant import names as qdrant_names
 
     for module, exc, kind in ((chroma_names, InternalError, "chroma"),
                               (qdrant_names, ResponseHandlingException, "qdrant")):
@@ -436,7 +437,7 @@ def test_chroma_server_stamps_and_passwords(chroma_server, tmp_path, capsys, dat
     with pytest.raises(UnsafeOperationError):
         translate(model, out, f"{base}/{col.name}-again")
     # the lock of a server's output: in this user's private folder, named without credentials
-    from skalign._stores import chroma as _chroma
+    from skalign._stores.chroma import store as _chroma
 
     job = prepare_translation(model, src, f"{base}/{col.name}-new")
     lock = _chroma.Writer(job.dst, job).lock()
@@ -466,7 +467,7 @@ def test_qdrant_server_stamps_in_collection_metadata(tmp_path, data, monkeypatch
     pytest.importorskip("qdrant_client")
     from qdrant_client import QdrantClient, models
 
-    from skalign._stores import qdrant as _qdrant
+    from skalign._stores.qdrant import store as _qdrant
 
     X, model = data
     base = "qdrant+http://alice:s3cretpw@q.example:6333"

@@ -122,8 +122,8 @@ def _chroma_adds(tmp_path, data, monkeypatch, rows, commit_seconds, add_rows, cr
     ``Collection.add``: ``added`` lists the ids of each add, and the add to the shadow that
     finds ``state["crash_at"]`` adds listed raises :class:`_Crash` (``None``: never)."""
     chromadb = pytest.importorskip("chromadb")
-    from skalign._stores import chroma as _chroma
     from skalign._stores import journal as _journal
+    from skalign._stores.chroma import store as _chroma
 
     Collection = chromadb.api.models.Collection.Collection
     X, model = data
@@ -156,7 +156,7 @@ def test_chroma_resumed_batch_adds_only_the_records_not_there(tmp_path, data, mo
     rerun adds only the records the stopped run had not added (an ``upsert`` over the records
     already there cost five times an ``add``), never upserts, and the result is the
     uninterrupted one."""
-    from skalign._stores import chroma as _chroma
+    from skalign._stores.chroma import store as _chroma
 
     # each batch added as it comes; 3 pieces, then 1 more
     X, model, b, src, added, state = _chroma_adds(tmp_path, data, monkeypatch, 100, 0, 1, 4)
@@ -214,7 +214,7 @@ def test_chroma_between_folders_reads_and_adds_in_phases(tmp_path, data, monkeyp
     from chromadb.api.shared_system_client import SharedSystemClient
     from chromadb.config import System
 
-    from skalign._stores import chroma as _chroma
+    from skalign._stores.chroma import store as _chroma
 
     X, model, b, src, added, state = _chroma_adds(tmp_path, data, monkeypatch, 600, 3600, 100, 4)
     SharedSystemClient.clear_system_cache()  # only skalign's clients on the folder from here
@@ -254,7 +254,7 @@ def test_chroma_deleted_collections_leave_no_files(tmp_path, data, monkeypatch):
     deletes take their folders with them: a crashed run's shadow that a run of another job
     replaces, the old backup a second ``--replace`` drops, a shadow that failed its
     verification; and no folder of a collection that still exists is touched."""
-    from skalign._stores import chroma as _chroma
+    from skalign._stores.chroma import store as _chroma
 
     X, model, b, src, added, state = _chroma_adds(tmp_path, data, monkeypatch, 300, 0, 1, 2)
     folder = tmp_path / "chroma"
@@ -364,7 +364,7 @@ def _torn_shadow(tmp_path, data, monkeypatch, older):
 
     from chromadb.api.shared_system_client import SharedSystemClient
 
-    from skalign._stores import chroma as _chroma
+    from skalign._stores.chroma import store as _chroma
 
     X, model, b, src, added, state = _chroma_adds(tmp_path, data, monkeypatch, 600, 0, 1, 5,
                                                   _PERSIST_OFTEN)
@@ -413,7 +413,7 @@ def test_chroma_shadow_with_torn_hnsw_files_is_started_afresh(tmp_path, data, mo
     """A kill while Chroma writes a shadow's HNSW files leaves them disagreeing, and Chroma
     loads them unchecked. The rerun checks them first, drops the shadow, files and all, and
     translates from row 0 to the uninterrupted result, saying why."""
-    from skalign._stores import chroma as _chroma
+    from skalign._stores.chroma import store as _chroma
 
     X, model, b, src, seg = _torn_shadow(tmp_path, data, monkeypatch, older)
     assert _chroma.torn_index(seg.parent, seg.parent.name) is None  # not a collection's name
@@ -434,7 +434,7 @@ def test_chroma_reads_by_id_in_chromas_order(tmp_path, data, monkeypatch):
     answers in another order; a record deleted while the source is read is an error, not a
     short batch."""
     chromadb = pytest.importorskip("chromadb")
-    from skalign._stores import chroma as _chroma
+    from skalign._stores.chroma import store as _chroma
 
     Collection = chromadb.api.models.Collection.Collection
     X, model = data
@@ -666,7 +666,7 @@ def test_qdrant_cosine_directions_survive_reopening_the_folder(tmp_path):
     writes directions, so it is the same whether the source was written by this client or
     reopened, and the output reads back the same in memory and from disk."""
     pytest.importorskip("qdrant_client")
-    from skalign._stores import qdrant as _qdrant
+    from skalign._stores.qdrant import store as _qdrant
 
     rng = np.random.default_rng(1)
     X = (rng.normal(size=(40, 16)) * rng.uniform(0.5, 8, size=(40, 1))).astype(np.float32)
@@ -704,7 +704,7 @@ def test_qdrant_local_open_rebuilds_per_point_objects_equal_and_usable(tmp_path)
 
     from qdrant_client import QdrantClient, models
 
-    from skalign._stores import qdrant as _qdrant
+    from skalign._stores.qdrant import store as _qdrant
 
     rng = np.random.default_rng(3)
     unit = lambda v: (v / np.linalg.norm(v)).tolist()  # noqa: E731
@@ -786,7 +786,7 @@ def test_qdrant_local_float32_loader_gives_qdrant_clients_collections(tmp_path, 
     pytest.importorskip("qdrant_client")
     from qdrant_client import QdrantClient, models
 
-    from skalign._stores import qdrant_load as _qdrant_load
+    from skalign._stores.qdrant import load as _qdrant_load
 
     rng = np.random.default_rng(5)
     folder = str(tmp_path / "q")
@@ -1208,7 +1208,7 @@ def test_pgvector_reads_from_a_row_at_its_key(postgres, data, key):
     import psycopg
     from pgvector.psycopg import register_vector
 
-    from skalign._stores import pgvector as _pgvector
+    from skalign._stores.pgvector import store as _pgvector
 
     X, _ = data
     n = 120
@@ -1254,8 +1254,8 @@ def test_pgvector_table_without_a_key_is_loaded_in_order(postgres, monkeypatch):
     import psycopg
     from pgvector.psycopg import register_vector
 
-    from skalign._stores import pgvector as _pgvector
     from skalign._stores.base import ENCODE_DEPTH
+    from skalign._stores.pgvector import store as _pgvector
     from skalign._stores.pipeline.translate import translate_store
 
     rng = np.random.default_rng(3)

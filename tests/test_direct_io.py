@@ -8,9 +8,9 @@ import sys
 import numpy as np
 import pytest
 
-from skalign._stores import direct_io as _direct_io
 from skalign._stores import npy as _npy
-from skalign._stores import shadow as _shadow
+from skalign._stores.files import direct_io as _direct_io
+from skalign._stores.files import shadow as _shadow
 from skalign._stores.files.direct_io import BLOCK, CHUNK, SequentialWriter
 
 

@@ -78,7 +78,7 @@ def test_crash_after_the_footer_resumes_without_translating_again(tmp_path, monk
     back to the committed units, translates nothing again, and gives the same bytes as an
     uninterrupted run; nothing else is left."""
     from skalign._stores import journal as _journal
-    from skalign._stores import verify as _verify
+    from skalign._stores.pipeline import verify as _verify
 
     rng = np.random.default_rng(3)
     X = rng.normal(size=(500, 8)).astype(np.float32)
@@ -119,7 +119,7 @@ def test_crash_after_the_footer_resumes_without_translating_again(tmp_path, monk
 def test_sampled_rows_are_read_back_exactly(tmp_path, monkeypatch):
     """The verification's reader picks rows across row groups and decode batches, in any order,
     repeated or not, and stops early in a group without losing a row."""
-    from skalign._stores import parquet as _parquet
+    from skalign._stores.parquet import store as _parquet
 
     files = []
     for k, (lo, n) in enumerate([(0, 10), (10, 7), (17, 12)]):  # three files, two groups each
@@ -140,8 +140,8 @@ def test_input_rows_read_back_stop_after_the_last_one_wanted(tmp_path, monkeypat
     """The verification of a resumed run reads the sampled rows the crashed run committed back
     from a Parquet input in batches of ``TAKE_BATCH_ROWS``, whatever the translation's batch
     size: a row group is decoded up to the batch holding its last wanted row, no further."""
-    from skalign._stores import parquet as _parquet
-    from skalign._stores import pipeline as _pipeline
+    from skalign._stores.parquet import store as _parquet
+    from skalign._stores.pipeline import translate as _pipeline
 
     path = tmp_path / "in.parquet"
     pq.write_table(pa.Table.from_batches([_batch(0, 400)]), path, row_group_size=200)

@@ -342,7 +342,7 @@ def test_an_index_missing_after_the_build_fails_the_translation(db, model, pg, c
     published."""
     from psycopg import sql
 
-    from skalign._stores import pg_indexes
+    from skalign._stores.pgvector import indexes as pg_indexes
 
     build = pg_indexes.build_statement
     monkeypatch.setattr(pg_indexes, "build_statement", lambda spec, *a: sql.SQL("SELECT 1")
@@ -369,7 +369,7 @@ def test_a_killed_runs_index_build_still_under_way(db, model, pg, capsys, monkey
     left."""
     import psycopg
 
-    from skalign._stores import pgvector
+    from skalign._stores.pgvector import store as pgvector
     from skalign._stores.pgvector.indexes import index_name
 
     _make(db, "src", hnsw=False)
@@ -417,7 +417,7 @@ def test_a_lost_connection_is_one_line_and_the_rerun_resumes(db, model, pg, caps
     """A loading connection's server process terminated mid-run (a restart, a failover): one
     line saying to run again (exit 2), the committed batches kept; the rerun resumes and
     finishes, leaving nothing."""
-    from skalign._stores import pgvector
+    from skalign._stores.pgvector import store as pgvector
 
     _make(db, "src", hnsw=pg.hnsw)
     write, seen = pgvector.Writer.write_unit, []

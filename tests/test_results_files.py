@@ -234,7 +234,7 @@ def test_writer_without_hard_links_still_refuses_to_replace(tmp_path, monkeypatc
 
 def test_writer_creates_its_temporary_file_exclusively(tmp_path, monkeypatch):
     """A link planted at the temporary name is refused, never written through."""
-    from skalign import _results_files
+    from skalign.utils import _results_files
 
     victim = tmp_path / "victim.txt"
     victim.write_text("precious")

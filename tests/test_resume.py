@@ -36,7 +36,7 @@ def _translate_child(argv, conn):
     number of rows it translated. Every batch is committed (not only after
     ``COMMIT_SECONDS``), so the batch a kill lands in says how much a rerun may skip."""
     from skalign._stores import journal as _journal
-    from skalign._stores import streaming as _streaming
+    from skalign._stores.pipeline import streaming as _streaming
 
     _journal.COMMIT_SECONDS = 0
     calls = []

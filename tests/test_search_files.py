@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 from test_search import FileStore
 
-from skalign._stores import live_overlay, open_live
+from skalign._stores import open_live
+from skalign._stores.files import overlay as live_overlay
 from skalign._stores.live import similarity
 from skalign.cli import main
 from skalign.exceptions import StoreError, StoreNotFoundError
