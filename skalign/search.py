@@ -154,11 +154,15 @@ class Searcher:
 
     Parameters
     ----------
-    store : str, path-like, Address or LiveStore
-        The store: an address (opened here, closed by :meth:`close`) or a live store.
-    encoder : encoder spec
-        The new encoder (anything :func:`skalign.encoders.as_encoder` accepts, or a
-        :class:`~skalign.encoders.CachedEncoder`).
+    store : str or path-like
+        The store's address, as ``skalign search`` takes it: a path (``.npy``, Parquet,
+        LanceDB, FAISS) or an address such as ``postgresql://…``, ``chroma:DIR/COLLECTION`` or
+        ``qdrant:DIR/COLLECTION``. It is opened here and closed by :meth:`close`.
+    encoder : str, path-like, callable, Encoder or CachedEncoder
+        The new encoder: a sentence-transformers model folder or name, ``module:callable``, a
+        callable from a list of str to an array, an :class:`~skalign.encoders.Encoder` (what
+        :func:`skalign.encoders.as_encoder` accepts), or a
+        :class:`~skalign.encoders.CachedEncoder`, which brings its own cache.
     k_candidates : int, "auto" or path-like, default=100
         Candidates per query, :math:`K`: a number; a plan file (JSON with
         ``{"rerank": {"k_candidates": K}}``); or ``"auto"``, the plan file ``plan``. At least
@@ -171,10 +175,10 @@ class Searcher:
         (Chroma's documents), else a ``text``, else a ``document`` field.
     column : str, default=None
         The vector column (tables) or named vector (Qdrant).
-    cache : EncodeCache, path-like or None, default=None
+    cache : str, path-like, EncodeCache or None, default=None
         The encode cache (a SQLite file); ``None`` keeps vectors in memory for this
         searcher's life. Ignored when ``encoder`` is a :class:`~skalign.encoders.CachedEncoder`.
-    query_encoder : encoder spec, default=None
+    query_encoder : str, path-like, callable or Encoder, default=None
         Encodes text queries (default: ``encoder``, without the cache).
     rescore : {"translated", "all"}, default="translated"
         Which candidates are encoded: those whose stored vector is not this encoder's output
@@ -196,8 +200,8 @@ class Searcher:
 
     Attributes
     ----------
-    store : LiveStore
     encoder : CachedEncoder
+        The new encoder with its encode cache.
     k_candidates_ : int
         :math:`K` as resolved.
     stats : SearchStats
@@ -227,7 +231,7 @@ class Searcher:
                  column=None, cache=None, query_encoder=None, rescore="translated",
                  write_back=True, write_batch=256, provenance_key=None, progress=False,
                  **store_options):
-        from ._stores.live import LiveStore
+        from ._stores import open_live
         from .encoders import CachedEncoder, as_encoder
 
         if rescore not in ("translated", "all"):
@@ -243,20 +247,14 @@ class Searcher:
         self.rescore, self.write_back, self.write_batch = rescore, write_back, int(write_batch)
         self.progress = bool(progress)
         self.text_field = text_field
-        if isinstance(store, LiveStore):
-            self.store, self._owned = store, False
-        else:
-            from ._stores import open_live
-
-            self.store = open_live(store, column=column, text_field=text_field,
-                                   provenance_key=provenance_key, **store_options)
-            self._owned = True
+        # the address is parsed here (the command line passes the one it parsed already)
+        self.store = open_live(store, column=column, text_field=text_field,
+                               provenance_key=provenance_key, **store_options)
         if self.write_back:
             try:
                 self.store.check_provenance_key()
             except BaseException:
-                if self._owned:
-                    self.store.close()
+                self.store.close()
                 raise
         self.stats = SearchStats()
         self._pending = {}
@@ -433,12 +431,11 @@ class Searcher:
         self._pending = {}
 
     def close(self):
-        """Write back what is pending; close the store if this searcher opened it."""
+        """Write back what is pending and close the store."""
         try:
             self.flush()
         finally:
-            if self._owned:
-                self.store.close()
+            self.store.close()
 
     def __enter__(self):
         return self
@@ -452,9 +449,11 @@ def search(store, queries, encoder, *, k=10, k_candidates=100, **options):
 
     Parameters
     ----------
-    store : str, path-like, Address or LiveStore
+    store : str or path-like
+        The store's address (see :class:`Searcher`).
     queries : array-like of shape (n_queries, dim) or list of str
-    encoder : encoder spec
+    encoder : str, path-like, callable, Encoder or CachedEncoder
+        The new encoder (see :class:`Searcher`).
     k : int, default=10
     k_candidates : int, "auto" or path-like, default=100
     **options

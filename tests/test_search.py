@@ -7,6 +7,7 @@ Stores hold ``X``, a noisy "translation" of the new encoder's vectors ``Y``; the
 a lookup of ``Y`` by text (``doc i`` → ``Y[i]``), so that every expected vector is known.
 """
 
+import re
 import tempfile
 
 import numpy as np
@@ -271,3 +272,45 @@ def test_recall_on_real_embeddings(tmp_path, docstring_pair):
         rescored = recall(s.search(R, k=11).ids)
     assert plain < 0.8
     assert rescored > 0.95
+
+
+def _documented_types(doc):
+    """``{name: type}`` of the Parameters section of a numpydoc docstring."""
+    section = doc.split("Parameters\n", 1)[1].split("\n\n    Returns", 1)[0]
+    section = section.split("Attributes\n", 1)[0]
+    return dict(re.findall(r"^    (\*{0,2}\w+) : (.+)$", section, re.M))
+
+
+def test_the_public_signature_takes_public_types_only():
+    """``Searcher`` and ``search`` take addresses (str, path-like), encoder specs of
+    :mod:`skalign.encoders` and arrays: no private type is documented, and an object that is no
+    address (a store already opened, say) is refused with the forms to give."""
+    from skalign import encoders
+    from skalign.exceptions import AddressError
+
+    public = set(encoders.__all__) | {"str", "path-like", "callable", "None", "int", "bool",
+                                      "list", "array-like", "default", "or", "of", "shape"}
+    for doc in (Searcher.__doc__, search.__doc__):
+        types = _documented_types(doc)
+        assert {"store", "encoder"} <= set(types)
+        assert types["store"] == "str or path-like"
+        for name, text in types.items():
+            words = set(re.findall(r"[A-Za-z_][\w-]*", text.split("default=")[0]))
+            assert "skalign._" not in text and words <= public | {"auto", "translated",
+                                                                  "all", "n_queries",
+                                                                  "dim"}, (name, text)
+    with pytest.raises(AddressError, match="not a store address; give a path or an address"):
+        Searcher(object(), lookup_encoder(np.zeros((1, 2))))
+
+
+def test_a_path_like_store_is_opened_and_closed(tmp_path, spaces):
+    from pathlib import Path
+
+    X, Y, Q = spaces
+    store = FileStore("npy", tmp_path)
+    address = Path(store.make(X, "cosine"))
+    with Searcher(address, lookup_encoder(Y), k_candidates=20, **store.options) as s:
+        found = s.search(Q[:3], k=2)
+    assert [len(ids) for ids in found.ids] == [2, 2, 2]
+    assert search(address, Q[:1], lookup_encoder(Y), k=1, write_back=False,
+                  **store.options).ids[0] == found.ids[0][:1]
