@@ -124,16 +124,17 @@ def translate_parquet(model, src, dst, *, scheduler=None, column=None, batch_siz
     from ._stores.files.shadow import atomic_file
     from ._stores.pipeline.translate import prepare_translation
     from ._stores.provenance import make_stamp, write_stamp
+    from ._stores.registry import engine
     from .io import load
 
     if isinstance(model, (str, Path)):
         model = load(model)
     # format, column, output folder and width checked up front, as for a local translation
     job = prepare_translation(model, src, dst, column=column, batch_size=batch_size)
-    if job.reader.kind != "parquet":
+    if not engine(job.src).dask_reads:
         raise StoreError(f"{job.src}: --scheduler translates Parquet files or folders of shards "
                          "only; convert the input first or drop --scheduler.")
-    if job.out_kind != "parquet-dir":
+    if not engine(job.dst).dask_writes:
         raise StoreError(f"{job.dst}: with --scheduler the output is a folder of Parquet shards; "
                          "give a path without a suffix.")
     reader, d_out = job.reader, job.d_out

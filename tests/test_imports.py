@@ -17,8 +17,9 @@ PACKAGE = Path(__file__).resolve().parents[1] / "skalign"
 DYNAMIC = {
     "skalign": sorted(set(PUBLIC.values()) | {f"skalign.{m}" for m in SUBMODULES}),
     "skalign.utils._discovery": sorted(set(PUBLIC.values())),
-    "skalign._stores.registry": sorted({f"skalign._stores.{b['module']}"
-                                        for b in BACKENDS.values()}),
+    "skalign._stores.registry": sorted({f"skalign._stores.{m}" for b in BACKENDS.values()
+                                        for m in (b["module"], b["engine"].rpartition(".")[0],
+                                                  b["live"].rpartition(".")[0])}),
 }
 
 
@@ -208,7 +209,7 @@ def test_pot_is_not_a_runtime_dependency():
 
 #: the translation's own layers above the backends: no backend imports them
 PIPELINE = {"skalign._stores.pipeline.translate", "skalign._stores.pipeline.streaming",
-            "skalign._stores.pipeline.verify",
+            "skalign._stores.pipeline.verify", "skalign._stores.backups",
             "skalign._stores.provenance", "skalign._stores.registry"}
 
 
@@ -227,11 +228,81 @@ def test_no_backend_reaches_the_pipeline(kind):
     """A store backend imports only the layers below it (address, base, shadow, journal, its
     engine's helpers), directly or through anything it imports."""
     graph = import_graph()
-    module = f"skalign._stores.{BACKENDS[kind]['module']}"
-    assert not (_reachable(graph, module) & PIPELINE), module
+    entry = BACKENDS[kind]
+    for module in (entry["module"], entry["engine"].rpartition(".")[0],
+                   entry["live"].rpartition(".")[0]):
+        module = f"skalign._stores.{module}"
+        assert not (_reachable(graph, module) & PIPELINE), module
 
 
 def test_no_module_over_700_lines():
     long = {name: n for name, path in _modules().items()
             if (n := len(path.read_text().splitlines())) > 700}
     assert long == {}
+
+
+#: where a string naming an engine's kind may stand outside the engine's own module or folder:
+#: ``(module, top-level name it is assigned to)`` (``None``: anywhere in the module), with why
+KIND_NAMES_ALLOWED = {
+    # the registry's table: kind -> engine, reader, writer, live store (it names every kind)
+    ("skalign._stores.registry", "BACKENDS"): "the registry's table",
+    # the address syntax: which suffix, scheme or form names which kind
+    ("skalign._stores.address", "PATH_KINDS"): "the scheme table (file suffixes)",
+    ("skalign._stores.address", "FOLDER_KIND"): "the scheme table (a folder of shards)",
+    ("skalign._stores.address", "LIBPQ_KIND"): "the scheme table (postgresql://)",
+    ("skalign._stores.address", "COLLECTION_KINDS"): "the scheme table (KIND:DIR/COLLECTION)",
+    ("skalign._stores.address", "NAMED_VECTOR_KINDS"): "the scheme table (?vector=NAME)",
+    # pending: files of other owners that still branch on a kind; each has its Engine
+    # attribute ready (interchangeable, batch_rows, check_output, short_name; texts_in_lines)
+    ("skalign._stores.pipeline.translate", None): "pending: Engine.interchangeable/batch_rows",
+    ("skalign._stores.files.shadow", "check_output_path"): "pending: translate.py's call of it",
+    ("skalign.cli._search", None): "pending: Engine.texts_in_lines",
+}
+
+
+def _engine_homes():
+    """The module or folder of each engine: ``skalign._stores.npy``, ``skalign._stores.chroma``
+    (a folder: every module in it)."""
+    return {f"skalign._stores.{entry[key].split('.')[0]}" for entry in BACKENDS.values()
+            for key in ("engine", "module", "live")}
+
+
+def kind_names_outside_engines(root=PACKAGE):
+    """``(module, line, kind)`` of each string literal that is an engine's kind in a module
+    outside that engine's module or folder, except where :data:`KIND_NAMES_ALLOWED` says."""
+    kinds, homes, found = set(BACKENDS), _engine_homes(), []
+    for name, path in _modules(root).items():
+        if any(name == home or name.startswith(home + ".") for home in homes):
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        owner = {}  # literal node -> the top-level name its statement assigns or defines
+        for stmt in tree.body:
+            targets = [getattr(stmt, "name", None)] + [
+                t.id for t in getattr(stmt, "targets", [getattr(stmt, "target", None)])
+                if isinstance(t, ast.Name)]
+            for node in ast.walk(stmt):
+                owner[node] = next((t for t in targets if t), None)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and node.value in kinds \
+                    and (name, None) not in KIND_NAMES_ALLOWED \
+                    and (name, owner.get(node)) not in KIND_NAMES_ALLOWED:
+                found.append((name, node.lineno, node.value))
+    return found
+
+
+def test_no_kind_named_outside_its_engine():
+    """What the shared code asks of a kind it asks of the kind's Engine: no module outside
+    ``skalign/_stores/<engine>`` names an engine's kind (but the tables allowed above)."""
+    assert kind_names_outside_engines() == []
+
+
+def test_kind_name_check_finds_a_branch(tmp_path):
+    """Negative control: a branch on a kind's name outside the engines is found; the engines'
+    own modules are not."""
+    pkg = tmp_path / "skalign"
+    (pkg / "_stores" / "chroma").mkdir(parents=True)
+    for init in (pkg, pkg / "_stores", pkg / "_stores" / "chroma"):
+        (init / "__init__.py").write_text("")
+    (pkg / "shared.py").write_text("def f(a):\n    return a.kind == 'qdrant'\n")
+    (pkg / "_stores" / "chroma" / "store.py").write_text("kind = 'chroma'\n")
+    assert kind_names_outside_engines(pkg) == [("skalign.shared", 2, "qdrant")]

@@ -16,7 +16,7 @@ from store_backends import serve_postgres
 
 from skalign import ProcrustesAligner
 from skalign.cli import main
-from skalign.cli._pairs import UnmatchedIdsWarning, read_pairs
+from skalign.cli._pairs_io import UnmatchedIdsWarning, read_pairs
 from skalign.exceptions import StoreError
 
 HOSTILE = "d'o\"c; DROP TABLE victim; --\n"

@@ -1,14 +1,21 @@
-"""Vector stores: one package, one module per engine.
+"""Vector stores: contracts at the root, then layers, then one module or folder per engine.
 
-* :mod:`.address` — the one parser of store addresses (:class:`~.address.Address`);
-* :mod:`.registry` — kind → backend module and the extra to install;
-* :mod:`.base` — the reader/writer protocol; backends: :mod:`.npy`, :mod:`.parquet`,
-  :mod:`.lance`, :mod:`.faiss`, :mod:`.pgvector`, :mod:`.chroma`, :mod:`.qdrant`;
-* :mod:`.pipeline` — the checked, streamed, verified translation; :mod:`.pipeline.streaming`,
-  :mod:`.pipeline.verify`, :mod:`.provenance`, :mod:`.files.shadow`, :mod:`.journal` its parts.
+* :mod:`.address` — the one parser of store addresses (:class:`~.address.Address`) and the
+  scheme table;
+* :mod:`.registry` — kind → engine, reader, writer, live store and the extra to install;
+* :mod:`.engine` — :class:`~.engine.Engine`, what the shared code asks of a kind (backups,
+  stamps, restore, recovery, ids, batch shape, whether it writes in place);
+* :mod:`.base`, :mod:`.live` — the reader/writer protocol and the live store's;
+  :mod:`.journal`, :mod:`.backups`, :mod:`.provenance` — commits, backups' names, stamps;
+* :mod:`.pipeline` — the checked, streamed, verified translation; :mod:`.files` — file
+  mechanics (shadows, direct I/O, Arrow, the overlay); :mod:`.databases` — what the database
+  engines share;
+* engines: :mod:`.npy`, :mod:`.faiss`, :mod:`.lance` (one module each: reader, writer, live
+  store and engine), :mod:`.parquet`, :mod:`.pgvector`, :mod:`.chroma`, :mod:`.qdrant` (a folder
+  each, the engine in its ``__init__``).
 
-The public face is :mod:`skalign.io`. Nothing is imported here: a backend never imports the
-pipeline, and importing one backend imports no other.
+The public face is :mod:`skalign.io`. Nothing is imported here: an engine never imports the
+pipeline, and importing one engine imports no other.
 """
 
 

@@ -32,8 +32,19 @@ from ..exceptions import AddressError, StoreNotFoundError
 
 __all__ = ["Address", "FILE_KINDS", "parse_address"]
 
+# ------------------------------------------------------------------------ the scheme table
+#: a file path's suffix -> the kind it names
+PATH_KINDS = {".npy": "npy", ".parquet": "parquet", ".lance": "lance", ".faiss": "faiss"}
+#: the kind of a folder (or of an output path without a suffix): Parquet shards
+FOLDER_KIND = "parquet-dir"
+#: the kind of a libpq URI (``postgresql://``, ``postgres://``)
+LIBPQ_KIND = "pgvector"
+#: the kinds addressed ``KIND:DIR/COLLECTION`` and ``KIND+http[s]://HOST:PORT/COLLECTION``
+COLLECTION_KINDS = ("chroma", "qdrant")
+#: the collection kinds whose addresses may name a vector, ``?vector=NAME``
+NAMED_VECTOR_KINDS = ("qdrant",)
 #: the kinds whose stores are files or folders on this machine
-FILE_KINDS = ("npy", "parquet", "parquet-dir", "lance", "faiss")
+FILE_KINDS = (*PATH_KINDS.values(), FOLDER_KIND)
 #: libpq parameters that hold secrets: never rendered
 _SECRET_PARAMS = ("password", "sslpassword")
 _MASK = "***"
@@ -84,7 +95,7 @@ class Address:
             text = f"{self.kind}:{self.path / self.name}"  # the root: "/NAME", not "//NAME"
             return text + (f"?vector={quote(self.column, safe='')}" if self.column else "")
         netloc = self._netloc(hide_password)
-        if self.kind == "pgvector":
+        if self.libpq:
             secrets = [(k, _MASK if hide_password else v) for k, v in self.secret_params]
             query = list(self.params) + secrets \
                 + ([("table", self.name)] if self.name is not None else []) \
@@ -120,6 +131,11 @@ class Address:
         """The address as messages show it (:meth:`render` with the password hidden)."""
         return self.render()
 
+    @property
+    def libpq(self):
+        """Whether the address is a libpq URI (``postgresql://``)."""
+        return self.kind == LIBPQ_KIND
+
     # -------------------------------------------------------------------------- identity
     @property
     def identity(self):
@@ -131,7 +147,7 @@ class Address:
             where = os.path.realpath(self.path)
             return (self.kind, where, self.name if self.kind not in FILE_KINDS else None)
         host, port = self.host, self.port
-        if self.kind == "pgvector":
+        if self.libpq:
             host = dict(self.params).get("host", host) or "localhost"
             port = _DEFAULT_PG_PORT if port is None else port
             port = str(dict(self.params).get("port", port))
@@ -152,7 +168,7 @@ class Address:
     def url(self):
         """The server of a Chroma or Qdrant address, ``http[s]://HOST:PORT`` (no credentials);
         for PostgreSQL, :attr:`conninfo`."""
-        if self.kind == "pgvector":
+        if self.libpq:
             return self.conninfo
         if self.path is not None or self.scheme is None:
             return None
@@ -205,7 +221,7 @@ def _parse_text(text, output):
     lower = text.lower()
     if lower.startswith(("postgresql://", "postgres://")):
         return _parse_pg(text)
-    for kind in ("chroma", "qdrant"):
+    for kind in COLLECTION_KINDS:
         if lower.startswith((f"{kind}+http://", f"{kind}+https://")):
             return _parse_http(text, kind)
         if lower.startswith(f"{kind}:"):
@@ -226,19 +242,14 @@ def _masked_text(text):
 
 def _parse_path(path, output):
     suffix = path.suffix
-    if suffix == ".npy":
-        kind = "npy"
-    elif suffix == ".lance":
-        kind = "lance"
-    elif suffix == ".faiss":
-        kind = "faiss"
-    elif suffix == ".parquet" and not path.is_dir():
-        kind = "parquet"
-    elif path.is_dir() or (output and suffix in ("", ".parquet")):
-        kind = "parquet-dir"
-    elif not output and not path.exists():
-        raise StoreNotFoundError(f"{path}: no such file or folder; check the path.")
-    else:
+    kind = PATH_KINDS.get(suffix)
+    if suffix == ".parquet" and path.is_dir():
+        kind = None  # a folder of shards named *.parquet
+    if kind is None and (path.is_dir() or (output and suffix in ("", ".parquet"))):
+        kind = FOLDER_KIND
+    if kind is None:
+        if not output and not path.exists():
+            raise StoreNotFoundError(f"{path}: no such file or folder; check the path.")
         raise AddressError(
             f"{path}: unsupported format; use .npy, .parquet (a file or a folder of shards), a "
             "LanceDB table DIR/TABLE.lance, PATH.faiss, or a postgresql://, chroma:, qdrant: "
@@ -293,7 +304,7 @@ def _parse_pg(text):
     params = tuple((k, v) for k, v in query if k not in ("table", "column")
                    and k not in _SECRET_PARAMS)
     secret = tuple((k, v) for k, v in query if k in _SECRET_PARAMS)
-    address = Address("pgvector", name=table[0] if table else None,
+    address = Address(LIBPQ_KIND, name=table[0] if table else None,
                       column=column[0] if column else None, scheme="postgresql", user=user,
                       password=password, host=host, port=port,
                       database=unquote(parts.path.lstrip("/")), params=params,
@@ -318,7 +329,7 @@ def _query(text, kind):
     if query:
         raise AddressError(f"{_masked_text(text)}: unknown parameter {', '.join(query)}; only "
                            f"?vector=NAME (qdrant) is understood.")
-    if vector is not None and kind != "qdrant":
+    if vector is not None and kind not in NAMED_VECTOR_KINDS:
         raise AddressError(f"{_masked_text(text)}: ?vector= applies to Qdrant addresses only.")
     if vector == "":
         raise AddressError(f"{_masked_text(text)}: empty ?vector=; name the vector or leave it "

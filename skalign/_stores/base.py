@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
+import numpy as np
+
 __all__ = ["ENCODE_DEPTH", "StoreReader", "StoreWriter"]
 
 #: Batches a writer with an ``encode_unit`` (Parquet: the single file's units, the folder's
@@ -47,12 +49,16 @@ class StoreReader(ABC):
     has_rows : bool
         Whether a batch carries other fields of each row (:meth:`row` gives them) that the
         verification compares with the output's.
+    ids_origin : str or None
+        What names the rows where the store has ids of its own (``"chroma ids"``, ``"IDMap
+        ids"``: messages show it); ``None``: its rows are in row order.
     """
 
     kind = None
     column = None
     schema = None
     has_rows = False
+    ids_origin = None
 
     @abstractmethod
     def batches(self, batch_size, start=0):
@@ -71,6 +77,22 @@ class StoreReader(ABC):
     @abstractmethod
     def read_all(self):
         """All vectors as one array."""
+
+    def batch_ids(self, rows, n):
+        """The store's own ids of a batch's ``n`` rows (``rows``: as :meth:`batches` gave
+        them), where it has ids (:attr:`ids_origin`)."""
+        raise NotImplementedError
+
+    def read_with_ids(self, batch_size=8192):
+        """``(vectors, ids)``: all vectors, and the store's own ids of their rows (``None``
+        where it has none: :attr:`ids_origin`), read together batch by batch."""
+        if self.ids_origin is None:
+            return self.read_all(), None
+        vectors, ids = [], []
+        for v, rows, _ in self.batches(batch_size):
+            vectors.append(v)
+            ids.extend(self.batch_ids(rows, len(v)))
+        return np.concatenate(vectors), ids
 
 
 class StoreWriter(ABC):

@@ -27,12 +27,13 @@ import numpy as np
 from ..exceptions import StoreError
 from ..utils._backend import iter_batches
 from .base import StoreReader
+from .files.engine import FileEngine
 from .files.live import FileLiveStore, IdIndex, LineTexts, RowNumbers, files_state
-from .files.shadow import remove_path, restore_file
+from .files.shadow import remove_path
 from .journal import write_journal
 from .npy import NpyShadow
 
-__all__ = ["FaissLive", "Reader", "Writer", "restore"]
+__all__ = ["FaissEngine", "FaissLive", "Reader", "Writer"]
 
 
 def _faiss():
@@ -138,6 +139,16 @@ class Reader(StoreReader):
     def read_all(self):
         return self._inner.reconstruct_n(0, self.n_rows) if self.n_rows else np.empty(
             (0, self.dim), np.float32)
+
+    @property
+    def ids_origin(self):
+        """An ``IndexIDMap``'s ids name the rows; an index without one is in row order."""
+        return "IDMap ids" if self.ids is not None else None
+
+    def read_with_ids(self, batch_size=8192):
+        if self.ids is None:
+            return self.read_all(), None
+        return self.read_all(), [int(i) for i in self.ids]
 
 
 def Writer(address, job):
@@ -293,8 +304,11 @@ class _BuildWriter(NpyShadow):
         return super().publish(replace, stamp)
 
 
-#: ``skalign restore``: swap the index and its backup
-restore = restore_file
+class FaissEngine(FileEngine):
+    """The FAISS engine: an index translates into an index; texts are a file beside it."""
+
+    suffix = ".faiss"
+    texts_in_lines = True
 
 
 # ---------------------------------------------------------------------------- live

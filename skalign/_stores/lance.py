@@ -25,11 +25,12 @@ from .files.arrow import (
     pick_column,
 )
 from .files.arrow_live import id_index, text_column
+from .files.engine import FileEngine
 from .files.live import FileLiveStore, IdIndex, check_metric
-from .files.shadow import FileShadow, restore_file
+from .files.shadow import FileShadow
 from .journal import write_journal
 
-__all__ = ["LanceLive", "LanceReader", "LanceWriter"]
+__all__ = ["LanceEngine", "LanceLive", "LanceReader", "LanceWriter"]
 
 #: Rows of a LanceDB table read at a time (see ``LanceReader.batches``).
 LANCE_WINDOW_ROWS = 8192
@@ -208,8 +209,14 @@ class LanceWriter(FileShadow):
         pass
 
 
-#: ``skalign restore``: swap the output and its backup
-restore = restore_file
+class LanceEngine(FileEngine):
+    """The LanceDB engine: a table ``DIR/TABLE.lance`` of the database in ``DIR``, which
+    writing a table creates."""
+
+    suffix = ".lance"
+    makes_parent = True
+    interchangeable = True
+    ids_in_column = True
 
 
 # ---------------------------------------------------------------------------- live

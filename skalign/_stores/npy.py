@@ -9,12 +9,15 @@ encoded rows go to the overlay (:mod:`skalign._stores.files.overlay`)."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..exceptions import StoreError
 from ..utils._backend import iter_batches
 from .base import StoreReader
 from .files.direct_io import BLOCK, SequentialWriter
+from .files.engine import FileEngine
 from .files.live import (
     WINDOW_ROWS,
     FileLiveStore,
@@ -23,10 +26,10 @@ from .files.live import (
     check_metric,
     files_state,
 )
-from .files.shadow import FileShadow, open_file, restore_file
+from .files.shadow import FileShadow, open_file
 from .journal import write_journal
 
-__all__ = ["NpyLive", "NpyReader", "NpyShadow", "create_npy"]
+__all__ = ["NpyEngine", "NpyLive", "NpyReader", "NpyShadow", "create_npy"]
 
 
 def _map(f):
@@ -196,8 +199,17 @@ class NpyShadow(FileShadow):
         return np.load(self.partial, mmap_mode="r")[positions].copy(), None
 
 
-#: ``skalign restore``: swap the output and its backup
-restore = restore_file
+class NpyEngine(FileEngine):
+    """The ``.npy`` engine: a default batch is whole blocks of output (written from the
+    translation's buffers uncopied, :class:`SequentialWriter`)."""
+
+    suffix = ".npy"
+    interchangeable = True
+    texts_in_lines = True
+
+    def batch_rows(self, batch_size, d_out):
+        rows = BLOCK // math.gcd(BLOCK, 4 * d_out)
+        return max(rows, batch_size - batch_size % rows)
 
 
 # ---------------------------------------------------------------------------- live

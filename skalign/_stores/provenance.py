@@ -3,24 +3,21 @@
 A stamp is a small JSON object: the model's fingerprint, the source's address (password hidden)
 and identity, the row count, the widths, skalign's version and the time. File stores keep it in
 a sidecar ``PATH.skalign.json`` beside the output (moved with it to the backup by
-``--replace`` and back by ``restore``); databases in their own place, through their backend
-module's ``read_stamp``/``write_stamp`` (a PostgreSQL ``COMMENT ON TABLE``, Chroma's collection
-metadata, a sidecar in Qdrant's folder). ``skalign info ADDRESS`` prints it; the pipeline reads
-it to refuse translating a store twice.
+``--replace`` and back by ``restore``); databases in their own place (a PostgreSQL ``COMMENT
+ON TABLE``, Chroma's collection metadata, a sidecar in Qdrant's folder): each engine's
+:meth:`~skalign._stores.engine.Engine.read_stamp` and ``write_stamp``. ``skalign info ADDRESS``
+prints it; the pipeline reads it to refuse translating a store twice.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import time
 
 from ..exceptions import StoreError
-from .address import FILE_KINDS
-from .backups import sidecar_path
-from .journal import write_durably
-from .registry import backend_module
+from .engine import MAX_STAMP_DEPTH
+from .files.shadow import sidecar_path
+from .registry import engine
 
 __all__ = ["check_stamp", "make_stamp", "move_stamp", "read_stamp", "sidecar_path",
            "write_stamp"]
@@ -48,7 +45,7 @@ _MIGRATION_FIELDS = {"encoder": str, "map": str, "method": (str, _NONE), "encode
                      "text_field": (str, _NONE)}
 _MIGRATION_REQUIRED = ("encoder", "map", "method", "estimate")
 _ESTIMATE_FIELDS = {"recall_at_10": _NUMBER, "interval": list, "store_size": int}
-_MAX_DEPTH = 8
+_MAX_DEPTH = MAX_STAMP_DEPTH
 
 
 def _depth(value):
@@ -131,64 +128,22 @@ def read_stamp(address):
         A stamp that is malformed (:func:`check_stamp`): one line naming the sidecar or the
         store.
     """
-    from ..utils._input_files import InputFileError, loads_bounded
-
-    if address.kind in FILE_KINDS:
-        path = sidecar_path(address)
-        try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-            with os.fdopen(fd, "rb") as f:
-                data = f.read(1 << 16)
-        except OSError:
-            return None
-        try:
-            stamp = loads_bounded(data, "", max_depth=_MAX_DEPTH)
-        except InputFileError as exc:
-            raise StoreError(f"{path}: its provenance stamp is malformed ({str(exc)[2:]}): it "
-                             "was not written by skalign; remove it, or give another store."
-                             ) from None
-        except ValueError:
-            raise StoreError(f"{path}: its provenance stamp is malformed (not JSON): it was "
-                             "not written by skalign; remove it, or give another store.") \
-                from None
-        return check_stamp(stamp, str(path))
+    kept = engine(address)
     try:
-        stamp = backend_module(address).read_stamp(address)
+        stamp = kept.read_stamp(address)
     except RecursionError:  # the engine's stamp nested past what json.loads can parse
         raise StoreError(f"{address}: its provenance stamp is malformed (nested too deep); "
                          "it was not written by skalign.") from None
-    return None if stamp is None else check_stamp(stamp, str(address))
+    return None if stamp is None else check_stamp(stamp, kept.stamp_place(address))
 
 
 def write_stamp(address, stamp):
     """Record ``stamp`` as the provenance of the store at ``address``."""
-    if address.kind in FILE_KINDS:
-        path = sidecar_path(address)
-        write_durably(path, json.dumps(stamp, sort_keys=True).encode())
-        try:
-            os.chmod(path, os.stat(address.path).st_mode & 0o666)
-        except OSError:
-            pass
-        return
-    backend_module(address).write_stamp(address, stamp)
+    engine(address).write_stamp(address, stamp)
 
 
 def move_stamp(output, backup, *, swap=False):
     """After ``--replace`` (the output moved to ``backup``) or a restore (``swap``: the two
     exchanged), move file stores' sidecars the same way; databases' stamps travel with their
     tables and collections."""
-    if output.kind not in FILE_KINDS:
-        return
-    a, b = sidecar_path(output), sidecar_path(backup)
-    if swap:
-        tmp = a.with_name(a.name + ".swap")
-        if a.exists():
-            os.replace(a, tmp)
-        if b.exists():
-            os.replace(b, a)
-        if tmp.exists():
-            os.replace(tmp, b)
-    elif a.exists():
-        os.replace(a, b)
-    elif b.exists():
-        os.unlink(b)  # the backup had no stamp: an older backup's stamp is not its
+    engine(output).move_stamp(output, backup, swap)

@@ -1,71 +1,93 @@
-"""The registry of store backends: an address's kind → its reader and writer classes and what
-to install for them (as fsspec's ``known_implementations``). Backends are imported only when an
-address of theirs is used; a missing client library raises
-:class:`~skalign.exceptions.MissingDependencyError` naming the extra."""
+"""The registry of store engines: an address's kind → its engine, reader, writer and live store
+and what to install for them (as fsspec's ``known_implementations``). Engines are imported only
+when an address of theirs is used, their client library only when a store is opened; a missing
+one raises :class:`~skalign.exceptions.MissingDependencyError` naming the extra.
+
+What the shared code asks of a kind it asks of its :class:`~skalign._stores.engine.Engine`
+(:func:`engine`), never of the kind's name."""
 
 from __future__ import annotations
 
 import importlib
+from functools import lru_cache
 
-from ..exceptions import AddressError, MissingDependencyError
+from ..exceptions import AddressError
 
-__all__ = ["BACKENDS", "backend_module", "import_engine", "live_class", "reader_class",
-           "recovery_function", "writer_class"]
+__all__ = ["BACKENDS", "backend_module", "engine", "import_engine", "live_class",
+           "reader_class", "recovery_function", "writer_class"]
 
-#: kind -> module of skalign._stores, reader and writer classes, the live store (``MODULE.CLASS``
-#: of skalign._stores, :class:`~skalign._stores.live.LiveStore`), the client module it needs,
-#: the extra that installs it and, for databases, the function that finishes a publish a killed
-#: run left (``MODULE.FUNCTION``; file stores share
-#: :func:`skalign._stores.files.shadow.recover_publish`)
+#: kind -> its engine (``MODULE.CLASS`` of skalign._stores, an
+#: :class:`~skalign._stores.engine.Engine`), the module of its reader and writer classes, the
+#: live store (``MODULE.CLASS``, a :class:`~skalign._stores.live.LiveStore`), the client module it
+#: needs and the extra that installs it
 BACKENDS = {
-    "npy": {"module": "npy", "reader": "NpyReader", "writer": "NpyShadow",
-            "live": "npy.NpyLive", "needs": None, "extra": None},
-    "parquet": {"module": "parquet.store", "reader": "ParquetReader", "writer": "ParquetFileWriter",
+    "npy": {"engine": "npy.NpyEngine", "module": "npy", "reader": "NpyReader",
+            "writer": "NpyShadow", "live": "npy.NpyLive", "needs": None, "extra": None},
+    "parquet": {"engine": "parquet.ParquetFileEngine", "module": "parquet.store",
+                "reader": "ParquetReader", "writer": "ParquetFileWriter",
                 "live": "parquet.live.ParquetLive", "needs": "pyarrow", "extra": "stores"},
-    "parquet-dir": {"module": "parquet.store", "reader": "ParquetReader",
-                    "writer": "ParquetFolderWriter", "live": "parquet.live.ParquetLive",
-                    "needs": "pyarrow", "extra": "stores"},
-    "lance": {"module": "lance", "reader": "LanceReader", "writer": "LanceWriter",
-              "live": "lance.LanceLive", "needs": "lancedb", "extra": "stores"},
-    "faiss": {"module": "faiss", "reader": "Reader", "writer": "Writer",
-              "live": "faiss.FaissLive", "needs": "faiss", "extra": "faiss"},
-    "pgvector": {"module": "pgvector.store", "reader": "Reader", "writer": "Writer",
-                 "live": "pgvector.live.PgvectorLive", "needs": "psycopg", "extra": "pgvector",
-                 "recovery": "pgvector.recovery.recover_publish"},
-    "chroma": {"module": "chroma.store", "reader": "Reader", "writer": "Writer",
-               "live": "chroma.live.ChromaLive", "needs": "chromadb", "extra": "chroma",
-               "recovery": "chroma.recovery.recover_publish"},
-    "qdrant": {"module": "qdrant.store", "reader": "Reader", "writer": "Writer",
-               "live": "qdrant.live.QdrantLive", "needs": "qdrant_client", "extra": "qdrant",
-               "recovery": "qdrant.recovery.recover_publish"},
+    "parquet-dir": {"engine": "parquet.ParquetFolderEngine", "module": "parquet.store",
+                    "reader": "ParquetReader", "writer": "ParquetFolderWriter",
+                    "live": "parquet.live.ParquetLive", "needs": "pyarrow", "extra": "stores"},
+    "lance": {"engine": "lance.LanceEngine", "module": "lance", "reader": "LanceReader",
+              "writer": "LanceWriter", "live": "lance.LanceLive", "needs": "lancedb",
+              "extra": "stores"},
+    "faiss": {"engine": "faiss.FaissEngine", "module": "faiss", "reader": "Reader",
+              "writer": "Writer", "live": "faiss.FaissLive", "needs": "faiss", "extra": "faiss"},
+    "pgvector": {"engine": "pgvector.PgvectorEngine", "module": "pgvector.store",
+                 "reader": "Reader", "writer": "Writer", "live": "pgvector.live.PgvectorLive",
+                 "needs": "psycopg", "extra": "pgvector"},
+    "chroma": {"engine": "chroma.ChromaEngine", "module": "chroma.store", "reader": "Reader",
+               "writer": "Writer", "live": "chroma.live.ChromaLive", "needs": "chromadb",
+               "extra": "chroma"},
+    "qdrant": {"engine": "qdrant.QdrantEngine", "module": "qdrant.store", "reader": "Reader",
+               "writer": "Writer", "live": "qdrant.live.QdrantLive", "needs": "qdrant_client",
+               "extra": "qdrant"},
 }
+
+
+def _attribute(path):
+    """``MODULE.NAME`` of skalign._stores, imported."""
+    module, _, name = path.rpartition(".")
+    return getattr(importlib.import_module(f".{module}", __package__), name)
+
+
+@lru_cache(maxsize=None)
+def _engine(kind):
+    entry = BACKENDS[kind]
+    return _attribute(entry["engine"])(kind, entry["needs"], entry["extra"])
+
+
+def engine(kind):
+    """The :class:`~skalign._stores.engine.Engine` of ``kind`` (a kind's name or an address);
+    its client library is not imported."""
+    return _engine(getattr(kind, "kind", kind))
 
 
 def import_engine(kind, where):
     """Import the client library of ``kind``; a missing one names the extra to install."""
-    entry = BACKENDS[kind]
-    if entry["needs"] is None:
-        return None
-    try:
-        return importlib.import_module(entry["needs"])
-    except ImportError:
-        raise MissingDependencyError(
-            f"{where}: {kind} stores need the {entry['needs']} package; "
-            f"pip install 'skalign[{entry['extra']}]'.") from None
+    return engine(kind).import_client(where)
 
 
 def backend_module(address):
-    """The backend module of ``address`` (its client library imported first)."""
+    """The engine of ``address``, its client library imported first (what
+    :func:`~skalign._stores.pipeline.translate.restore_store` asks ``restore`` of)."""
+    found = engine(address)
+    found.import_client(address)
+    return found
+
+
+def _store_module(address):
     import_engine(address.kind, address)
     return importlib.import_module(f".{BACKENDS[address.kind]['module']}", __package__)
 
 
 def reader_class(address):
-    return getattr(backend_module(address), BACKENDS[address.kind]["reader"])
+    return getattr(_store_module(address), BACKENDS[address.kind]["reader"])
 
 
 def writer_class(address):
-    return getattr(backend_module(address), BACKENDS[address.kind]["writer"])
+    return getattr(_store_module(address), BACKENDS[address.kind]["writer"])
 
 
 def live_class(kind):
@@ -78,18 +100,10 @@ def live_class(kind):
         raise AddressError(f"{kind} stores cannot be searched live yet; translate the store "
                            "instead (skalign translate).")
     import_engine(kind, kind)
-    module, name = live.rsplit(".", 1)
-    return getattr(importlib.import_module(f".{module}", __package__), name)
+    return _attribute(live)
 
 
 def recovery_function(address):
-    """``recover_publish`` of ``address``'s backend: the file stores' shared one, or the
-    database's own (its client library imported first)."""
-    entry = BACKENDS[address.kind]
-    if "recovery" not in entry:
-        from .files.shadow import recover_publish
-
-        return recover_publish
-    import_engine(address.kind, address)
-    module, _, name = entry["recovery"].rpartition(".")
-    return getattr(importlib.import_module(f".{module}", __package__), name)
+    """``recover_publish(address, match)`` of ``address``'s engine: the file stores' shared
+    one, or the database's own (its client library imported first)."""
+    return engine(address).recover_publish

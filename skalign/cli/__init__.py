@@ -18,7 +18,7 @@
 ``A``, ``B``, ``P``, ``Q``, ``INPUT`` and ``OUTPUT`` are ``.npy`` arrays, Parquet files, folders
 of Parquet shards, LanceDB tables ``DIR/TABLE.lance``, FAISS indexes or PostgreSQL/pgvector,
 Chroma and Qdrant addresses (see :mod:`skalign.io`); ``A`` and ``B`` are paired row for row, or
-by id (``--id-column``, the databases' own ids: :mod:`skalign.cli._pairs`).
+by id (``--id-column``, the databases' own ids: :mod:`skalign.cli._pairs_io`).
 ``METHOD`` is a short name (``procrustes``, ``linear``, ``irp``, ``gera``, ``asif``, ``bootstrap``,
 ``ensemble``, ``relative``) or a class name; ``--param`` values are typed from the estimator's own
 parameter constraints (``none`` for ``None``, ``true``/``false`` for booleans, a method name for a
@@ -367,11 +367,11 @@ def _column_args(p):
 
 def _pairs(args, out, need, min_pairs=1):
     """``(A, B)`` of ``--source`` and ``--target``, matched by id or by row
-    (:func:`skalign.cli._pairs.read_pairs`); ids on one side only are said in a line on
+    (:func:`skalign.cli._pairs_io.read_pairs`); ids on one side only are said in a line on
     standard error."""
     import warnings
 
-    from ._pairs import UnmatchedIdsWarning, read_pairs
+    from ._pairs_io import UnmatchedIdsWarning, read_pairs
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UnmatchedIdsWarning)

@@ -31,8 +31,6 @@ from ..exceptions import StoreError
 
 __all__ = ["UnmatchedIdsWarning", "read_pairs"]
 
-#: the kinds whose ids are a column --id-column names
-_COLUMN_KINDS = ("parquet", "parquet-dir", "lance")
 #: rows per batch where ids are read with the vectors
 _BATCH = 8192
 
@@ -69,42 +67,20 @@ def _column_ids(reader, address, id_column, flag):
     return np.concatenate(vectors), ids
 
 
-def _engine_ids(reader, address):
-    """Vectors and ids of a vector database, read together batch by batch."""
-    kind = address.kind
-    if kind == "pgvector" and len(reader.key) != 1:
-        has = "no primary key" if not reader.key else "a primary key of several columns"
-        raise StoreError(f"{address}: the table has {has}; pairs are matched by a one-column "
-                         "primary key.")
-    vectors, ids = [], []
-    for v, rows, _ in reader.batches(_BATCH):
-        vectors.append(v)
-        if kind == "chroma":
-            ids.extend(rows["ids"])
-        elif kind == "qdrant":
-            ids.extend(p.id for p in rows)
-        else:
-            ids.extend(reader.row(rows, k)[reader.key[0]] for k in range(len(v)))
-    return np.concatenate(vectors), ids
-
-
 def _read_side(address, column, id_column, flag):
     from .._stores.pipeline.translate import open_reader
+    from .._stores.registry import engine
 
     reader = open_reader(address, column=column)
     if reader.n_rows == 0:
         raise StoreError(f"{address}: {flag} has no rows.")
-    kind = address.kind
-    if kind in _COLUMN_KINDS and id_column is not None:
+    if engine(address).ids_in_column and id_column is not None:
         vectors, ids = _column_ids(reader, address, id_column, flag)
         return _Side(flag, address, vectors, ids, f"column {id_column!r}")
-    if kind in ("chroma", "qdrant", "pgvector"):
-        vectors, ids = _engine_ids(reader, address)
-        return _Side(flag, address, vectors, ids, f"{kind} ids")
-    if kind == "faiss" and reader.ids is not None:
-        return _Side(flag, address, reader.read_all(), [int(i) for i in reader.ids],
-                     "IDMap ids")
-    return _Side(flag, address, reader.read_all(), None, "row order")
+    # the store's own ids where it has them (a vector database's, an IndexIDMap's)
+    vectors, ids = reader.read_with_ids(_BATCH)
+    return _Side(flag, address, vectors, ids,
+                 reader.ids_origin if ids is not None else "row order")
 
 
 def _key(value):
@@ -222,10 +198,11 @@ def read_pairs(source, target, *, id_column=None, source_column=None, target_col
         ``id_column`` that neither side can use.
     """
     from .._stores.address import parse_address
+    from .._stores.registry import engine
 
     source, target = parse_address(source), parse_address(target)
-    if id_column is not None and source.kind not in _COLUMN_KINDS \
-            and target.kind not in _COLUMN_KINDS:
+    if id_column is not None and not engine(source).ids_in_column \
+            and not engine(target).ids_in_column:
         raise StoreError(f"--id-column {id_column!r} needs a Parquet or LanceDB --source or "
                          f"--target (a .npy array has no id column, and vector databases use "
                          f"their own ids); {source} and {target} are neither.")

@@ -47,7 +47,7 @@ from ..live_input import (
     missing_id,
 )
 from .names import _edges
-from .store import ID_PAGE, Reader
+from .store import Reader, record_ids
 
 __all__ = ["ChromaLive"]
 
@@ -151,13 +151,9 @@ class ChromaLive(LiveStore):
         return -distances if self.metric == "l2" else 1.0 - distances
 
     def ids(self):
-        """Every record's id in Chroma's order (its catalogue's), read in pages of ids only."""
-        out = []
-        while True:
-            page = self._collection.get(limit=ID_PAGE, offset=len(out), include=[])["ids"]
-            out += page
-            if len(page) < ID_PAGE:
-                return out
+        """Every record's id in Chroma's order (its catalogue's), read afresh in pages of ids
+        only (:func:`~skalign._stores.chroma.store.record_ids`)."""
+        return record_ids(self._collection)
 
     def _get(self, ids, include):
         """The records of ``ids`` (pages of :data:`PAGE`) as ``{id: (embedding, document,

@@ -267,6 +267,7 @@ def _check_listed(address):
 class Reader(_Handles, StoreReader):
     has_rows = True
     kind = "chroma"
+    ids_origin = "chroma ids"
     dtype = np.dtype(np.float32)
 
     def __init__(self, address, column=None):
@@ -280,11 +281,9 @@ class Reader(_Handles, StoreReader):
         self.dim = int(len(emb[0])) if emb is not None and len(emb) else 0
 
     def _ids(self):
-        """Every record's id in Chroma's order, read once (ids only, pages of ``ID_PAGE``)."""
+        """Every record's id in Chroma's order, read once (:func:`record_ids`)."""
         if self._all_ids is None:
-            self._all_ids = []
-            for lo in range(0, self.n_rows, ID_PAGE):
-                self._all_ids += self.collection.get(limit=ID_PAGE, offset=lo, include=[])["ids"]
+            self._all_ids = record_ids(self.collection, self.n_rows)
         return self._all_ids
 
     def _get(self, ids):
@@ -334,6 +333,9 @@ class Reader(_Handles, StoreReader):
         return {"id": got["ids"][k], "document": got["documents"][k],
                 "metadata": got["metadatas"][k]}
 
+    def batch_ids(self, got, n):
+        return got["ids"]
+
     def take(self, positions, batch_size):
         """Records at ``positions`` (sorted)."""
         ids = self._ids()
@@ -348,6 +350,19 @@ class Reader(_Handles, StoreReader):
 
 def _part(values, lo, step):
     return None if values is None else values[lo:lo + step]
+
+
+def record_ids(collection, n_rows=None):
+    """Every record's id in Chroma's order (its catalogue's), read in pages of ``ID_PAGE`` ids
+    only: up to ``n_rows`` (the count when it was opened; the page holding it read whole), or
+    ``None``: to the end."""
+    out = []
+    while n_rows is None or len(out) < n_rows:
+        page = collection.get(limit=ID_PAGE, offset=len(out), include=[])["ids"]
+        out += page
+        if len(page) < ID_PAGE:
+            break
+    return out
 
 
 _check_output_folder, _creating = FOLDER.check_output, FOLDER.creating

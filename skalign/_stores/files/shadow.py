@@ -32,7 +32,6 @@ from glob import escape as glob_escape
 from pathlib import Path
 
 from ...exceptions import StoreError, StoreExistsError
-from ..backups import backup_address, sidecar_path
 from ..base import StoreWriter
 from ..journal import (
     CommitClock,
@@ -45,9 +44,15 @@ from ..journal import (
     write_journal,
 )
 
-__all__ = ["PUBLISH_PHASES", "FileShadow", "atomic_file", "check_parent", "create_file",
-           "end_publish", "journal_path", "open_file", "output_modes", "recover_publish",
-           "remove_path", "replace_path", "swap_paths", "tmp_sibling"]
+__all__ = ["BACKUP_SUFFIX", "PUBLISH_PHASES", "FileShadow", "atomic_file", "check_output",
+           "check_parent", "create_file", "end_publish", "file_backup", "is_file_backup",
+           "journal_path", "open_file", "output_modes", "recover_publish", "remove_path",
+           "replace_path", "restore_file", "sidecar_path", "swap_paths", "tmp_sibling",
+           "write_sidecar"]
+
+#: the suffix of a backup's name: ``STEM-skalign-backup.EXT`` for files,
+#: ``NAME_skalign_backup`` for tables and collections
+BACKUP_SUFFIX = "skalign-backup"
 
 #: The phases of a publish in a file store's journal: ``publish`` (the stamp recorded, the
 #: existing output being moved to the backup with its stamp) and ``moved`` (no output in the
@@ -102,15 +107,44 @@ def check_parent(path):
         raise StoreError(f"{path}: folder {path.parent} does not exist; create it first.")
 
 
-def check_output_path(path, kind):
+def check_output(path, makes_parent=False):
     """Refuse, before any work, an output that is a symbolic link (dangling or not: the
-    publish would replace the link, not what it points to) or whose folder is missing (a
-    LanceDB output creates its database's folder)."""
+    publish would replace the link, not what it points to) or whose folder is missing (unless
+    the engine ``makes_parent``: a LanceDB output creates its database's folder)."""
     if path.is_symlink():
         raise StoreError(f"{path}: OUTPUT is a symbolic link; give the real path (or remove the "
                          "link).")
-    if kind != "lance":
+    if not makes_parent:
         check_parent(path)
+
+
+def check_output_path(path, kind):
+    """:func:`check_output` for the engine named ``kind``: kept for
+    :func:`skalign._stores.pipeline.translate.prepare_translation` until it asks the engine
+    (``engine(dst).check_output(dst)``)."""
+    check_output(path, makes_parent=kind == "lance")
+
+
+def sidecar_path(address):
+    """A file store's stamp file: ``PATH.skalign.json`` beside it."""
+    return address.path.with_name(address.path.name + ".skalign.json")
+
+
+def _stem(path, suffix):
+    name = path.name
+    return name[: -len(suffix)] if suffix and name.endswith(suffix) else name
+
+
+def file_backup(address, suffix):
+    """Where ``--replace`` keeps the file store at ``address`` (its kind's files ending in
+    ``suffix``, ``""`` for a folder): ``STEM-skalign-backup SUFFIX`` beside it."""
+    path = address.path
+    return address.with_path(path.with_name(f"{_stem(path, suffix)}-{BACKUP_SUFFIX}{suffix}"))
+
+
+def is_file_backup(address, suffix):
+    """Whether the file store at ``address`` is named as a backup (:func:`file_backup`)."""
+    return _stem(address.path, suffix).endswith(f"-{BACKUP_SUFFIX}")
 
 
 def source_mode(path, default=0o644):
@@ -155,9 +189,10 @@ def journal_path(path):
     return path.with_name(f".{path.name}.skalign-journal")
 
 
-def restore_file(address):
-    """Swap a file store and its backup (``skalign restore``); return the backup's address."""
-    backup = backup_address(address)
+def restore_file(address, suffix):
+    """Swap a file store (its kind's files ending in ``suffix``) and its backup (``skalign
+    restore``); return the backup's address."""
+    backup = file_backup(address, suffix)
     path, bpath = address.path, backup.path
     if not (bpath.exists() or bpath.is_symlink()):
         from ...exceptions import StoreNotFoundError
@@ -209,7 +244,7 @@ class FileShadow(StoreWriter):
         self.partial = self.path.with_name(f".{name}.skalign-partial{suffix}")
         self.journal = journal_path(self.path)
         self.lock_path = lock_path(self.path)
-        self.backup = backup_address(address).path
+        self.backup = file_backup(address, self.suffix).path
         self.display = str(address)
         self.clock = CommitClock()
 
@@ -291,7 +326,7 @@ class FileShadow(StoreWriter):
         write_journal(self.journal, **state)
         self.publishing = True
         kill_point("publishing")
-        backup = _publish_steps(self.address, state)
+        backup = _publish_steps(self.address, state, self.suffix)
         return None if backup is None else backup.path
 
     def end_publish(self, stamp=None):
@@ -308,7 +343,7 @@ def _sibling(path, name):
     return path.with_name(name)
 
 
-def _write_sidecar(address, stamp, like):
+def write_sidecar(address, stamp, like):
     """``stamp`` as the sidecar of the file store at ``address`` (durably), with the read and
     write bits of ``like`` (the output, or its shadow before it is renamed)."""
     path = sidecar_path(address)
@@ -319,11 +354,11 @@ def _write_sidecar(address, stamp, like):
         pass
 
 
-def _publish_steps(address, state):
+def _publish_steps(address, state, suffix):
     """Do the publish the journal's ``state`` describes, from where it stands (each step is
     harmless to do again); return the backup's address (``None``: none kept)."""
     path, journal = address.path, journal_path(address.path)
-    backup = backup_address(address)
+    backup = file_backup(address, suffix)
     partial = _sibling(path, state.get("partial"))
     if partial is None:
         raise StoreError(f"{path}: its journal {journal.name} is not one skalign wrote; remove "
@@ -354,7 +389,7 @@ def _publish_steps(address, state):
                              "was being published; move it away, then run the same command "
                              "again to finish.")
         if isinstance(state.get("stamp"), dict):  # beside it before it is there
-            _write_sidecar(address, state["stamp"], like=partial)
+            write_sidecar(address, state["stamp"], like=partial)
         os.rename(partial, path)
         fsync_dir(path.parent)
     for name in state.get("extra") or ():
@@ -369,13 +404,14 @@ def _publishing(state):
 
 
 @contextmanager
-def recover_publish(address, match):
-    """Finish, under the output's lock, a publish of the file store at ``address`` that a
-    killed run left (its journal in a :data:`PUBLISH_PHASES` phase), up to the output in place
-    with its stamp. Yield an :class:`~skalign._stores.journal.Interrupted` where that publish's
-    stamp satisfies ``match`` (the same command: the caller does the steps after the publish,
-    then its ``finish``), else ``None`` (nothing was interrupted; or another job's publish,
-    finished here for that job, the journal removed)."""
+def recover_publish(address, match, suffix):
+    """Finish, under the output's lock, a publish of the file store at ``address`` (its kind's
+    files ending in ``suffix``) that a killed run left (its journal in a
+    :data:`PUBLISH_PHASES` phase), up to the output in place with its stamp. Yield an
+    :class:`~skalign._stores.journal.Interrupted` where that publish's stamp satisfies
+    ``match`` (the same command: the caller does the steps after the publish, then its
+    ``finish``), else ``None`` (nothing was interrupted; or another job's publish, finished
+    here for that job, the journal removed)."""
     path = address.path
     journal = journal_path(path)
     if not _publishing(read_journal(journal)):  # the common case: no lock taken
@@ -392,7 +428,7 @@ def recover_publish(address, match):
             remove_path(journal)
             yield None
             return
-        backup = _publish_steps(address, state)
+        backup = _publish_steps(address, state, suffix)
         stamp = state.get("stamp")
         if isinstance(stamp, dict) and match(stamp):
             yield Interrupted(stamp, backup,
@@ -406,7 +442,7 @@ def end_publish(address, stamp=None, like=None):
     """The last step of a file store's publish: ``stamp`` (where given) written beside the
     output, then the journal removed."""
     if stamp is not None:
-        _write_sidecar(address, stamp, like=address.path if like is None else like)
+        write_sidecar(address, stamp, like=address.path if like is None else like)
     journal = journal_path(address.path)
     for p in (journal, journal.with_name(journal.name + ".new")):
         if os.path.lexists(p):

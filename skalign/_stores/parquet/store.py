@@ -24,7 +24,6 @@ from ..files.shadow import (
     fsync_dir,
     open_file,
     remove_path,
-    restore_file,
 )
 from ..journal import read_journal, write_journal
 from .footer import footer_of
@@ -416,10 +415,3 @@ def _parquet_take(pa, pq, files, positions, column):
         vecs.append(np.asarray(row.pop(column), dtype=np.float32))
         rows.append(row)
     return np.stack(vecs) if vecs else np.empty((0, 0), np.float32), rows
-
-
-
-
-
-#: ``skalign restore``: swap the output and its backup
-restore = restore_file

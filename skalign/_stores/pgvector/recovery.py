@@ -1,5 +1,6 @@
 """Finishing a publish of a pgvector output that a killed run left: the same command run again
-finds it (:func:`recover_publish`, which the translation pipeline asks first) and completes it."""
+finds it (:func:`recover_publish`, which the translation pipeline asks first) and completes it;
+and :func:`restore`, the swap of a table and its backup."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from .store import (
     _connect,
 )
 
-__all__ = ["recover_publish"]
+__all__ = ["recover_publish", "restore"]
 
 
 @contextmanager
@@ -82,3 +83,35 @@ def recover_publish(address, match):
             yield None
     finally:
         conn.close()
+
+
+def restore(address):
+    """Swap the table and its backup (``skalign restore``), in one transaction; return the
+    backup's address."""
+    from psycopg import sql
+
+    schema, table = _split(address.name, address)
+    bname, swap = derived_name(table, "backup"), derived_name(table, "swap")
+    qual = (lambda n: f"{schema}.{n}" if schema else n)
+    conn = _connect(address)
+    try:
+        with _mapped(address, "cannot restore the backup", "the address's user must own the "
+                     "table and its backup"):
+            where, _ = _schema_of(conn, schema, address)
+            named = (lambda n: sql.Identifier(where, n))
+            if _table_oid(conn, where, bname) is None:
+                raise StoreError(f"{address}: no backup table {bname!r} to restore; a backup is "
+                                 "kept only by `skalign translate --replace`.")
+            with conn.transaction():  # one transaction: readers see the old or the new, never none
+                present = _table_oid(conn, where, table) is not None
+                if present:
+                    conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(
+                        named(table), sql.Identifier(swap)))
+                conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(
+                    named(bname), sql.Identifier(table)))
+                if present:
+                    conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(
+                        named(swap), sql.Identifier(bname)))
+    finally:
+        conn.close()
+    return address.with_name(qual(bname))

@@ -40,7 +40,7 @@ from ..databases.common import consecutive_runs, resume_point
 from ..journal import final_stamp, kill_point, pending_stamp
 from ..live import PROVENANCE_KEY
 
-__all__ = ["PROVENANCE_COMMENT", "Reader", "Writer", "restore"]
+__all__ = ["PROVENANCE_COMMENT", "Reader", "Writer", "read_stamp", "write_stamp"]
 
 #: the comment skalign sets on the provenance column it adds to a table (what says the column
 #: is its own: :mod:`.live`)
@@ -147,6 +147,7 @@ def _binary_loader(conn, oid, fmt):
 class Reader(StoreReader):
     has_rows = True
     kind = "pgvector"
+    ids_origin = "pgvector ids"
     dtype = np.dtype(np.float32)
 
     def __init__(self, address, column=None):
@@ -295,6 +296,17 @@ class Reader(StoreReader):
             rows = [self._decode(rows, k)]
             k = 0
         return {n: v for i, (n, v) in enumerate(zip(self.names, rows[k])) if i != self.vindex}
+
+    def read_with_ids(self, batch_size=8192):
+        """Rows are named by a one-column primary key (else an error)."""
+        if len(self.key) != 1:
+            has = "no primary key" if not self.key else "a primary key of several columns"
+            raise StoreError(f"{self.address}: the table has {has}; pairs are matched by a "
+                             "one-column primary key.")
+        return super().read_with_ids(batch_size)
+
+    def batch_ids(self, rows, n):
+        return [self.row(rows, k)[self.key[0]] for k in range(n)]
 
     def take(self, positions, batch_size):
         """Rows at ``positions`` (sorted) in the read order, decoded as :meth:`row` decodes them:
@@ -594,36 +606,6 @@ class Writer(StoreWriter):
         for conn in self._loaders:
             conn.close()
         self._idle, self._loaders = [], []
-
-
-def restore(address):
-    from psycopg import sql
-
-    schema, table = _split(address.name, address)
-    bname, swap = derived_name(table, "backup"), derived_name(table, "swap")
-    qual = (lambda n: f"{schema}.{n}" if schema else n)
-    conn = _connect(address)
-    try:
-        with _mapped(address, "cannot restore the backup", "the address's user must own the "
-                     "table and its backup"):
-            where, _ = _schema_of(conn, schema, address)
-            named = (lambda n: sql.Identifier(where, n))
-            if _table_oid(conn, where, bname) is None:
-                raise StoreError(f"{address}: no backup table {bname!r} to restore; a backup is "
-                                 "kept only by `skalign translate --replace`.")
-            with conn.transaction():  # one transaction: readers see the old or the new, never none
-                present = _table_oid(conn, where, table) is not None
-                if present:
-                    conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(
-                        named(table), sql.Identifier(swap)))
-                conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(
-                    named(bname), sql.Identifier(table)))
-                if present:
-                    conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(
-                        named(swap), sql.Identifier(bname)))
-    finally:
-        conn.close()
-    return address.with_name(qual(bname))
 
 
 #: the prefix of the provenance stamp skalign writes as the output table's comment

@@ -46,7 +46,7 @@ from ..live_input import (
     missing_id,
 )
 from .names import _edges
-from .store import Reader, unit_rows
+from .store import Reader
 
 __all__ = ["QdrantLive"]
 
@@ -191,10 +191,7 @@ class QdrantLive(LiveStore):
             return LiveRows([], np.empty((0, self.dim), np.float32), [], [])
         with self._lock:
             points = self._points(ids, [self.vector] if self.vector else True)
-        vectors = np.asarray([p.vector[self.vector] if self.vector else p.vector
-                              for p in points], dtype=np.float32)
-        if self.metric == "cosine":
-            vectors = unit_rows(vectors)
+        vectors = self._reader.vectors_of(points)
         payloads = [p.payload or {} for p in points]
         marks = [pl.get(self.provenance_key) for pl in payloads]
         return LiveRows(ids, vectors, [self._text(i, pl, field) for i, pl in zip(ids, payloads)],
@@ -235,9 +232,8 @@ class QdrantLive(LiveStore):
                 # marked as before (never an old vector marked encoded), and every other
                 # payload key, which an application may be changing meanwhile, is not touched
                 ops = [m.UpdateVectorsOperation(update_vectors=m.UpdateVectors(points=[
-                    m.PointVectors(id=points[j].id,
-                                   vector={self.vector: V[lo + j].tolist()} if self.vector
-                                   else V[lo + j].tolist()) for j in take]))]
+                    m.PointVectors(id=points[j].id, vector=self._reader.as_written(
+                        V[lo + j].tolist())) for j in take]))]
                 ops += [m.SetPayloadOperation(set_payload=m.SetPayload(
                     payload={self.provenance_key: marks[lo + j]}, points=[points[j].id]))
                     for j in take]

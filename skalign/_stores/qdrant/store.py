@@ -302,6 +302,7 @@ def _check_listed(address):
 class Reader(StoreReader):
     has_rows = True
     kind = "qdrant"
+    ids_origin = "qdrant ids"
     dtype = np.dtype(np.float32)
 
     def __init__(self, address, column=None):
@@ -327,6 +328,21 @@ class Reader(StoreReader):
     def _vec(self, point):
         return point.vector[self.vector] if self.vector else point.vector
 
+    def vectors_of(self, points):
+        """The vectors of ``points`` (the address's named vector), directions where cosine."""
+        vectors = np.asarray([self._vec(p) for p in points], dtype=np.float32)
+        return unit_rows(vectors) if self.cosine else vectors
+
+    def as_written(self, values, points=()):
+        """``values`` as a write passes them: under the address's named vector, beside each
+        of ``points``' other named vectors (an upsert replaces a point's every vector);
+        bare where the collection has one unnamed vector."""
+        if not self.vector:
+            return values
+        out = {n: [p.vector[n] for p in points] for n in (points[0].vector if points else ())}
+        out[self.vector] = values
+        return out
+
     def batches(self, batch_size, start=0):
         if self.address.path is not None:
             yield from self._local_batches(batch_size, start)
@@ -341,8 +357,7 @@ class Reader(StoreReader):
             seen += len(points)
             if seen > start:
                 _strip_marks(points)
-                vectors = np.asarray([self._vec(p) for p in points], dtype=np.float32)
-                yield (unit_rows(vectors) if self.cosine else vectors), points, None
+                yield self.vectors_of(points), points, None
             if offset is None:
                 return
 
@@ -376,13 +391,15 @@ class Reader(StoreReader):
             self.address.name, ids=ids, with_payload=True, with_vectors=True)}
         points = [got[i] for i in ids]
         _strip_marks(points)
-        vectors = np.asarray([self._vec(p) for p in points], dtype=np.float32)
-        return (unit_rows(vectors) if self.cosine else vectors), points
+        return self.vectors_of(points), points
 
     def row(self, points, k):
         p = points[k]
         others = {n: v for n, v in p.vector.items() if n != self.vector} if self.vector else {}
         return {"id": p.id, "payload": p.payload, "vectors": others}
+
+    def batch_ids(self, points, n):
+        return [p.id for p in points]
 
     def take(self, positions, batch_size):
         """Points at ``positions`` (sorted) in id order, retrieved by id (the ids scrolled
@@ -463,12 +480,7 @@ class Writer(StoreWriter):
 
     def write_unit(self, out, points, shard, start):
         models = self.models
-        if self.src.vector:
-            names = list(points[0].vector)
-            vectors = {n: [p.vector[n] for p in points] for n in names}
-            vectors[self.src.vector] = self._stored(out).tolist()
-        else:
-            vectors = self._stored(out).tolist()
+        vectors = self.src.as_written(self._stored(out).tolist(), points)
         self.client.upsert(self.shadow, points=models.Batch(
             ids=[p.id for p in points], vectors=vectors, payloads=[p.payload for p in points]),
             wait=True)

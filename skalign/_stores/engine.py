@@ -1,0 +1,130 @@
+"""What the shared code asks of a store's engine: one :class:`Engine` per entry of the registry
+(:mod:`skalign._stores.registry`), defined by the engine's own module or folder, so that no code
+outside an engine tests a kind by its name.
+
+The registry makes each engine once (``Engine(kind, needs, extra)``) and hands it out by kind
+(:func:`skalign._stores.registry.engine`); file stores share :class:`~skalign._stores.files.engine.
+FileEngine`, databases :class:`~skalign._stores.databases.engine.DatabaseEngine`. Nothing here
+imports a client library until a method needs it (:meth:`Engine.import_client`): the facts of an
+engine (its backups' names, whether it writes in place) hold without it.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from ..exceptions import MissingDependencyError
+
+__all__ = ["MAX_STAMP_DEPTH", "Engine"]
+
+#: how deep a provenance stamp may nest (:func:`skalign._stores.provenance.check_stamp`)
+MAX_STAMP_DEPTH = 8
+
+
+class Engine:
+    """An engine: the facts and rules the pipeline, the provenance, the backups and the commands
+    ask of a kind of store.
+
+    Parameters
+    ----------
+    kind : str
+        The registry's name of the engine.
+    needs : str or None
+        The client library it imports (``None``: numpy only).
+    extra : str or None
+        The extra of ``pip install 'skalign[EXTRA]'`` that installs it.
+
+    Attributes
+    ----------
+    files : bool
+        Its stores are files or folders on this machine (the stamp in a sidecar beside them, the
+        shadow and journal hidden beside them).
+    writes_in_place : bool
+        Rows are changed where they are (a database's ``UPDATE``/upsert); ``False``: a change is
+        a new file written and published in place of the old one.
+    interchangeable : bool
+        It translates into every other interchangeable kind (the plain file stores); the other
+        kinds translate into their own kind only.
+    ids_in_column : bool
+        Its rows' ids are a column that ``--id-column`` names (Arrow tables).
+    texts_in_lines : bool
+        Its rows' texts are a text file beside the store, row ``i`` on line ``i``.
+    dask_reads, dask_writes : bool
+        ``dask.dataframe.read_parquet`` reads its stores / ``to_parquet`` writes them (the
+        translation on a cluster, :mod:`skalign.parallel`).
+    """
+
+    files = False
+    writes_in_place = True
+    interchangeable = False
+    ids_in_column = False
+    texts_in_lines = False
+    dask_reads = False
+    dask_writes = False
+
+    def __init__(self, kind, needs=None, extra=None):
+        self.kind, self.needs, self.extra = kind, needs, extra
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.kind!r})"
+
+    def import_client(self, where):
+        """The engine's client library, imported; a missing one names the extra to install."""
+        if self.needs is None:
+            return None
+        try:
+            return importlib.import_module(self.needs)
+        except ImportError:
+            raise MissingDependencyError(
+                f"{where}: {self.kind} stores need the {self.needs} package; "
+                f"pip install 'skalign[{self.extra}]'.") from None
+
+    # ------------------------------------------------------------------------ the translation
+    def batch_rows(self, batch_size, d_out):
+        """The default batch of a translation into this engine, from the memory budget's
+        ``batch_size`` rows of ``d_out``-wide output."""
+        return batch_size
+
+    def check_output(self, address):
+        """Refuse, before any work, an output address that cannot be written."""
+
+    def short_name(self, address):
+        """The store as a progress bar names it."""
+        return str(address)
+
+    # ------------------------------------------------------------------------ backups
+    def backup_address(self, address):
+        """Where ``--replace`` keeps the output it replaces at ``address``."""
+        raise NotImplementedError
+
+    def is_backup(self, address):
+        """Whether ``address`` is named as a backup ``--replace`` keeps."""
+        raise NotImplementedError
+
+    def restore(self, address):
+        """Swap the store at ``address`` and its backup (``skalign restore``); return the
+        backup's address (or path)."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------------ provenance
+    def read_stamp(self, address):
+        """The stamp recorded for the store at ``address`` as parsed, unchecked (``None``:
+        none)."""
+        raise NotImplementedError
+
+    def write_stamp(self, address, stamp):
+        """Record ``stamp`` as the provenance of the store at ``address``."""
+        raise NotImplementedError
+
+    def move_stamp(self, output, backup, swap=False):
+        """After ``--replace`` (the output moved to ``backup``) or a restore (``swap``), move
+        the stamps where they do not travel with the stores themselves."""
+
+    def stamp_place(self, address):
+        """Where the stamp of ``address`` is, as a malformed stamp's message names it."""
+        return str(address)
+
+    def recover_publish(self, address, match):
+        """A context manager: finish a publish of ``address`` that a killed run left (see
+        :func:`skalign._stores.files.shadow.recover_publish`)."""
+        raise NotImplementedError
