@@ -309,9 +309,10 @@ def test_skalign_demo_runs_the_demo(monkeypatch):
     import skalign.demo as demo
 
     seen = []
+    monkeypatch.setattr(demo, "run_store_demo", lambda quick: seen.append(("store", quick)))
     monkeypatch.setattr(demo, "run_demo", lambda *args: seen.append(args))
     assert main(["demo", "--anchors", "50"]) == 0
-    assert seen == [("mlp-a", "mlp-b", 50, 15)]
+    assert seen == [("store", False), ("mlp-a", "mlp-b", 50, 15)]
 
 
 
