@@ -51,14 +51,16 @@ class _AnchorsMixin:
         self.estimator_ = self._inner_estimator(est, gen).fit(self.source_anchors_,
                                                               self.target_anchors_)
 
-    def _pair_under_map(self, X, y, Xp, Yp, cand, est, gen):
+    def _pair_under_map(self, X, y, Xp, Yp, cand, est, gen, n_seed=None):
         """``map_rounds``: pair the pools again as the fitted map sees them, then refit.
 
         The candidate rows are translated by ``estimator_`` and paired with the target pool by
         mutual CSLS nearest neighbours (each side centred, as in discovery); ``estimator_`` is
         refitted on the seeds plus those pairs. Stops early when at most ``tol`` of the pairs
-        are new. Returns the fitted state after each round (:meth:`_stage`).
+        are new. Returns the fitted state after each round (:meth:`_stage`). ``n_seed``: the
+        seeds an integer ``n_anchors`` counts (default ``len(X)``).
         """
+        n_seed = len(X) if n_seed is None else n_seed
         dev = torch.device(self.device_)
         Xc = np.asarray(Xp)[to_numpy(cand)]
         V = to_tensor(Yp, dev)
@@ -70,7 +72,7 @@ class _AnchorsMixin:
             U = to_tensor(np.asarray(self.estimator_.transform(Xc)), dev)
             U = row_normalize(U - U.mean(0) if self.center else U)
             match = csls_match(U, V, k=self.csls_n_neighbors, batch_size=self.batch_size)
-            pick = self._confident_mutual(match, len(X))
+            pick = self._confident_mutual(match, n_seed)
             if len(pick) < 2:
                 break
             # a penalty searched by cross-validation is searched again only for the last

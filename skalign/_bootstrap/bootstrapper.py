@@ -85,12 +85,28 @@ class AnchorBootstrapper(_InputsMixin, _RoundsMixin, _SelfLearningMixin, _Refine
     the seeds plus half of the discovered pairs must find the other half's partners
     (``certificate_``); below ``min_certificate`` the fit warns
     (:class:`~skalign.exceptions.DiscoveryFailedWarning`). And the fit never ends measurably
-    below its start, ``estimator`` fitted on the seed pairs alone: seed pairs held out from a
-    whole fit (discovery included) score the start and every stage (the discovered pairs, each
-    map round) by the rank of their targets, as :class:`GeRAAligner` scores its epochs; a stage
-    is kept only if it beats the start by more than one standard error, else the start is
-    returned (``kept_start_``). Without seed pairs there is no start (no map can be fitted from
-    no pair, and no pair could score one): the certificate is the only check.
+    below its start, ``estimator`` fitted on the seed pairs alone (the *start guard*). A seeded
+    split holds out :math:`V` of the seed pairs (``validation_fraction`` of them, at least 10 or
+    half) and discovery runs once, on the pools and the other seeds :math:`T`, so the held-out
+    pairs guide none of it. The start :math:`f_0` (fitted on :math:`T`) and every stage
+    :math:`f_s` of that fit (:math:`T` plus the discovered pairs, then each map round) translate
+    the held-out sources; each held-out pair :math:`v` scores :math:`\ell_s(v) = -\ln
+    \operatorname{rank}_s(v)`, the rank of its own target among up to 1,024 target rows (the
+    seeds' and the target pool's) by cosine. With :math:`\bar\ell_s` the mean over :math:`V`,
+    the best stage :math:`s^* = \arg\max_s \bar\ell_s` is kept if
+
+    .. math::
+
+        \bar\ell_{s^*} - \bar\ell_0 > \operatorname{SE}\big(\ell_{s^*}(v) - \ell_0(v)\big)_{v
+        \in V},
+
+    one standard error of the paired per-pair gains, else the start. The kept stage (or the
+    start) is then refitted on every seed pair plus that stage's discovered pairs, without a
+    second discovery: the guard costs the start's and the stages' inner fits and one matching
+    of the held-out pairs, not a discovery per validation fold (measured with
+    ``benchmarks/bench_busy.py``). ``validation_scores_`` are :math:`\exp \bar\ell_s`. Without
+    seed pairs there is no start (no map can be fitted from no pair, and no pair could score
+    one): the certificate is the only check.
 
     Read more in the :ref:`User Guide <bootstrap>`.
 
@@ -169,16 +185,9 @@ class AnchorBootstrapper(_InputsMixin, _RoundsMixin, _SelfLearningMixin, _Refine
         Source-pool rows considered for discovery (a random subset of a larger pool, always
         including ``anchor_indices``). Every target-pool row is always considered.
     validation_fraction : float or None, default=0.2
-        Share of the seed pairs in each validation fold of the start guard. The seed pairs are
-        split into folds of this share (leave one out when they are very few); folds are held
-        out in turn until at least 200 seed pairs, or all of them, have been held out once.
-        For each, the start (``estimator`` fitted on the other seeds) and a whole fit from the
-        other seeds (discovery, ``map_rounds``) translate the held-out sources; each scores
-        the rank of its own target among up to 1,024 target rows (the seeds' and the target
-        pool's). The stage with the best mean log rank is kept if it beats the start by more
-        than one standard error of the per-pair gains, else the start. Costs about
-        ``1 + folds`` discoveries (6 from 25 to 800 seeds, 2 from 1,000). ``None``, no seed
-        pairs, or fewer than 3: no guard, the last stage is returned.
+        Share of the seed pairs the start guard holds out (at least 10, or half of them when
+        fewer than 20; see the guard above). ``None``, no seed pairs, fewer than 3, or a
+        missing pool side: no guard, discovery uses every seed and the last stage is returned.
     random_state : int, RandomState instance or None, default=None
         Draws the candidate subset and the Sinkhorn cost sample, and seeds the inner estimator
         when its own ``random_state`` is ``None``. Fits are bitwise repeatable on the CPU.
@@ -467,19 +476,20 @@ class AnchorBootstrapper(_InputsMixin, _RoundsMixin, _SelfLearningMixin, _Refine
         _check_pool_spread(X if pool is None or pool.X is None else pool.X, "unpaired.X")
         _check_pool_spread(y if pool is None or pool.y is None else pool.y, "unpaired.y")
         gen = make_generator(self.random_state, torch.device(self.device_))
-        stages = self._discover_and_fit(X, y, pool, est, gen)
-        self._certify(pool, gen, est, len(X))
-        self._choose_stage(X, y, pool, stages, est, gen)
+        self._guarded_fit(X, y, pool, est, gen)
         self._warn_if_discovery_failed()
         return self
 
-    def _discover_and_fit(self, X, y, pool, est, gen):
+    def _discover_and_fit(self, X, y, pool, est, gen, n_seed=None):
         """Discover pairs in the pools, fit ``estimator_`` on the seeds plus them, then run
         ``map_rounds``; returns the fitted state after each of these stages (:meth:`_stage`).
 
         Without a pool side, that side's pool is the seed rows. Sets every fitted attribute
-        but the certificate's and the start guard's.
+        but the certificate's and the start guard's. ``n_seed`` is the number of seed pairs of
+        the whole fit (default ``len(X)``; more when the guard holds some out of discovery): it
+        resolves ``discovery="auto"`` and is what an integer ``n_anchors`` counts.
         """
+        n_seed = len(X) if n_seed is None else n_seed
         Xp = X if pool is None or pool.X is None else pool.X
         Yp = y if pool is None or pool.y is None else pool.y
         dev = torch.device(self.device_)
@@ -497,7 +507,7 @@ class AnchorBootstrapper(_InputsMixin, _RoundsMixin, _SelfLearningMixin, _Refine
 
         self.discovery_ = self.discovery
         if self.discovery == "auto":
-            few = len(X) < _ROUNDS_MIN_SEEDS and pool is not None
+            few = n_seed < _ROUNDS_MIN_SEEDS and pool is not None
             self.discovery_ = "self_learning" if few else "rounds"
         self.restarts_ = []
         if self.discovery_ == "rounds":
@@ -505,8 +515,8 @@ class AnchorBootstrapper(_InputsMixin, _RoundsMixin, _SelfLearningMixin, _Refine
         else:
             match = self._self_learning(LX, LY, XP, YP, gen)
         if given is None:  # the most confident mutual pairs of the last round
-            pick = self._confident_mutual(match, len(X))
-            wanted = min(max(self.n_anchors - len(X), 0), n, m) if self.n_anchors != "auto" \
+            pick = self._confident_mutual(match, n_seed)
+            wanted = min(max(self.n_anchors - n_seed, 0), n, m) if self.n_anchors != "auto" \
                 else len(pick)
             if len(pick) < wanted:
                 warnings.warn(
@@ -526,7 +536,7 @@ class AnchorBootstrapper(_InputsMixin, _RoundsMixin, _SelfLearningMixin, _Refine
         stages = [self._stage()]
         self.map_rounds_ = []
         if self.map_rounds and given is None and len(pick):
-            stages += self._pair_under_map(X, y, Xp, Yp, cand, est, gen)
+            stages += self._pair_under_map(X, y, Xp, Yp, cand, est, gen, n_seed)
         return stages
 
     # --------------------------------------------------------------------- delegation

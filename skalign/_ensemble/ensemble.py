@@ -18,6 +18,7 @@ from ..utils._backend import (
     row_normalize,
     to_numpy,
     to_tensor,
+    work_threads,
 )
 from ..utils._compat import Interval, StrOptions, _fit_context, validate_data
 from ..utils._optim import LossHistory
@@ -234,6 +235,11 @@ class OrthogonalEnsembleAligner(BaseTransformer):
                 f"reference={self.reference} must be smaller than n_views={self.n_views}."
             )
         self.device_ = str(resolve_device(self.device))
+        # the biggest step: one view's rows times a d x d map, at every iteration
+        with work_threads(len(X) * (X.shape[1] // self.n_views) ** 2, self.device_):
+            return self._fit_views(X)
+
+    def _fit_views(self, X):
         dev = torch.device(self.device_)
         m, d = self.n_views, X.shape[1] // self.n_views
         V, present = _unit_views(X, m, dev, SOLVE_DTYPE)  # (n, m, d), (n, m)

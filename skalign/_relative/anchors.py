@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..utils._backend import SOLVE_DTYPE, check_finite, small_lapack, to_numpy
+from ..utils._backend import SOLVE_DTYPE, check_finite, lapack_threads, to_numpy
 
 #: Centred anchors whose norm is below this fraction of the mean centred norm have no direction.
 DEGENERATE_RTOL = 1e-10
@@ -88,7 +88,7 @@ def subset_decoders(A_hat: torch.Tensor, subsets, rtol, alpha=0.0):
         key = tuple(idx[order].tolist())
         if key not in cache:
             A = A_hat[idx[order]].to(SOLVE_DTYPE)
-            with small_lapack(A):
+            with lapack_threads(A):
                 U, s, Vh = torch.linalg.svd(A, full_matrices=False)
             tol = max(A.shape) * torch.finfo(SOLVE_DTYPE).eps if rtol is None else rtol
             f, keep = spectral_filter(s, tol, alpha)

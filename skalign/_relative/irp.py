@@ -15,7 +15,14 @@ from sklearn import get_config
 
 from ..base import BaseAligner
 from ..exceptions import IllConditionedDecodeWarning
-from ..utils._backend import COMPUTE_DTYPE, SOLVE_DTYPE, make_generator, to_numpy, to_tensor
+from ..utils._backend import (
+    COMPUTE_DTYPE,
+    SOLVE_DTYPE,
+    make_generator,
+    to_numpy,
+    to_tensor,
+    work_threads,
+)
 from ..utils._compat import Interval, StrOptions, _fit_context
 from .anchors import center_normalize, on_mean_floor
 from .irp_decode import _FAST_RIDGE, _WARN_GAIN, _gcv_alpha, _ridge_map, _Side, _spectral_map
@@ -287,6 +294,11 @@ class InverseRelativeProjector(BaseAligner):
             The fitted estimator.
         """
         X, y = self._validate_pair(X, y)
+        # the biggest step: a decomposition of an anchor or feature Gram matrix
+        with work_threads(max(len(X), X.shape[1], y.shape[1]) ** 3, self.device_):
+            return self._fit_anchors(X, y)
+
+    def _fit_anchors(self, X, y):
         dev = torch.device(self.device_)
         Xt, Yt = to_tensor(X, dev, SOLVE_DTYPE), to_tensor(y, dev, SOLVE_DTYPE)
         mu_x, Ax, s_x, valid_x = center_normalize(Xt)

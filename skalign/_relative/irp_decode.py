@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..utils._backend import SOLVE_DTYPE, small_lapack, to_numpy
+from ..utils._backend import SOLVE_DTYPE, lapack_threads, to_numpy
 from .anchors import subset_decoders
 
 #: Distinct anchor subsets whose GCV curves are pooled to choose the ridge. The ω pruning runs are
@@ -107,14 +107,14 @@ def _gcv_alpha(side, subsets):
         S_enc = side.enc[idx]
         if k_i <= side.dec.shape[1]:
             K = side.K(idx)
-            with small_lapack(K):
+            with lapack_threads(K):
                 lam, U = torch.linalg.eigh(K)
             W = U.T @ S_enc
             B = ((W @ side.G_enc) * W).sum(1)
             perp = 0.0  # U is a complete basis of the k_S-dimensional response space
         else:
             G = side.G(idx)
-            with small_lapack(G):
+            with lapack_threads(G):
                 lam, V = torch.linalg.eigh(G)
             keep = lam > lam.max() * max(k_i, len(lam)) * torch.finfo(SOLVE_DTYPE).eps
             lam, V = lam[keep], V[:, keep]
@@ -201,7 +201,7 @@ def _ridge_map(side, subsets, alpha):
 
 def _spd_inverse(A):
     """Inverse of a symmetric positive definite matrix by Cholesky (pseudo-inverse if not PD)."""
-    with small_lapack(A):
+    with lapack_threads(A):
         L, info = torch.linalg.cholesky_ex(A)
         if int(info) == 0:
             return torch.cholesky_inverse(L)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 from sklearn import get_config
 
+from ..utils._backend import one_thread
+
 __all__ = ["farthest_point_sampling"]
 
 
@@ -62,6 +64,13 @@ def farthest_point_sampling(anchors, starts, threshold, *, valid=None, other=Non
     order : torch.Tensor of shape (n_runs, max_kept), int64
         Row ``i`` lists the anchors kept by run ``i`` in selection order, padded with ``-1``.
     """
+    # about k steps of a few operations on (n_runs, k) matrices: one thread, whatever the
+    # caller's setting (each step would synchronise the threads several times)
+    with one_thread():
+        return _sample(anchors, starts, threshold, valid, other)
+
+
+def _sample(anchors, starts, threshold, valid, other):
     spaces = [anchors] if other is None else [anchors, other]
     rows_of = _abs_cosine_rows(spaces)
     k, device = anchors.shape[0], anchors.device

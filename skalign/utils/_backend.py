@@ -488,12 +488,93 @@ def check_finite(value, *, what: str, hint: str):
         raise NumericalError(f"Non-finite values in {what}. {hint}")
 
 
+# ------------------------------------------------------------------------------------ threads
 #: the largest decomposition (``m * n * min(m, n)`` of an ``m × n`` matrix: about its flop count)
-#: that runs on one CPU thread, a 256 × 256 one; see :func:`small_lapack`
+#: that :func:`small_lapack` runs on one CPU thread, a 256 × 256 one
 SMALL_LAPACK = 2**24
+#: the largest step (multiply-adds of its biggest dense operation: a product, a decomposition)
+#: that :func:`work_threads` runs on one CPU thread: a 1,290 × 1,290 decomposition, a 2,000 ×
+#: 1,000 by 1,000 × 1,000 product
+ONE_THREAD_WORK = 2**31
 _one_thread = threading.Lock()
 _one_thread_depth = 0
 _saved_threads = 1
+_blas = []  # the threadpoolctl controller and its limit while one thread is in force
+
+
+def _enter_one_thread(blas):
+    global _one_thread_depth, _saved_threads
+    import torch
+
+    with _one_thread:
+        if _one_thread_depth == 0:
+            _saved_threads = torch.get_num_threads()
+            if _saved_threads > 1:
+                torch.set_num_threads(1)
+        _one_thread_depth += 1
+        if blas and len(_blas) < 2:  # numpy's BLAS too, restored when the last scope leaves
+            from threadpoolctl import ThreadpoolController
+
+            if not _blas:
+                _blas.append(ThreadpoolController())
+            _blas.append(_blas[0].limit(limits=1, user_api="blas"))
+
+
+def _leave_one_thread():
+    global _one_thread_depth
+    import torch
+
+    with _one_thread:
+        _one_thread_depth -= 1
+        if _one_thread_depth == 0:
+            if len(_blas) == 2:
+                _blas.pop().restore_original_limits()
+            if _saved_threads > 1:
+                torch.set_num_threads(_saved_threads)
+
+
+@contextlib.contextmanager
+def one_thread(*, blas=False):
+    """Run the block on one CPU thread: torch's (``torch.set_num_threads``) and, with ``blas``,
+    numpy's BLAS (threadpoolctl); the caller's settings are restored when it ends.
+
+    Nested and concurrent uses (threads of one process, joblib's threading backend) share one
+    count: the settings are restored when the last one leaves, never stuck at one thread.
+    """
+    _enter_one_thread(blas)
+    try:
+        yield
+    finally:
+        _leave_one_thread()
+
+
+def work_threads(work, device="cpu"):
+    r"""Threads chosen by the work: :func:`one_thread` (torch and BLAS) for a CPU step whose
+    biggest dense operation is at most :data:`ONE_THREAD_WORK` multiply-adds, torch's setting
+    above it and on other devices.
+
+    **The rule.** A parallel operation synchronises its threads at least once, LAPACK many times
+    per call, and a step of a fit (a loop of products, an IRP fit's factorisations, a Karcher
+    iteration) many times over; while another job holds a core, every synchronisation waits for
+    a time slice. Measured on two cores beside busy processes (load 4–12), at these sizes one
+    thread was 3 to 10 times faster than two: an IRP fit on 1,000 anchors into 768 dimensions
+    took 24–40 s on two threads and 3.4–3.8 s on one, a 768 × 768 ``eigh`` 5.8 s and 0.37 s.
+    Without other jobs a second thread gains nothing on such decompositions (a 768 × 768
+    ``eigh``: 123 ms on two threads, 110 ms on one) and at most half of a step that takes a
+    fraction of a second; above the limit the products are large enough for a second thread to
+    pay on an idle machine and to lose only its share of the cores on a busy one. ``python
+    benchmarks/bench_busy.py`` times every default fit alone and beside a hog on every core.
+
+    Parameters
+    ----------
+    work : int or float
+        Multiply-adds of the step's biggest dense operation (``m · n · k`` for an ``m × n`` by
+        ``n × k`` product, ``m · n · min(m, n)`` for a decomposition of an ``m × n`` matrix).
+    device : str or torch.device, default="cpu"
+    """
+    if str(device).startswith("cpu") and work <= ONE_THREAD_WORK:
+        return one_thread(blas=True)
+    return contextlib.nullcontext()
 
 
 @contextlib.contextmanager
@@ -504,31 +585,26 @@ def small_lapack(A: torch.Tensor):
     a core, each synchronisation waits for a time slice, and small decompositions get several
     times slower (the soft self-learning's 128 × 128 SVD, once per iteration, beside one busy
     process; ``benchmarks/bench_small_lapack.py``, figures in the user guide's "Threads").
-    Below :data:`SMALL_LAPACK` a second thread gains little on an idle machine; above it, it
-    gains, and larger matrices, and other devices, keep torch's thread setting. Nested and
-    concurrent uses (threads of one process) restore the caller's setting when the last one
-    leaves.
+    Below :data:`SMALL_LAPACK` a second thread gains little on an idle machine; above it, the
+    decomposition keeps the caller's setting (a fit that runs whole steps on one thread decides
+    by :func:`work_threads`). Nested and concurrent uses (threads of one process) restore the
+    caller's setting when the last one leaves.
     """
-    import torch
-
     m, n = A.shape[-2:]
     if A.device.type != "cpu" or m * n * min(m, n) > SMALL_LAPACK:
         yield
         return
-    global _one_thread_depth, _saved_threads
-    with _one_thread:
-        if _one_thread_depth == 0:
-            _saved_threads = torch.get_num_threads()
-            if _saved_threads > 1:
-                torch.set_num_threads(1)
-        _one_thread_depth += 1
-    try:
+    with one_thread():
         yield
-    finally:
-        with _one_thread:
-            _one_thread_depth -= 1
-            if _one_thread_depth == 0 and _saved_threads > 1:
-                torch.set_num_threads(_saved_threads)
+
+
+def lapack_threads(A: torch.Tensor):
+    """:func:`work_threads` for a decomposition of ``A`` (``m · n · min(m, n)``), torch's
+    threads only (no BLAS controller: called inside loops)."""
+    m, n = A.shape[-2:]
+    if A.device.type == "cpu" and m * n * min(m, n) <= ONE_THREAD_WORK:
+        return one_thread()
+    return contextlib.nullcontext()
 
 
 def pinv_svd(A: torch.Tensor, rtol: float | None = None):
@@ -547,7 +623,7 @@ def pinv_svd(A: torch.Tensor, rtol: float | None = None):
     import torch
 
     A64 = A.to(torch.float64)
-    with small_lapack(A):
+    with lapack_threads(A):
         U, s, Vh = torch.linalg.svd(A64, full_matrices=False)
     if rtol is None:
         rtol = max(A.shape[-2:]) * torch.finfo(torch.float64).eps
@@ -569,7 +645,7 @@ def ridge_svd(X: torch.Tensor, Y: torch.Tensor, alpha: float, rtol: float | None
     import torch
 
     X64, Y64 = X.to(torch.float64), Y.to(torch.float64)
-    with small_lapack(X):
+    with lapack_threads(X):
         U, s, Vh = torch.linalg.svd(X64, full_matrices=False)
     if alpha > 0:
         d = s / (s * s + alpha)
@@ -590,7 +666,7 @@ def polar(M: torch.Tensor) -> torch.Tensor:
     """
     import torch
 
-    with small_lapack(M):
+    with lapack_threads(M):
         U, _, Vh = torch.linalg.svd(M.to(torch.float64), full_matrices=False)
     return U @ Vh
 
