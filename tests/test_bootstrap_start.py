@@ -129,6 +129,33 @@ def test_stages_with_map_rounds_and_verbose(capsys):
     np.testing.assert_array_equal(restored.transform(Xs), boot.transform(Xs))
 
 
+def test_the_guard_runs_discovery_once_without_the_held_out_seeds(monkeypatch):
+    """Issue 57: one discovery, from the seeds not held out (20 %, at least 10 or half), so the
+    guard costs inner fits, not discoveries; the stage kept is refitted on every seed pair."""
+    Xs, Ys, pool = _synthetic(30, d=48)  # the start underdetermined, the pools right
+    calls = []
+    original = AnchorBootstrapper._discover_and_fit
+
+    def counted(self, X, y, *args, **kwargs):
+        calls.append(np.asarray(X).copy())
+        return original(self, X, y, *args, **kwargs)
+
+    monkeypatch.setattr(AnchorBootstrapper, "_discover_and_fit", counted)
+    boot = AnchorBootstrapper(random_state=0).fit(Xs, Ys, unpaired=pool)
+    assert len(calls) == 1 and len(calls[0]) == 30 - 10
+    seen = {row.tobytes() for row in calls[0]}
+    held_out = [i for i, row in enumerate(Xs) if row.tobytes() not in seen]
+    assert len(held_out) == 10
+    assert boot.best_stage_ == 1 and not boot.kept_start_
+    np.testing.assert_array_equal(boot.source_anchors_[:30], Xs)  # every seed, in order
+    assert len(boot.source_anchors_) == 30 + len(boot.anchor_pairs_)
+    refit = ProcrustesAligner().fit(boot.source_anchors_, boot.target_anchors_)
+    np.testing.assert_allclose(boot.transform(Xs), refit.transform(Xs), atol=1e-5)
+    calls.clear()
+    AnchorBootstrapper(validation_fraction=None, random_state=0).fit(Xs, Ys, unpaired=pool)
+    assert len(calls) == 1 and len(calls[0]) == 30
+
+
 @pytest.mark.parametrize("n_seeds", [0, 2])
 def test_no_guard_without_seeds_to_hold_out(n_seeds):
     """No seed pairs: no start exists; one or two: none can be held out. The fit on the
