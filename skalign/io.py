@@ -401,19 +401,20 @@ def migrate(source, output, encoder, budget, *, text_field=None, column=None,
             progress=False, batch_size=None, provenance_key=None):
     """Migrate a store to a new encoder: encode ``budget`` rows' texts, translate the rest.
 
-    The rows are those nearest the centres of a seeded k-means of the old vectors, up to a
-    budget of 4,096; above it, and for ``continue_``'s further rows, drawn uniformly at random
+    The rows are chosen from their old vectors: those nearest the centres of a seeded k-means,
+    up to a budget of 4,096; above it, and for ``continue_``'s further rows, drawn uniformly
     (seeded). Their texts are encoded by ``encoder`` through the encode cache, a map is planned
-    (:func:`skalign.plan.plan_migration`) and fitted on those pairs, and ``source`` is
-    translated into ``output`` as by :func:`translate` (shadow write, verification, resume
-    after a crash, provenance stamp), the encoded rows holding their encoder's vectors exactly.
-    Each encoded row carries a mark, ``encoded:<encoder fingerprint>:<text field>:<digest of
-    the text>`` (a metadata or payload key or a column ``skalign_vector``; the folder
-    ``PATH.skalign-live`` beside a file store); a translated row carries none, or
+    (:func:`skalign.plan.plan_migration`) and fitted on those pairs, and ``output`` is written
+    in one pass as by :func:`translate` (shadow write, verification, resume after a crash,
+    provenance stamp): every other row translated, the encoded rows with their encoder's
+    vectors exactly, each carrying a mark, ``encoded:<encoder fingerprint>:<text field>:<digest
+    of the text>`` (a metadata or payload key or a column ``skalign_vector``; the folder
+    ``PATH.skalign-live`` beside a file store). A translated row carries none, or
     ``translated:<map>`` once ``continue_`` has written it in place. With ``continue_=True``,
     ``budget`` more rows of ``output`` are encoded, the map is refitted on all encoded rows and
     the other rows translated again when its estimate is higher; once every row is encoded,
-    ``output`` holds exactly the encoder's vectors.
+    ``output`` holds exactly the encoder's vectors. Killed at any point, the same call run
+    again finishes it.
 
     Parameters
     ----------
@@ -437,7 +438,7 @@ def migrate(source, output, encoder, budget, *, text_field=None, column=None,
     anyway : bool, default=False
         Migrate even below ``min_recall``.
     random_state : int, default=0
-        Seed of the rows drawn.
+        Seed of the k-means and of the rows drawn uniformly.
     cache : str, path-like or EncodeCache, default=None
         The encode cache; ``None`` keeps vectors for this call only (the command line uses
         :func:`skalign.encoders.default_cache_path`).

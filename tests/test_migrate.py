@@ -77,10 +77,10 @@ def test_centre_rows_cover_the_old_space():
     rng = np.random.default_rng(0)
     X = np.vstack([rng.normal(size=(500, 8)) + 10 * np.eye(8)[0],
                    rng.normal(size=(20, 8)) - 10 * np.eye(8)[0]])
-    rows = centre_rows(lambda p: X[p], len(X), 12, random_state=1)
+    rows = centre_rows(X, 12, random_state=1)
     assert len(rows) == len(set(rows)) == 12 and (rows >= 500).any() and (rows < 500).any()
-    np.testing.assert_array_equal(rows, centre_rows(lambda p: X[p], len(X), 12, random_state=1))
-    assert len(centre_rows(lambda p: X[p], len(X), 600)) == len(X)
+    np.testing.assert_array_equal(rows, centre_rows(X, 12, random_state=1))
+    assert len(centre_rows(X, 600)) == len(X)
 
 
 def test_parquet_migration_encodes_the_budget_and_marks_every_row(corpus, tmp_path, capsys):

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from skalign import _migrate_calibration as mc
+from skalign._migrate import calibration as mc
 from skalign._migrate.choice import centre_rows
 from skalign._migrate.migration import migrate_store
 from skalign._migrate.rows import ExactRowsModel
@@ -35,7 +35,7 @@ def migrate_in_memory(X, Y, share, method, seed=0, n_queries=400):
     """Recall@10 of translating every row, of the uncalibrated mixed store and of the store
     ``migrate`` writes, on queries from the rows not encoded; and the choice."""
     n = len(X)
-    pos = centre_rows(lambda r: X[r], n, int(round(share * n)), random_state=seed)
+    pos = centre_rows(X, int(round(share * n)), random_state=seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         model = make_candidate(method, len(pos), seed).fit(X[pos], Y[pos])

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["CENTRES_MAX_BUDGET", "CENTRES_MAX_ROWS", "centre_rows", "choose_rows"]
+__all__ = ["CENTRES_MAX_BUDGET", "CENTRES_MAX_ROWS", "centre_rows", "choose_rows",
+           "rows_to_cluster"]
 
 #: above this budget the rows are drawn uniformly: a k-means with that many clusters costs more
 #: than it can gain (the centres' advantage was gone at 40 % encoded)
@@ -53,32 +54,49 @@ def choose_rows(n_rows, budget, *, exclude=None, random_state=0):
     return np.sort(candidates[rng.permutation(len(candidates))[:budget]])
 
 
-def centre_rows(read_vectors, n_rows, budget, *, random_state=0):
-    """Positions of the rows nearest the centres of a k-means of the old vectors.
-
-    A mini-batch k-means with ``budget`` clusters on the unit-normalised old vectors of (a
-    uniform subsample of at most :data:`CENTRES_MAX_ROWS`) rows; each centre takes its nearest
-    row, the next nearest when that one is taken. Above :data:`CENTRES_MAX_BUDGET` rows, or
-    when the budget covers the store, :func:`choose_rows` draws them uniformly.
-
-    Parameters
-    ----------
-    read_vectors : callable
-        ``read_vectors(positions)`` returns the old vectors of those rows.
-    n_rows, budget, random_state
-        As :func:`choose_rows`.
+def rows_to_cluster(n_rows, budget, *, random_state=0):
+    """The rows whose old vectors :func:`centre_rows` clusters for a budget of ``budget`` of
+    ``n_rows`` rows: every row, or a seeded uniform subsample of :data:`CENTRES_MAX_ROWS` of a
+    larger store; none where the rows are drawn uniformly instead (:func:`choose_rows`: above
+    :data:`CENTRES_MAX_BUDGET`, a budget under 2 or covering the store).
 
     Returns
     -------
     ndarray of int
-        Sorted positions.
+        Sorted positions (empty: draw the rows with :func:`choose_rows`).
+    """
+    if budget > CENTRES_MAX_BUDGET or budget >= n_rows or budget < 2:
+        return np.zeros(0, dtype=np.int64)
+    return choose_rows(n_rows, min(n_rows, CENTRES_MAX_ROWS), random_state=random_state)
+
+
+def centre_rows(vectors, budget, *, random_state=0):
+    """Positions of the rows of ``vectors`` nearest the centres of a k-means of them.
+
+    A mini-batch k-means with ``budget`` clusters on the unit-normalised rows; each centre
+    takes its nearest row, the next nearest when that one is taken. Above
+    :data:`CENTRES_MAX_BUDGET` rows, or when the budget covers the rows, :func:`choose_rows`
+    draws them uniformly.
+
+    Parameters
+    ----------
+    vectors : array-like of shape (n_rows, dim)
+        The old vectors of the rows to choose from (:func:`rows_to_cluster`).
+    budget : int
+        Rows to choose.
+    random_state : int
+        Seed.
+
+    Returns
+    -------
+    ndarray of int
+        Sorted positions in ``vectors``.
     """
     from sklearn.cluster import MiniBatchKMeans
 
-    if budget > CENTRES_MAX_BUDGET or budget >= n_rows or budget < 2:
-        return choose_rows(n_rows, budget, random_state=random_state)
-    rows = choose_rows(n_rows, min(n_rows, CENTRES_MAX_ROWS), random_state=random_state)
-    U = np.asarray(read_vectors(rows), dtype=np.float64)
+    U = np.array(vectors, dtype=np.float64)
+    if budget > CENTRES_MAX_BUDGET or budget >= len(U) or budget < 2:
+        return choose_rows(len(U), budget, random_state=random_state)
     U /= np.maximum(np.linalg.norm(U, axis=1, keepdims=True), 1e-12)
     km = MiniBatchKMeans(budget, n_init=1, batch_size=1024,
                          random_state=random_state).fit(U)
@@ -105,4 +123,4 @@ def centre_rows(read_vectors, n_rows, budget, *, random_state=0):
     if short:  # centres whose few nearest rows were all taken: uniform rows make up the count
         rest = np.flatnonzero(~taken)
         taken[np.random.default_rng(random_state).choice(rest, short, replace=False)] = True
-    return np.sort(rows[np.flatnonzero(taken)])
+    return np.flatnonzero(taken)

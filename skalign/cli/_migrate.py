@@ -1,4 +1,5 @@
-"""``skalign migrate``: re-embed a budgeted sample with the new encoder, translate the rest."""
+"""``skalign migrate``: re-embed BUDGET rows (those nearest k-means centres of the old vectors)
+with the new encoder, translate the rest."""
 
 from __future__ import annotations
 
@@ -11,18 +12,19 @@ __all__ = ["add_migrate_command", "cmd_migrate"]
 
 MIGRATE_EPILOG = """\
 HOW:
-  BUDGET rows of SOURCE are chosen: up to a budget of {max_budget:,}, the rows nearest the centres
-  of a seeded k-means of the old vectors; above it, and for --continue's further rows, rows
-  drawn at random, seeded. Their texts are encoded by the new encoder (each text once: the
-  encode cache keeps every vector, across runs and crashes), a map is planned and fitted on
-  those pairs, every row translated into OUTPUT (shadow write, verification, resume after a
-  kill, provenance stamp, as `skalign translate`), and the encoded rows' exact vectors written
-  over their translations, each row marked with what its vector was computed from: the encoder,
-  the text field and a digest of the text (`skalign info OUTPUT` shows the rows encoded, the
-  stale ones whose text changed since, and the translated ones).
+  BUDGET rows of SOURCE are chosen from their old vectors: up to a budget of {max_budget:,}, the
+  rows nearest the centres of a seeded k-means (one centre per row to encode); above it, and
+  for --continue's further rows, rows drawn uniformly, seeded. Their texts are encoded by the
+  new encoder (each text once: the encode cache keeps every vector, across runs and crashes),
+  a map is planned and fitted on those pairs, and OUTPUT is written in one pass (shadow write,
+  verification, resume after a kill, provenance stamp, as `skalign translate`): every other
+  row translated, the encoded rows with their exact vectors, each marked with what its vector
+  was computed from: the encoder, the text field and a digest of the text (`skalign info
+  OUTPUT` shows the rows encoded, the stale ones whose text changed since, and the translated
+  ones).
   OUTPUT may not be SOURCE; an existing OUTPUT is refused unless it is this migration's (a run
-  killed after publishing it: the same command finishes it). Both are checked before anything
-  is encoded.
+  killed after publishing it: the same command finishes it). Both are checked before the
+  encoder is loaded.
   With no method reaching --min-recall the command stops with the plan and exit status 1
   (--anyway migrates all the same).
 
@@ -58,10 +60,12 @@ NORMALIZE:
 def add_migrate_command(sub, positive_int):
     """Add ``migrate`` to the subparsers ``sub``."""
     mg = sub.add_parser(
-        "migrate", help="re-embed a budgeted sample with the new encoder, translate the rest",
+        "migrate", help="re-embed BUDGET rows (nearest k-means centres of the old vectors) "
+        "with the new encoder, translate the rest",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Migrate SOURCE to the new encoder in OUTPUT: BUDGET rows encoded "
-        "exactly, every other row translated by a map fitted on them.",
+        description="Migrate SOURCE to the new encoder in OUTPUT: BUDGET rows, chosen from "
+        "their old vectors, encoded exactly, every other row translated by a map fitted on "
+        "them.",
         epilog=MIGRATE_EPILOG.format(max_budget=CENTRES_MAX_BUDGET))
     mg.add_argument("source", metavar="SOURCE", help="the store embedded by the old encoder "
                     "(never modified); its rows must carry their texts")
@@ -93,7 +97,7 @@ def add_migrate_command(sub, positive_int):
                     help="what an .npy, Parquet or LanceDB store is searched by, for "
                     "--normalize auto (default: cosine; databases and FAISS say their own)")
     mg.add_argument("--seed", type=int, default=0, help="seed of the k-means and of the rows "
-                    "drawn at random (default: 0)")
+                    "drawn uniformly (default: 0)")
     mg.add_argument("--encode-cache", metavar="PATH", help="SQLite file of encoded texts "
                     "(default: $SKALIGN_ENCODE_CACHE or ~/.cache/skalign/encodings.sqlite)")
     mg.add_argument("--device", default="auto", help="where the encoder runs: auto, cpu, cuda")
@@ -115,13 +119,14 @@ def store_metric(address, column=None, **options):
         return store.metric
 
 
-def choose_normalize(args, address, what, options=None, migration=None):
+def choose_normalize(args, address, what, options=None, migration=None, metric=None):
     """``(spec, normalize, metric, why)``: the encoder spec without its ``?normalize=``,
     ``--normalize`` (or the spec's; default auto) resolved for the store at ``address`` (opened
-    with ``options``; default: ``--metric`` when given), the store's metric (``None`` when not
-    needed) and a phrase saying why, for the messages. With ``migration`` (the stamp's record
-    of a migration being continued) auto is the choice it recorded: the encoder's own output
-    for a migration recorded before the choice was."""
+    with ``options``; default: ``--metric`` when given; not opened where its ``metric`` is
+    given), the store's metric (``None`` when not needed) and a phrase saying why, for the
+    messages. With ``migration`` (the stamp's record of a migration being continued) auto is
+    the choice it recorded: the encoder's own output for a migration recorded before the choice
+    was."""
     from ..encoders import resolve_normalize
     from ..encoders._spec import split_spec
 
@@ -141,9 +146,10 @@ def choose_normalize(args, address, what, options=None, migration=None):
             f"auto: the choice the migration recorded ({label})" if label is not None else
             "auto: the migration's (recorded before --normalize existed: the encoder's own "
             "output)")
-    if options is None:
-        options = {"metric": args.metric} if args.metric else {}
-    metric = store_metric(address, args.column, **options)
+    if metric is None:
+        if options is None:
+            options = {"metric": args.metric} if args.metric else {}
+        metric = store_metric(address, args.column, **options)
     unit = resolve_normalize("auto", metric)
     names = {"ip": "inner product", "l2": "L2 distance", "cosine": "cosine"}
     why = (f"auto: {what} ranks by {names[metric]}, where a vector's length changes the ranking"
@@ -166,41 +172,45 @@ def normalize_line(encoder, why):
 
 
 def cmd_migrate(args, out):
-    from .._migrate.migration import check_migration, migrate_store
+    from .._migrate.migration import open_migration
     from ..encoders import CachedEncoder, EncodeCache, load_encoder
     from ..encoders._spec import normalize_label
     from ..exceptions import MigrationRefused, StoreError
     from ..utils._console import on_terminal, stage
 
     progress = on_terminal(not (args.quiet or args.json))
-    src, dst, stamp = check_migration(args.source, args.output, args.continue_)
-    migration = ((stamp or {}).get("migration") or {}) if args.continue_ else None
-    spec, unit, _, why = choose_normalize(args, src, "SOURCE", migration=migration)
-    with stage(f"loading the encoder {spec}", progress):  # before anything is encoded
-        encoder = load_encoder(spec, device=args.device, batch_size=args.encode_batch,
-                               normalize=unit)
-    before = migration or {}
-    label = normalize_label(encoder)
-    if before.get("normalize") not in (None, label) and before.get("encoder") != \
-            encoder.fingerprint:
-        raise StoreError(f"{dst} was migrated with normalize {before['normalize']}, this run's "
-                         f"is {label} ({why}); continue with the same --normalize")
-    cached = CachedEncoder(encoder, cache=EncodeCache(args.encode_cache), progress=progress)
-    methods = args.methods.split(",") if args.methods else None
-    try:
-        result = migrate_store(
-            args.source, args.output, cached, args.budget, text_field=args.text_field,
-            column=args.column, methods=methods, min_recall=args.min_recall,
-            anyway=args.anyway, random_state=args.seed, continue_=args.continue_,
-            progress=progress, batch_size=args.batch_size,
-            provenance_key=args.provenance_key)
-    except MigrationRefused as exc:
-        if args.json:
-            out(json.dumps({"refused": str(exc), "plan": exc.plan.to_dict()}, default=str))
-        else:
-            out(exc.plan.summary())
-            out(f"skalign migrate: {exc}")
-        return 1
+    # every refusal that needs no encoder, the source opened once (its metric for auto)
+    with open_migration(args.source, args.output, continue_=args.continue_,
+                        text_field=args.text_field, column=args.column,
+                        provenance_key=args.provenance_key,
+                        **({"metric": args.metric} if args.metric else {})) as step:
+        before = step.record or {}
+        spec, unit, _, why = choose_normalize(args, None, "SOURCE", migration=step.record,
+                                              metric=step.metric)
+        with stage(f"loading the encoder {spec}", progress):  # before anything is encoded
+            encoder = load_encoder(spec, device=args.device, batch_size=args.encode_batch,
+                                   normalize=unit)
+        label = normalize_label(encoder)
+        if before.get("normalize") not in (None, label) and before.get("encoder") != \
+                encoder.fingerprint:
+            raise StoreError(f"{step.out} was migrated with normalize {before['normalize']}, "
+                             f"this run's is {label} ({why}); continue with the same "
+                             "--normalize")
+        cached = CachedEncoder(encoder, cache=EncodeCache(args.encode_cache),
+                               progress=progress)
+        try:
+            result = step.run(cached, args.budget,
+                              methods=args.methods.split(",") if args.methods else None,
+                              min_recall=args.min_recall, anyway=args.anyway,
+                              random_state=args.seed, progress=progress,
+                              batch_size=args.batch_size)
+        except MigrationRefused as exc:
+            if args.json:
+                out(json.dumps({"refused": str(exc), "plan": exc.plan.to_dict()}, default=str))
+            else:
+                out(exc.plan.summary())
+                out(f"skalign migrate: {exc}")
+            return 1
     if args.json:
         out(json.dumps({**result.to_dict(), "normalize": normalize_label(cached),
                         "from_cache": cached.n_cached - cached.n_repeated,

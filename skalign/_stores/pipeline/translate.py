@@ -40,8 +40,8 @@ from ..registry import backend_module, reader_class, recovery_function, writer_c
 from .streaming import BatchTranslator, WriteBehind, blas_threads_beside
 from .verify import keep_sample, verification_positions, verify
 
-__all__ = ["Translation", "TranslationResult", "finish_interrupted_publish", "open_reader",
-           "open_writer", "output_dim", "prepare_translation", "restore_store",
+__all__ = ["RowMarks", "Translation", "TranslationResult", "finish_interrupted_publish",
+           "open_reader", "open_writer", "output_dim", "prepare_translation", "restore_store",
            "translate_store"]
 
 
@@ -286,14 +286,113 @@ def _check_extra(stamp_extra):
 
 def finish_interrupted_publish(dst):
     """Finish a publish of the output ``dst`` that a killed run left (whatever job it was), up
-    to the output in place with its stamp. ``skalign migrate`` calls it before it reads the
-    output's stamp (``--continue``'s next step redoes what came after the publish)."""
+    to the output in place with its stamp; return the output's stamp then (``None``: none, or
+    one that cannot be read). ``skalign migrate`` starts here (``--continue``'s next step
+    redoes what came after the publish)."""
     dst = parse_address(dst, output=True)
     with recovery_function(dst)(dst, lambda stamp: False):
         pass
+    try:
+        stamp = read_stamp(dst)
+    except StoreError:
+        return None
+    return stamp if isinstance(stamp, dict) else None
 
 
-def _finish_interrupted(model_fp, src, dst, extra, after_publish):
+@dataclass(frozen=True)
+class RowMarks:
+    """Rows whose vector and provenance mark a translation writes into its output as it
+    publishes it (:func:`translate_store`'s ``marks``): through the output's live store
+    (:meth:`~skalign._stores.live.LiveStore.write_back`), after the output is in place and
+    before the publish's record is removed, so that a kill in between is finished by the same
+    call run again. :meth:`write` writes them into a store open live (in place).
+
+    Attributes
+    ----------
+    ids : list
+        The rows, by id.
+    vectors : ndarray of shape (len(ids), d_out)
+        Their vectors (those the translation wrote, or others: the live store's write wins).
+    marks : list of str, default=None
+        Each row's provenance value (e.g. :func:`~skalign._stores.live.translated_mark`);
+        ``None``: each row is marked encoded by ``encoder`` from its text in ``texts``
+        (:func:`~skalign._stores.live.encoded_mark`, the text field ``text_field`` as the
+        output names it).
+    expected : list of (str or None), default=None
+        Compare-and-set: a row is written only where its provenance is still this (``None``:
+        none); ``None`` writes every row.
+    key : str, default=None
+        The column, metadata or payload key of the provenance (``None``: the default).
+    encoder, texts, text_field
+        The encoder's fingerprint, each row's text and where it was read (``marks=None``).
+    """
+
+    ids: list
+    vectors: object
+    marks: list | None = None
+    expected: list | None = None
+    key: str | None = None
+    encoder: str | None = None
+    texts: list | None = None
+    text_field: str | None = None
+
+    def __len__(self):
+        return len(self.ids)
+
+    def values(self, store):
+        """Each row's provenance value in the live ``store``."""
+        if self.marks is not None:
+            return list(self.marks)
+        from ..live import encoded_mark
+
+        field = store.text_source(self.text_field)
+        return [encoded_mark(self.encoder, field, text) for text in self.texts]
+
+    def write(self, store):
+        """Write the rows into the live ``store`` in batches; return how many were written
+        (the others' provenance had changed: compare-and-set)."""
+        values, written = self.values(store), 0
+        for lo in range(0, len(self.ids), MARK_BATCH):
+            part = slice(lo, lo + MARK_BATCH)
+            done = store.write_back(self.ids[part], self.vectors[part], values[part],
+                                    None if self.expected is None else self.expected[part])
+            written += int(done.sum())
+        return written
+
+
+#: rows per write-back of :class:`RowMarks`
+MARK_BATCH = 2048
+
+
+def _write_marks(dst, column, marks):
+    """Write ``marks`` (a :class:`RowMarks`, or several) into the published output ``dst``;
+    return how many rows were written. A file store's overlay left by the store this
+    translation replaced is bound to the new one when its rows are the same
+    (:func:`~skalign._stores.files.overlay.rebinding`)."""
+    from .. import open_live
+    from ..files.overlay import rebinding
+
+    parts = [] if marks is None else [marks] if isinstance(marks, RowMarks) else list(marks)
+    parts = [part for part in parts if len(part)]
+    if not parts:
+        return 0
+    with rebinding():
+        store = open_live(dst, column=column, provenance_key=parts[0].key)
+    with store:
+        return sum(part.write(store) for part in parts)
+
+
+def _holds(model_fp, src, dst):
+    """Whether the output ``dst`` holds this model's translation of ``src`` (its stamp)."""
+    try:
+        stamp = read_stamp(dst)
+    except StoreError:
+        return False
+    return isinstance(stamp, dict) and stamp.get("model") == model_fp \
+        and stamp.get("source_identity") == repr(src.identity)
+
+
+def _finish_interrupted(model_fp, src, dst, extra, after_publish, column, marks):
     """Finish the publish of ``dst`` that a killed run left, if any: up to the output in place
     with its stamp (whatever job it was), then, where it was this job (the same model and
     source), the steps after the publish; return the result then (``None`` otherwise: the
@@ -307,6 +406,7 @@ def _finish_interrupted(model_fp, src, dst, extra, after_publish):
         if found is None:
             return None
         kill_point("published")
+        _write_marks(dst, column, marks)
         if after_publish is not None:
             after_publish(dst)
         found.finish(final_stamp({**found.stamp, **extra}))
@@ -316,7 +416,8 @@ def _finish_interrupted(model_fp, src, dst, extra, after_publish):
 
 
 def translate_store(model, src, dst, *, column=None, batch_size=None, progress=False,
-                    replace=False, force=False, stamp_extra=None, after_publish=None):
+                    replace=False, force=False, stamp_extra=None, after_publish=None,
+                    marks=None):
     """Stream the store ``src`` through ``model.transform`` into ``dst``; return the row count.
 
     The output is written in the shadow (a temporary file, table or collection), committed batch
@@ -341,17 +442,32 @@ def translate_store(model, src, dst, *, column=None, batch_size=None, progress=F
         output is in place, e.g. per-row marks, done before the publish's record is removed. A
         kill or an error in it leaves the record: the same call run again finishes the publish
         and calls it again, so it must be harmless to repeat.
+    marks : RowMarks or sequence of RowMarks, default=None
+        Rows whose vector and provenance mark are written with the output, in its publish
+        (after the output is in place, before the record is removed; compare-and-set, so
+        harmless to repeat). Where the output already holds this translation (the same call
+        run again, or a publish another call finished), the marks alone are written and the
+        result says ``noop``.
     """
     src, dst = parse_address(src), parse_address(dst, output=True)
     extra = _check_extra(stamp_extra)
     model_fp = model_fingerprint(model)
-    done = _finish_interrupted(model_fp, src, dst, extra, after_publish)
+    done = _finish_interrupted(model_fp, src, dst, extra, after_publish, column, marks)
     if done is not None:
         return done
-    job = prepare_translation(model, src, dst, column=column, batch_size=batch_size,
-                              replace=replace, force=force, model_fp=model_fp)
-    if job.noop is not None:
-        return TranslationResult(0, noop=job.noop)
+    try:
+        job = prepare_translation(model, src, dst, column=column, batch_size=batch_size,
+                                  replace=replace, force=force, model_fp=model_fp)
+    except StoreExistsError:
+        if marks is None or not _holds(model_fp, src, dst):
+            raise
+        job = None
+    if job is None or job.noop is not None:
+        # published whole already: the marks are written again (compare-and-set: a row
+        # marked since keeps its mark)
+        _write_marks(dst, column, marks)
+        return TranslationResult(0, noop=f"{dst} already holds this translation of {src}"
+                                 if job is None else job.noop)
     reader, batch_size = job.reader, job.batch_size
     writer = open_writer(job)
     with writer.lock():
@@ -382,6 +498,7 @@ def translate_store(model, src, dst, *, column=None, batch_size=None, progress=F
                                            job.d_out)}
             backup = _as_address(job.dst, writer.publish(replace, stamp))
             kill_point("published")
+            _write_marks(job.dst, column, marks)
             if after_publish is not None:
                 after_publish(job.dst)
             writer.end_publish(stamp)
