@@ -13,7 +13,8 @@
     skalign evaluate MODEL --source A --target B [--id-column NAME] [--json]
     skalign search STORE --queries Q --encoder SPEC [-k N] [--candidates K] --output RESULTS
                 [--text-field NAME] [--cache PATH] [--no-write-back]
-    skalign demo [--source ENCODER] [--target ENCODER] [--anchors N] [--seed-pairs N]
+    skalign demo [--only store|estimators] [--quick] [--source ENCODER] [--target ENCODER]
+                [--anchors N] [--seed-pairs N]
 
 ``A``, ``B``, ``P``, ``Q``, ``INPUT`` and ``OUTPUT`` are ``.npy`` arrays, Parquet files, folders
 of Parquet shards, LanceDB tables ``DIR/TABLE.lance``, FAISS indexes or PostgreSQL/pgvector,
@@ -350,7 +351,9 @@ def _parser():
     _column_args(ev)
 
     add_plan_command(sub, _positive_int, _column_args)
-    sub.add_parser("demo", help="the digits demo (also `python -m skalign`)", add_help=False)
+    sub.add_parser("demo", add_help=False,
+                   help="the demo: a vector store migrated to a new encoder, then the "
+                        "estimators on digits (also `python -m skalign`)")
     return parser
 
 
