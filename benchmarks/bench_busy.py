@@ -21,9 +21,11 @@ Public API only. Nothing it prints is committed.
 """
 
 import argparse
-import multiprocessing as mp
 import os
+import signal
 import statistics
+import subprocess
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -49,34 +51,30 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "docstrings_en.
 N_TEST = 1000
 
 
-def _spin(stop):
-    os.setsid()  # a job of another session, as from another shell
-    while not stop.is_set():
-        pass
+_SPIN = "import os\nos.setsid()\nwhile True:\n    pass\n"
 
 
 class Hogs:
-    """``n`` processes spinning on the CPU while the ``with`` block runs."""
+    """``n`` processes spinning on the CPU, each in a session of its own (a job started from
+    another shell), started once and paused (SIGSTOP) between the busy measurements."""
 
     def __init__(self, n):
-        self.n = n
+        self.procs = [subprocess.Popen([sys.executable, "-c", _SPIN]) for _ in range(n)]
+        self.pause()
 
-    def __enter__(self):
-        ctx = mp.get_context("spawn")
-        self.stop = ctx.Event()
-        self.procs = [ctx.Process(target=_spin, args=(self.stop,), daemon=True)
-                      for _ in range(self.n)]
+    def pause(self):
         for p in self.procs:
-            p.start()
-        time.sleep(0.5)  # every hog running before the clock starts
-        return self
+            p.send_signal(signal.SIGSTOP)
 
-    def __exit__(self, *exc):
-        self.stop.set()
+    def resume(self):
         for p in self.procs:
-            p.join(5)
-            if p.is_alive():
-                p.kill()
+            p.send_signal(signal.SIGCONT)
+        time.sleep(0.5)  # every hog on a core before the clock starts
+
+    def close(self):
+        for p in self.procs:
+            p.kill()
+            p.wait()
 
 
 def load1():
@@ -93,14 +91,17 @@ def timed(fn):
 
 
 def side_by_side(fn, hogs, repeats):
-    """Median seconds (and loads) of ``fn`` alone and beside ``hogs`` spinners, alternating."""
+    """Median seconds (and highest loads) of ``fn`` alone and beside the ``hogs``, alternating."""
     idle, busy, li, lb = [], [], [], []
     for _ in range(repeats):
         s, load, _ = timed(fn)
         idle.append(s)
         li.append(load)
-        with Hogs(hogs):
+        hogs.resume()
+        try:
             s, load, _ = timed(fn)
+        finally:
+            hogs.pause()
         busy.append(s)
         lb.append(load)
     return statistics.median(idle), statistics.median(busy), max(li), max(lb)
@@ -170,7 +171,7 @@ def main(argv=None):
     p.add_argument("--pairs", type=int, default=2000)
     p.add_argument("--pool", type=int, default=3000)
     p.add_argument("--seeds", type=int, nargs="*", default=[15, 200, 1000])
-    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--hogs", type=int, default=os.cpu_count())
     p.add_argument("--only", nargs="*", default=None, help="fit cases whose name starts so")
     args = p.parse_args(argv)
@@ -182,19 +183,23 @@ def main(argv=None):
     if args.only is not None:
         cases = {k: v for k, v in cases.items() if any(k.startswith(o) for o in args.only)}
     fit_rows = []
-    if cases:
-        print(f"\n{'fit (default parameters)':<48} {'idle s':>8} {'busy s':>8} {'busy/idle':>9} "
-              f"{'load':>5} {'load':>5}")
-    for name, fn in cases.items():
-        idle, busy, li, lb = side_by_side(fn, args.hogs, args.repeats)
-        fit_rows.append((name, idle, busy))
-        print(f"{name:<48} {idle:8.2f} {busy:8.2f} {busy / idle:9.2f} {li:5.1f} {lb:5.1f}",
-              flush=True)
-    rows = []
-    if args.seeds:
-        print(f"\n{'seeds':>6} {'guard s':>8} {'none s':>8} {'ratio':>6}  {'start':>6} "
-              f"{'guard':>6} {'none':>6} {'kept':>5}  {'load':>5} {'load':>5}")
-        rows = guard_rows(E, args)
+    hogs = Hogs(args.hogs)
+    try:
+        if cases:
+            print(f"\n{'fit (default parameters)':<48} {'idle s':>8} {'busy s':>8} "
+                  f"{'busy/idle':>9} {'load':>5} {'load':>5}")
+        for name, fn in cases.items():
+            idle, busy, li, lb = side_by_side(fn, hogs, args.repeats)
+            fit_rows.append((name, idle, busy))
+            print(f"{name:<48} {idle:8.2f} {busy:8.2f} {busy / idle:9.2f} {li:5.1f} {lb:5.1f}",
+                  flush=True)
+        rows = []
+        if args.seeds:  # back to back, the hogs paused
+            print(f"\n{'seeds':>6} {'guard s':>8} {'none s':>8} {'ratio':>6}  {'start':>6} "
+                  f"{'guard':>6} {'none':>6} {'kept':>5}  {'load':>5} {'load':>5}")
+            rows = guard_rows(E, args)
+    finally:
+        hogs.close()
     print(f"\nload average at the end {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     return fit_rows, rows
 

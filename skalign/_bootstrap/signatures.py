@@ -13,15 +13,17 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..utils._backend import row_normalize
+from ..utils._backend import lapack_threads, row_normalize
 
 __all__ = ["pool_svd", "principal_basis", "seed_profiles", "similarity_signatures"]
 
 
 def pool_svd(Z):
     """Thin SVD of ``Z`` in float64: the one factorisation the signatures and the principal
-    basis of a pool share."""
-    return torch.linalg.svd(Z.double(), full_matrices=False)
+    basis of a pool share (one thread up to a 3,000 × 768 pool:
+    :func:`~skalign.utils._backend.work_threads`)."""
+    with lapack_threads(Z):
+        return torch.linalg.svd(Z.double(), full_matrices=False)
 
 
 def similarity_signatures(Z, n_columns, svd=None):
