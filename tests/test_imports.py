@@ -252,11 +252,6 @@ KIND_NAMES_ALLOWED = {
     ("skalign._stores.address", "LIBPQ_KIND"): "the scheme table (postgresql://)",
     ("skalign._stores.address", "COLLECTION_KINDS"): "the scheme table (KIND:DIR/COLLECTION)",
     ("skalign._stores.address", "NAMED_VECTOR_KINDS"): "the scheme table (?vector=NAME)",
-    # pending: files of other owners that still branch on a kind; each has its Engine
-    # attribute ready (interchangeable, batch_rows, check_output, short_name; texts_in_lines)
-    ("skalign._stores.pipeline.translate", None): "pending: Engine.interchangeable/batch_rows",
-    ("skalign._stores.files.shadow", "check_output_path"): "pending: translate.py's call of it",
-    ("skalign.cli._search", None): "pending: Engine.texts_in_lines",
 }
 
 

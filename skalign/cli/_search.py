@@ -186,6 +186,7 @@ def check_output(args, candidates_file):
     the queries, the plan, the encode cache, an existing file without ``--overwrite``
     (:func:`~skalign.utils._results_files.check_output_file`). Returns the file's permission bits:
     no looser than the store's and the queries'."""
+    from .._stores.registry import engine
     from ..encoders._cache import default_cache_path
     from ..utils._results_files import (
         check_output_file,
@@ -196,7 +197,8 @@ def check_output(args, candidates_file):
     )
 
     cache = args.encode_cache if args.encode_cache is not None else default_cache_path()
-    texts = args.text_field if getattr(args.store, "kind", None) in ("npy", "faiss") else None
+    kind = getattr(args.store, "kind", None)
+    texts = args.text_field if kind is not None and engine(kind).texts_in_lines else None
     guards = [*store_guards(args.store),
               *input_guards("the --queries file", args.queries),
               *input_guards("the --candidates plan", candidates_file),

@@ -118,13 +118,6 @@ def check_output(path, makes_parent=False):
         check_parent(path)
 
 
-def check_output_path(path, kind):
-    """:func:`check_output` for the engine named ``kind``: kept for
-    :func:`skalign._stores.pipeline.translate.prepare_translation` until it asks the engine
-    (``engine(dst).check_output(dst)``)."""
-    check_output(path, makes_parent=kind == "lance")
-
-
 def sidecar_path(address):
     """A file store's stamp file: ``PATH.skalign.json`` beside it."""
     return address.path.with_name(address.path.name + ".skalign.json")

@@ -18,7 +18,6 @@ Backends (:mod:`skalign._stores.registry`) provide readers and writers with the 
 from __future__ import annotations
 
 import dataclasses
-import math
 import sys
 from dataclasses import dataclass
 from functools import partial
@@ -30,13 +29,11 @@ from ...exceptions import (
     UnsafeOperationError,
 )
 from ...utils._backend import default_batch_size as _default_batch_size
-from ..address import FILE_KINDS, Address, parse_address
+from ..address import Address, parse_address
 from ..backups import backup_address, is_backup
-from ..base import ENCODE_DEPTH
-from ..files.direct_io import BLOCK
 from ..journal import PUBLISHING, final_stamp, fingerprint, kill_point, model_fingerprint
 from ..provenance import make_stamp, move_stamp, read_stamp
-from ..registry import backend_module, reader_class, recovery_function, writer_class
+from ..registry import backend_module, engine, reader_class, recovery_function, writer_class
 from .streaming import BatchTranslator, WriteBehind, blas_threads_beside
 from .verify import keep_sample, verification_positions, verify
 
@@ -106,23 +103,6 @@ class Translation:
     model_fp: str | None = None
 
 
-#: file stores that translate into one another (FAISS and the databases: into their own kind)
-INTERCHANGEABLE = ("npy", "parquet", "parquet-dir", "lance")
-
-#: the default batch of a database (PostgreSQL, Chroma, Qdrant) is at most this many rows: the
-#: server's write of one batch overlaps the translation of the next, and smaller batches overlap
-#: more of the two (measured: 40,000 rows into pgvector took 1.4x its bulk load with 8,192-row
-#: batches, 2x with the memory budget's 29,000). Every run, a rerun after a crash too, reads,
-#: translates and loads its first batch with nothing to overlap: 200,000 rows into pgvector
-#: committed their first batch 0.40 s in with 2,048 rows against 1.18 s with 8,192, in the
-#: same time overall (``5ae3bf6:benchmarks/pg_batch_rows.py``)
-DATABASE_BATCH_ROWS = 2048
-
-#: Chroma and Qdrant's local mode pass every row through Python as lists of floats (a read
-#: of Chroma builds the whole page at once; Qdrant's upsert copies the lists twice), so their
-#: default batch is smaller (peak memory at the issue's sizes:
-#: ``5ae3bf6:benchmarks/store_memory.py``)
-ENGINE_BATCH_ROWS = {"chroma": 1024, "qdrant": 1024}
 
 
 
@@ -140,11 +120,11 @@ def _output_exists(job):
 
 def _check_kinds(src, dst):
     a, b = src.kind, dst.kind
-    if (a in INTERCHANGEABLE) != (b in INTERCHANGEABLE) or (a not in INTERCHANGEABLE
-                                                            and a != b):
+    ai, bi = engine(src).interchangeable, engine(dst).interchangeable
+    if ai != bi or (not ai and a != b):
         raise StoreError(
             f"{dst}: a {a} store translates into a {a} store"
-            + ("" if a not in INTERCHANGEABLE else " or another file store")
+            + ("" if not ai else " or another file store")
             + f"; give an OUTPUT of the same kind as INPUT ({src}).")
 
 
@@ -213,8 +193,6 @@ def prepare_translation(model, src, dst, *, column=None, batch_size=None, replac
     Translation
         With ``noop``: why nothing is to be done (``None``: translate).
     """
-    from ..files.shadow import check_output_path
-
     src, dst = parse_address(src), parse_address(dst, output=True)
     _check_kinds(src, dst)
     same = src.identity == dst.identity
@@ -222,8 +200,7 @@ def prepare_translation(model, src, dst, *, column=None, batch_size=None, replac
         raise StoreExistsError(
             f"{dst}: OUTPUT is the same as INPUT; write to a new name, or pass --replace to "
             "swap the translation in (the input kept as a backup).")
-    if dst.kind in FILE_KINDS:
-        check_output_path(dst.path, dst.kind)
+    engine(dst).check_output(dst)
     reader = open_reader(src, column=column)
     d_in, d_out = int(model.n_features_in_), int(output_dim(model))
     if reader.n_rows and reader.dim != d_in:
@@ -247,16 +224,7 @@ def prepare_translation(model, src, dst, *, column=None, batch_size=None, replac
 
 
 def _default_batch(kind, d_in, d_out):
-    batch_size = default_batch_size(d_in, d_out)
-    if kind in ("parquet", "parquet-dir"):  # ENCODE_DEPTH batches in flight: the memory of
-        # one at a time
-        batch_size = max(1, batch_size // ENCODE_DEPTH)
-    if kind not in FILE_KINDS:
-        batch_size = min(batch_size, ENGINE_BATCH_ROWS.get(kind, DATABASE_BATCH_ROWS))
-    if kind == "npy":  # whole blocks per batch: written from the buffers uncopied
-        rows = BLOCK // math.gcd(BLOCK, 4 * d_out)
-        batch_size = max(rows, batch_size - batch_size % rows)
-    return batch_size
+    return engine(kind).batch_rows(default_batch_size(d_in, d_out), d_out)
 
 
 #: the fields of a stamp that describe the translation (:func:`make_stamp`); ``stamp_extra``
@@ -529,7 +497,7 @@ def _as_address(store, backup):
 
 
 def _short(address):
-    return address.path.name if address.kind in FILE_KINDS else str(address)
+    return engine(address).short_name(address)
 
 
 class TranslationResult(int):
