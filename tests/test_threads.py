@@ -72,3 +72,14 @@ def test_ensemble_fit_on_one_thread_for_small_views(two_threads, monkeypatch, do
     seen = _record_threads(monkeypatch, torch, "einsum")
     OrthogonalEnsembleAligner(n_views=2, max_iter=3).fit(V)
     assert seen and set(seen) == {1} and torch.get_num_threads() == 2
+
+
+def test_bench_busy_runs(load_benchmark, capsys):
+    """One quick fit alone and beside one hog, no bootstrapper rows: a row with both times, and
+    the hog is gone afterwards."""
+    bench = load_benchmark("bench_busy")
+    fit_rows, guard_rows = bench.main(["--only", "ASIFAligner", "--repeats", "1", "--seeds",
+                                       "--hogs", "1", "--pairs", "200"])
+    assert [r[0] for r in fit_rows] == ["ASIFAligner"] and guard_rows == []
+    assert fit_rows[0][1] > 0 and fit_rows[0][2] > 0
+    assert "busy/idle" in capsys.readouterr().out

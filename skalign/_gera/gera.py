@@ -16,6 +16,7 @@ from ..utils._backend import (
     row_normalize,
     to_numpy,
     to_tensor,
+    work_threads,
 )
 from ..utils._compat import Interval, StrOptions, _fit_context
 from ..utils._optim import LossHistory
@@ -395,7 +396,14 @@ class GeRAAligner(SharedSpaceMixin, BaseAligner):
         n = len(X)
         data = _Pools.build(X, y, pool, dev)
         graphs = self._neighbour_graphs(data.Ux, data.Uy)
+        # the training steps: products of a batch of rows with the maps' weights
+        width = max(X.shape[1], y.shape[1], self.hidden_size)
+        work = max(self.pair_batch_size, self.geometric_batch_size or 0) * width * width
+        with work_threads(work, dev):
+            return self._train(X, y, data, graphs, n, gen, seed_state)
 
+    def _train(self, X, y, data, graphs, n, gen, seed_state):
+        """Choose the epochs (early stopping), train the final maps and set the attributes."""
         self.validation_scores_ = self.best_validation_score_ = None
         epochs, tol = self.max_iter, self.tol
         if self.early_stopping:

@@ -6,6 +6,10 @@ No function in this module calls into CUDA at import time, and importing it does
 each function imports torch when it runs, so a numpy-only model (a fitted affine map applied to
 numpy rows) is loaded and applied without torch ever being imported. :func:`is_tensor` answers
 "is this a torch tensor?" without importing torch.
+
+Threads are chosen by the work (:func:`work_threads`): a step whose biggest dense operation is at
+most :data:`ONE_THREAD_WORK` multiply-adds runs on one thread, torch's and numpy's BLAS, scoped
+and restored (:func:`one_thread`); larger steps keep the caller's setting.
 """
 
 from __future__ import annotations
