@@ -153,35 +153,155 @@ def test_bootstrap_left_out_when_the_samples_hold_only_the_known_pairs(docstring
 
 
 def test_bootstrap_never_sees_its_held_out_pairs(docstring_pair):
-    from skalign.plan._store import _pool_without
+    from skalign.plan._fits import pool_without
 
     A, B, perm = docstring_pair
     pool = UnpairedPool(X=A[perm[:100]], y=B[perm[50:150]])
-    rest = _pool_without(pool, A[perm[:10]], B[perm[140:150]])
+    rest = pool_without(pool, A[perm[:10]], B[perm[140:150]])
     assert rest.X.shape == (90, A.shape[1]) and rest.y.shape == (90, B.shape[1])
     np.testing.assert_array_equal(rest.X, A[perm[10:100]])
     np.testing.assert_array_equal(rest.y, B[perm[50:140]])
 
 
+def _priced(estimates, stay=0.3, stay_ci=(0.28, 0.32), store_size=2000, min_recall=0.6,
+            budget=None, rerank=None, curve=None):
+    """The stages a recommendation is made on, from estimates given by hand."""
+    from types import SimpleNamespace
+
+    from skalign.plan._estimate import Estimates
+    from skalign.plan._options import options
+    from skalign.plan._result import best_estimate
+
+    est = Estimates(estimates=estimates, stay={"recall": stay, "recall_ci": stay_ci},
+                    rerank=rerank or {}, ceiling={"recall": 0.8}, learning_curve={},
+                    curve_store_size=0, written=None, notes=(),
+                    best={side: best_estimate(estimates, side) for side in ("document",
+                                                                            "query")})
+    inputs = SimpleNamespace(k=10, min_recall=min_recall, store_size=store_size, n_pairs=2000,
+                             row_norms={"source": 1.0, "target": 1.0}, normalize=True,
+                             sides=("document", "query"), qrels=None, budget=budget)
+    opts = SimpleNamespace(options=options(est, store_size), budget=curve or {}, notes=())
+    return inputs, est, opts
+
+
+def _estimate(method, r, side="document", half=0.012):
+    from skalign.plan import Estimate
+
+    return Estimate(method, side, "", r, (r - half, r + half), r, (r - 0.01, r + 0.01), 2000,
+                    False, 1.0)
+
+
 def test_bootstrap_recommended_only_when_clearly_ahead():
-    from skalign.plan import Estimate, MigrationPlan
-    from skalign.plan._recommend import _recommend
+    from skalign.plan._recommend import recommend
 
     def plan_with(boot):
-        plan = MigrationPlan(n_pairs=2000, n_unpaired_source=2000, n_unpaired_target=2000, k=10,
-                             normalized=True, row_norms={"source": 1.0, "target": 1.0},
-                             store_size=2000, confidence=0.95, min_recall=0.6,
-                             ceiling={"recall": 0.8},
-                             stay={"recall": 0.3, "recall_ci": (0.28, 0.32)})
-        for method, r in (("procrustes", 0.680), ("linear", 0.683), ("bootstrap", boot)):
-            plan.estimates.append(Estimate(method, "document", "", r, (r - 0.012, r + 0.012),
-                                           r, (r - 0.01, r + 0.01), 2000, False, 1.0))
-        return _recommend(plan, {})
+        ests = [_estimate(m, r) for m, r in (("procrustes", 0.680), ("linear", 0.683),
+                                             ("bootstrap", boot))]
+        return recommend(*_priced(ests)).recommendation
 
     tie = plan_with(0.690)  # ahead by 0.007, under half its interval (0.012)
     assert tie["method"] == "linear"
     assert any("needs no unpaired samples" in r for r in tie["reasons"])
     assert plan_with(0.700)["method"] == "bootstrap"  # ahead by 0.017
+
+
+# ------------------------------------------------------- the option that keeps the most in budget
+def test_most_within_budget_named_when_its_gain_beats_the_overlap():
+    """Stay keeps --min-recall and is recommended (the cheapest); translating with the budget's
+    2,000 encoded rows keeps 0.11 more, and the two intervals do not overlap: it is named."""
+    from skalign.plan._recommend import most_within_budget, recommend
+
+    curve = {"method": "linear", "n_pairs": [25, 2000], "recall": [0.3, 0.65],
+             "store_size": 100_000, "stay": 0.62, "overtakes_stay_at": 2000, "budget": 2000,
+             "recall_at_budget": 0.73, "budget_extrapolated": False,
+             "recall_at_budget_ci": [0.70, 0.76]}
+    priced = _priced([_estimate("linear", 0.65, half=0.05)], stay=0.62, stay_ci=(0.58, 0.66),
+                     store_size=100_000, budget=2000, curve=curve)
+    rec = recommend(*priced).recommendation
+    assert rec["action"] == "stay"  # still the cheapest that keeps 0.6
+    most = rec["most_within_budget"]
+    assert most["says"] == "translate (linear) keeps +0.11 for 2,000 encodes"
+    assert (most["option"], most["encoded_texts"]) == ("translate", 2000)
+    assert most["gain"] == pytest.approx(0.11) and most["overlap"] == 0.0
+    assert most["recall_ci"] == (0.70, 0.76) and most["against"] == 0.62
+    assert rec["reasons"][-1].startswith("most kept within --budget 2,000: translate (linear) "
+                                         "keeps +0.11 for 2,000 encodes (recall@10 0.730 "
+                                         "[0.700, 0.760] against stay's 0.620")
+    # a gain inside the intervals' overlap is not named: translating keeps at most 0.65
+    # [0.60, 0.70] here, 0.03 more than staying's 0.62 [0.58, 0.66], and the intervals share 0.06
+    options = priced[2].options
+    stay = options[0]
+    small = dict(curve, recall_at_budget=0.64, recall_at_budget_ci=[0.58, 0.70])
+    assert most_within_budget(options[:2], small, 2000, 0.6, stay) is None
+    # one option keeping --min-recall is not several
+    assert most_within_budget(options, curve, 2000, 0.7, options[-1]) is None
+    # without a budget nothing is named
+    rec = recommend(*_priced([_estimate("linear", 0.65, half=0.05)], stay=0.62,
+                             stay_ci=(0.58, 0.66), curve=curve)).recommendation
+    assert rec["most_within_budget"] is None
+    assert not any(r.startswith("most kept") for r in rec["reasons"])
+
+
+def test_most_within_budget_counts_one_off_encodes_only():
+    """Re-embedding is within a budget that covers the store; translate + rerank, which encodes
+    per query, is never counted against a one-off budget."""
+    from skalign.plan._recommend import recommend
+
+    rerank = {"k_candidates": 50, "recall_at_10": 0.95, "recall_ci": (0.93, 0.97),
+              "supported": True}
+    ests = [_estimate("linear", 0.70, half=0.02)]
+    rec = recommend(*_priced(ests, stay=0.3, store_size=1000, budget=1000,
+                             rerank=rerank)).recommendation
+    assert rec["action"] == "translate"
+    assert rec["most_within_budget"]["says"] == "re-embed keeps +0.30 for 1,000 encodes"
+    rec = recommend(*_priced(ests, stay=0.3, store_size=1000, budget=999,
+                             rerank=rerank)).recommendation
+    assert rec["most_within_budget"] is None  # the store is larger; rerank is per query
+
+
+def test_most_within_budget_in_the_text_json_and_figure(pair_files, tmp_path, capsys):
+    """On real pairs: staying keeps --min-recall 0.5 and is recommended, a translation keeps
+    more with no text encoded; the plan names it in its text, its JSON and its figure."""
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from skalign.plan._report import _figure
+
+    argv = ["plan", "--source", pair_files / "a.npy", "--target", pair_files / "b.npy",
+            "--methods", "procrustes", "--no-curve", "--min-recall", "0.5", "--budget", "100"]
+    status, out, err = run(capsys, *argv, "--json")
+    assert status == 0, err
+    plan = json.loads(out)
+    rec = plan["recommendation"]
+    options = {o["option"]: o for o in plan["options"]}
+    assert rec["action"] == "stay" and options["stay"]["recall"] >= 0.5
+    most = rec["most_within_budget"]
+    # within a budget of 100 encodes (the store is 200): stay, translate and bridge queries
+    top = max((options[o] for o in ("stay", "translate", "bridge queries")),
+              key=lambda o: o["recall"])
+    assert top["option"] != "stay" and most["option"] == top["option"]
+    assert most["recall"] == top["recall"] and most["encoded_texts"] == 0
+    assert most["gain"] == pytest.approx(top["recall"] - options["stay"]["recall"])
+    overlap = max(min(top["recall_ci"][1], options["stay"]["recall_ci"][1])
+                  - max(top["recall_ci"][0], options["stay"]["recall_ci"][0]), 0)
+    assert most["gain"] > overlap and most["overlap"] == pytest.approx(overlap)
+    assert most["says"] == (f"{top['option']} (procrustes) keeps {most['gain']:+.2f} for no "
+                            "encodes")
+    status, out, _ = run(capsys, *argv)
+    assert status == 0 and f"within the budget: {most['says']}" in out
+    real = plan_migration(*_pair_rows(pair_files), methods=["procrustes"], curve=False,
+                          min_recall=0.5, budget=100)
+    assert real.recommendation["most_within_budget"]["says"] == most["says"]
+    fig = _figure(real)
+    assert most["says"] in fig.axes[1].get_title()
+    plt.close(fig)
+
+
+def _pair_rows(pair_files):
+    return np.load(pair_files / "a.npy"), np.load(pair_files / "b.npy")
 
 
 def test_unrelated_target_space_says_re_embed(docstring_pair):

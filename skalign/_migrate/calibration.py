@@ -503,8 +503,7 @@ def price_written(T_cross, Y, share, store_size, *, k=10, modes=(MIXED, ALL), ra
     choice : StoreChoice
         With a calibration of the chosen kind and scale fitted on all pairs.
     """
-    from ..plan._estimate import _percentile_ci
-    from ..plan._law import project, substore_draws
+    from ..plan._law import percentile_ci, project, substore_draws
 
     Y = np.asarray(Y, dtype=np.float64)
     T_cross = np.asarray(T_cross, dtype=np.float64)
@@ -554,7 +553,7 @@ def price_written(T_cross, Y, share, store_size, *, k=10, modes=(MIXED, ALL), ra
     m = n
     if m >= 2 * k + 2:
         sizes, draws = substore_draws(score, m, k, est_rng)
-        ci = _percentile_ci(per, n_resamples, confidence, est_rng)
+        ci = percentile_ci(per, n_resamples, confidence, est_rng)
         p = project(sizes, draws[:, :, 0], ci, int(store_size), k, confidence)
     else:
         p = {"value": float(per.mean()), "ci": (0.0, 1.0), "supported": False}

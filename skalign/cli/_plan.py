@@ -37,7 +37,8 @@ def add_plan_command(sub, positive_int, column_args):
                     help="neighbourhood size of recall@K and nDCG@K (default: 10)")
     pl.add_argument("--budget", type=positive_int, metavar="N", help="pairs you can afford to "
                     "re-embed: the budget curve is read at N (past the pairs it is extrapolated "
-                    "and capped at the ceiling)")
+                    "and capped at the ceiling), and when several options keep --min-recall the "
+                    "one that keeps the most within N encodes is named beside the cheapest")
     pl.add_argument("--queries-source", metavar="QA", help="judged queries embedded by the old "
                     "model (with --queries-target and --qrels: every option priced in nDCG@K)")
     pl.add_argument("--queries-target", metavar="QB", help="the same queries embedded by the "

@@ -31,7 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ._options import _unit
+from ._candidates import fit_both_ways, fixed_penalty, make_candidate, unit
+from ._law import percentile_ci
 
 
 def _relevance(value, where):
@@ -174,12 +175,9 @@ def judged_options(X, Y, QA, QB, qrels, methods, n_splits, k, rerank_k, random_s
     from sklearn.base import clone
     from sklearn.model_selection import KFold
 
-    from ._candidates import _fit_both_ways, _fixed_penalty, make_candidate
-    from ._estimate import _percentile_ci
-
     n = len(X)
     queries = judged_rows(qrels, len(QA), n)
-    X, Y, QA, QB = _unit(X), _unit(Y), _unit(QA[queries]), _unit(QB[queries])
+    X, Y, QA, QB = unit(X), unit(Y), unit(QA[queries]), unit(QB[queries])
     depth = min(max(k, rerank_k or 0), n)
     rng = np.random.default_rng([random_state, 5])
     ranked = {("stay", None): _top(QA @ X.T, min(k, n)),
@@ -189,19 +187,19 @@ def judged_options(X, Y, QA, QB, qrels, methods, n_splits, k, rerank_k, random_s
         if name is None:
             continue
         proto = make_candidate(name, n, random_state)
-        reverse_proto = _fixed_penalty(proto, Y, X, None) if side == "query" else None
-        proto = _fixed_penalty(proto, X, Y, None)
+        reverse_proto = fixed_penalty(proto, Y, X, None) if side == "query" else None
+        proto = fixed_penalty(proto, X, Y, None)
         scores = np.empty((len(queries), n), dtype=np.float32)
         folds = KFold(n_splits=n_splits, shuffle=True, random_state=random_state).split(X)
         for train, test in folds:
-            est, reverse, _, _ = _fit_both_ways(clone(proto), X[train], Y[train], None,
+            est, reverse, _, _ = fit_both_ways(clone(proto), X[train], Y[train], None,
                                                 (side,), reverse_proto)
             if side == "document":
-                scores[:, test] = QB @ _unit(est.transform(X[test])).T
+                scores[:, test] = QB @ unit(est.transform(X[test])).T
             else:
                 mapped = reverse.transform(QB) if reverse is not None else \
                     est.inverse_transform(QB)
-                scores[:, test] = _unit(mapped) @ X[test].T
+                scores[:, test] = unit(mapped) @ X[test].T
         ranked[(option, name)] = _top(scores, depth)[:, :k]
         if side == "document" and rerank_k:
             cand = _top(scores, depth)
@@ -213,7 +211,7 @@ def judged_options(X, Y, QA, QB, qrels, methods, n_splits, k, rerank_k, random_s
     for (option, name), top in ranked.items():
         per = ndcg_per_query(top, qrels, queries, k)
         options.append({"option": option, "method": name, "ndcg": float(per.mean()),
-                        "ndcg_ci": _percentile_ci(per, n_resamples, confidence, rng)})
+                        "ndcg_ci": percentile_ci(per, n_resamples, confidence, rng)})
     return {"n_queries": len(queries), "collection": n, "k": k, "options": options}
 
 

@@ -1,4 +1,8 @@
-r"""The store-size law of :mod:`skalign.plan`: retention measured on a small store, carried on.
+r"""The statistics of the estimates of :mod:`skalign.plan`: the percentile interval and the
+store-size law, which carries retention measured on a small store to a larger one.
+
+The estimates stage draws the sub-stores (:func:`substores`), scores them and carries the
+result on (:func:`project`); nothing here calls back into a stage.
 
 A top-``k`` search gets harder as the store grows: the items that make the true top-``k`` of a
 store of ``N`` are ever more extreme, and a map's errors move more of them out. A random ranking
@@ -8,14 +12,14 @@ keeps ``c_N = k / (N - 1)`` of the top-``k``; the part above chance,
 
     \rho(N) = \frac{r(N) - c_N}{1 - c_N},
 
-fell as a **power of the store size** on the development data (MiniLM, MPNet, multilingual-e5;
-maps fitted on 25-2,000 pairs; held-out stores of 250-3,000 items),
-:math:`\rho(N) = \rho(m)\,(N/m)^{b}` with :math:`b \le 0`: steeply for a poor map and hardly
-for a good one, while staying on the old model hardly decays at all. ``b`` is fitted by least
-squares on :math:`\log \rho` against :math:`\log m` over nested random sub-stores of the
-evaluation store (``m_max, m_max / 2, ...`` down to ``MIN_STORE_K * k`` items), and the
-prediction is anchored at the full evaluation store. (Without the chance correction the slope
-measured on stores of 40-200 items overstates the decay: chance inflates the small stores.)
+falls as a **power of the store size**, :math:`\rho(N) = \rho(m)\,(N/m)^{b}` with
+:math:`b \le 0`: steeply for a poor map and hardly for a good one, while staying on the old
+model hardly decays at all (measured on the development data: :doc:`/developers/studies`).
+``b`` is fitted by least squares on :math:`\log \rho` against :math:`\log m` over nested
+random sub-stores of the evaluation store (``m_max, m_max / 2, ...`` down to
+``MIN_STORE_K * k`` items), and the prediction is anchored at the full evaluation store.
+(Without the chance correction the slope measured on small stores overstates the decay: chance
+inflates the small stores.)
 
 The interval adds, in log space, the spread of the anchor (over queries, and over which items
 make up the store: the spread of random half-stores), the slope's spread
@@ -42,8 +46,51 @@ def chance(k, m):
     return min(k / max(m - 1, 1), 1.0)
 
 
+def percentile_ci(values, n_resamples, confidence, rng):
+    """Percentile bootstrap interval of the mean of ``values`` (``n_resamples`` resamples)."""
+    n = len(values)
+    means = np.empty(n_resamples)
+    for start in range(0, n_resamples, 256):
+        stop = min(start + 256, n_resamples)
+        means[start:stop] = values[rng.integers(0, n, (stop - start, n))].mean(axis=1)
+    tail = (1 - confidence) / 2 * 100
+    lo, hi = np.percentile(means, [tail, 100 - tail])
+    return float(lo), float(hi)
+
+
+def substores(m_max, k, rng):
+    """Nested random sub-stores of an evaluation store of ``m_max`` items.
+
+    Parameters
+    ----------
+    m_max : int
+        Items in the evaluation store.
+    k : int
+        Neighbourhood size.
+    rng : numpy.random.Generator
+
+    Returns
+    -------
+    sizes : ndarray of int
+        Sub-store sizes, increasing, the last ``m_max`` (the whole store, not drawn).
+    draws : list of list of ndarray
+        ``draws[j][d]``: the sorted item rows of draw ``d`` at ``sizes[j]``, for every size but
+        the last (``SUBSTORE_DRAWS`` draws each).
+    """
+    sizes = []
+    m = m_max
+    while m >= MIN_STORE_K * k:
+        sizes.append(m)
+        m //= 2
+    sizes = np.array(sizes[::-1] or [m_max])
+    draws = [[np.sort(rng.choice(m_max, m, replace=False)) for _ in range(SUBSTORE_DRAWS)]
+             for m in sizes[:-1]]
+    return sizes, draws
+
+
 def substore_draws(score, m_max, k, rng):
-    """Mean retention on nested random sub-stores of an evaluation store of ``m_max`` items.
+    """Mean retention on nested random sub-stores (:func:`substores`) of an evaluation store
+    of ``m_max`` items.
 
     Parameters
     ----------
@@ -63,17 +110,12 @@ def substore_draws(score, m_max, k, rng):
     draws : ndarray of shape (SUBSTORE_DRAWS, n_sizes, 2)
         Recall and nDCG of each draw at each size (the full store scored once, repeated).
     """
-    sizes = []
-    m = m_max
-    while m >= MIN_STORE_K * k:
-        sizes.append(m)
-        m //= 2
-    sizes = np.array(sizes[::-1] or [m_max])
+    sizes, subs = substores(m_max, k, rng)
     draws = np.zeros((SUBSTORE_DRAWS, len(sizes), 2))
     draws[:, -1] = score(np.arange(m_max))
-    for j, m in enumerate(sizes[:-1]):
-        for d in range(SUBSTORE_DRAWS):
-            draws[d, j] = score(np.sort(rng.choice(m_max, m, replace=False)))
+    for j, per_size in enumerate(subs):
+        for d, idx in enumerate(per_size):
+            draws[d, j] = score(idx)
     return sizes, draws
 
 

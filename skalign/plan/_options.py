@@ -1,98 +1,38 @@
-"""Every option of :mod:`skalign.plan` priced side by side: stay, translate, bridge, rerank,
-re-embed, and the budget curve over the number of re-embedded pairs.
-
-*Stay* is the old model's own top-``k`` (old queries on the old store) against the new
-model's, measured on the pairs (no fit, so every pair is an evaluation item). *Rerank* is the
-translated store's top-``K`` re-scored with the new encoder's vectors of those ``K``
-candidates: it finds exactly the true top-``k`` items that are among the candidates, so its
-recall@k is the share of the true top-``k`` inside the translated top-``K``, carried to the
-store size by the same law with ``K`` in the place of ``k`` (chance ``K / (N - 1)``).
+"""Stage 5 of :mod:`skalign.plan`: every option priced side by side — stay, translate, bridge,
+translate + rerank, re-embed — and the budget curve over the number of re-embedded pairs.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from ._estimate import _percentile_ci
-from ._law import MIN_STORE_K, SUBSTORE_DRAWS, project, substore_draws
-
-#: candidate counts the rerank option tries, cheapest first
-RERANK_KS = (20, 50, 100, 200, 500, 1000, 2000)
+__all__ = ["Options", "price_options"]
 
 
-def _unit(A):
-    A = np.asarray(A, dtype=np.float32)
-    n = np.linalg.norm(A, axis=1, keepdims=True)
-    return A / np.where(n > 0, n, 1.0)
+@dataclass(frozen=True)
+class Options:
+    """The options, cheapest first, and the budget curve (the fields of
+    :class:`~skalign.plan.MigrationPlan` of the same names)."""
+
+    options: list
+    budget: dict
+    notes: tuple
 
 
-def _ranks(Y, index, queries, k, block=512):
-    """Per query (leave-one-out): the rank, in the ranking of ``queries`` against ``index``, of
-    each item of its true top-``k`` (cosine in ``Y``); shape (n, k)."""
-    Yn, In, Qn = _unit(Y), _unit(index), _unit(queries)
-    out = np.empty((len(Y), k), dtype=np.int64)
-    for s in range(0, len(Y), block):
-        rows = np.arange(s, min(s + block, len(Y)))
-        St = Yn[rows] @ Yn.T
-        Sc = Qn[rows] @ In.T
-        St[np.arange(len(rows)), rows] = -np.inf
-        Sc[np.arange(len(rows)), rows] = -np.inf
-        true = np.argpartition(-St, k, axis=1)[:, :k]
-        score = np.take_along_axis(Sc, true, axis=1)
-        out[rows] = (Sc[:, None, :] > score[:, :, None]).sum(axis=2)
-    return out
-
-
-def rerank_option(Y, index, queries, k, store_size, target, n_resamples, confidence, rng):
-    """The smallest ``K`` of :data:`RERANK_KS` whose translated top-``K`` is predicted to hold
-    ``target`` of the true top-``k`` in a store of ``store_size`` (or the largest measurable).
-
-    The share of the true top-``k`` inside the top-``K`` is measured, like every estimate, on
-    nested sub-stores (those of at least ``MIN_STORE_K * K`` items) and carried to the store
-    size by :func:`skalign.plan._law.project` with ``K`` in the place of ``k``.
-
-    Returns
-    -------
-    rerank : dict or None
-        ``{"k_candidates", "recall_at_10", "recall_ci", "supported", "encoded_per_query"}``;
-        ``None`` when no ``K`` fits the evaluation store.
-    """
-    m = len(Y)
-    ks = [K for K in RERANK_KS if MIN_STORE_K * K <= m and K < store_size - 1]
-    if not ks:
-        return None
-    ranks = {}
-
-    def score(idx):
-        r = _ranks(Y[idx], index[idx], queries[idx], k)
-        ranks[len(idx)] = ranks.get(len(idx), []) + [r]
-        return 0.0, 0.0
-
-    sizes, _ = substore_draws(score, m, ks[0], rng)
-    full = ranks[m][0]
-    best = None
-    for K in ks:
-        keep = sizes >= MIN_STORE_K * K
-        sel = sizes[keep]
-        draws = np.array([[float((ranks[int(s)][min(d, len(ranks[int(s)]) - 1)] < K).mean())
-                           for s in sel] for d in range(SUBSTORE_DRAWS)])
-        per = (full < K).mean(axis=1)
-        p = project(sel, draws, _percentile_ci(per, n_resamples, confidence, rng), store_size,
-                    K, confidence)
-        best = {"k_candidates": int(K), "recall_at_10": p["value"], "recall_ci": p["ci"],
-                "supported": bool(p["supported"]), "encoded_per_query": int(K)}
-        if p["supported"] and p["value"] >= target:
-            break
-    return best
-
-
-def stay_estimate(X, Y, k, store_size, n_resamples, confidence, rng):
-    """What staying on the old model keeps of the new model's top-``k`` (see the module
-    docstring), as an :class:`~skalign.plan._result.Estimate`."""
-    from ._estimate import _estimate
-
-    return _estimate("stay", "stay", Y, X, X, k, store_size, n_resamples, confidence, rng, 0.0,
-                     "old queries on the old store: the old model's own top-k, no migration")
+def price_options(inputs, est):
+    """The options and the budget curve of the estimates ``est``."""
+    budget = inputs.budget
+    notes = ()
+    if budget is not None and not est.learning_curve:
+        notes = (f"--budget {budget} is not priced: it is read off the budget curve, which "
+                 + ("--no-curve skipped" if not inputs.curve else
+                    f"{inputs.n_pairs} pairs are too few for"),)
+    b = budget_curve(est, inputs.store_size, budget)
+    if est.written is not None and "budget" in b:
+        b = at_written(b, est.written, inputs.store_size)
+    return Options(options=options(est, inputs.store_size), budget=b, notes=notes)
 
 
 def crossing(curve, stay):
@@ -115,16 +55,16 @@ def at_budget(curve, budget):
     return float(min(value, curve.get("ceiling", 1.0))), True
 
 
-def _budget(plan, budget):
+def budget_curve(est, store_size, budget):
     """The budget curve of the best document-side method at the store size: recall@k against
     pairs, where it overtakes staying, and what ``budget`` pairs would keep."""
-    best = plan.best("document")
-    if best is None or best.method not in plan.learning_curve:
+    best = est.best["document"]
+    if best is None or best.method not in est.learning_curve:
         return {}
-    curve = dict(plan.learning_curve[best.method], ceiling=plan.ceiling["recall"])
-    stay = plan.stay["recall"]
+    curve = dict(est.learning_curve[best.method], ceiling=est.ceiling["recall"])
+    stay = est.stay["recall"]
     out = {"method": best.method, "n_pairs": curve["n_pairs"], "recall": curve["recall"],
-           "store_size": plan.store_size, "stay": stay,
+           "store_size": store_size, "stay": stay,
            "overtakes_stay_at": crossing(curve, stay)}
     if out["overtakes_stay_at"] is None and curve["recall"][-1] < stay:
         for n in (2 ** i * curve["n_pairs"][-1] for i in range(1, 11)):
@@ -140,57 +80,46 @@ def _budget(plan, budget):
     return out
 
 
-def written_at_budget(plan, Y, index, random_state):
-    """Price the store ``skalign migrate --budget B`` writes (:mod:`skalign._migrate.calibration`:
-    the ``B`` encoded rows' exact vectors among calibrated translations, or translations only)
-    and put it in ``plan.budget``: ``recall_at_budget`` and ``recall_at_budget_ci`` become the
-    written store's, ``translated_at_budget`` keeps the budget curve's (every row translated)
-    and ``written`` says which store and calibration.
+def at_written(b, written, store_size):
+    """The budget curve ``b`` with the store ``skalign migrate --budget B`` writes priced in:
+    ``recall_at_budget`` and ``recall_at_budget_ci`` become the written store's,
+    ``translated_at_budget`` keeps the budget curve's (every row translated) and ``written``
+    says which store and calibration.
 
-    The written store is priced on the plan's own evaluation store (``Y`` and its cross-fitted
-    translations ``index``) with a share ``B / store_size`` of its rows exact, and carried to
-    ``B`` pairs by the budget curve: its gain over translating every row, priced the same way
-    on the same store, is added to the curve's value at ``B``, its interval shifted with it.
-    Nothing is done without a budget curve or for a budget that covers the store.
+    ``written`` holds the written store's and every row translated's estimates on the plan's
+    own evaluation store (:func:`skalign.plan._estimate.written_store`): the written store's
+    gain over translating every row is added to the curve's value at ``B``, its interval
+    shifted with it.
     """
-    from .._migrate.calibration import price_written
-
-    b = plan.budget
-    best = plan.best("document")
-    if not b or "budget" not in b or best is None or b["budget"] >= plan.store_size:
-        return
-    share = b["budget"] / plan.store_size
-    est = price_written(index, Y, share, plan.store_size, k=plan.k,
-                        random_state=random_state).estimate
-    every = price_written(index, Y, share, plan.store_size, k=plan.k, random_state=random_state,
-                          option=("translate all", "none", 1.0)).estimate
+    chosen, every = written
     shift = b["recall_at_budget"] - every["recall_at_10"]
-    b["translated_at_budget"] = b["recall_at_budget"]
-    b["recall_at_budget"] = float(min(max(est["recall_at_10"] + shift, 0.0), 1.0))
-    b["recall_at_budget_ci"] = [float(min(max(v + shift, 0.0), 1.0))
-                                for v in est["interval"]]
-    b["written"] = {"store": est["store"], "calibration": est["calibration"],
-                    "share": round(share, 4), "check": est["check"]}
+    return dict(b, translated_at_budget=b["recall_at_budget"],
+                recall_at_budget=float(min(max(chosen["recall_at_10"] + shift, 0.0), 1.0)),
+                recall_at_budget_ci=[float(min(max(v + shift, 0.0), 1.0))
+                                     for v in chosen["interval"]],
+                written={"store": chosen["store"], "calibration": chosen["calibration"],
+                         "share": round(b["budget"] / store_size, 4),
+                         "check": chosen["check"]})
 
 
-def _options(plan):
+def options(est, store_size):
     """Stay, translate, bridge, translate + rerank and re-embed, cheapest first."""
     def row(option, e, cost, per_query=0, **extra):
         return dict(option=option, method=e.get("method"), recall=e["recall"],
                     recall_ci=tuple(e["recall_ci"]), supported=bool(e.get("supported", True)),
                     encoded_texts=int(cost), encoded_per_query=int(per_query), **extra)
 
-    rows = [row("stay", plan.stay, 0)]
+    rows = [row("stay", est.stay, 0)]
     for option, side in (("translate", "document"), ("bridge queries", "query")):
-        best = plan.best(side)
+        best = est.best[side]
         if best is not None:
             rows.append(row(option, vars(best), 0))
-    if plan.rerank:
-        r = plan.rerank
-        rows.append(row("translate + rerank", {"method": plan.best("document").method,
+    if est.rerank:
+        r = est.rerank
+        rows.append(row("translate + rerank", {"method": est.best["document"].method,
                                                "recall": r["recall_at_10"],
                                                "recall_ci": r["recall_ci"],
                                                "supported": r["supported"]},
                         0, r["k_candidates"], k_candidates=r["k_candidates"]))
-    rows.append(row("re-embed", {"recall": 1.0, "recall_ci": (1.0, 1.0)}, plan.store_size))
+    rows.append(row("re-embed", {"recall": 1.0, "recall_ci": (1.0, 1.0)}, store_size))
     return rows

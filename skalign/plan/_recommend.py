@@ -1,23 +1,133 @@
-"""The recommendation of :mod:`skalign.plan`: which method, on which side, and the commands.
+"""Stage 6 of :mod:`skalign.plan`: the recommendation — which option, method and side, why,
+and the commands that carry it out; with judged queries, made on their nDCG@k.
 
 The best estimate per side, with the preferences where the estimates cannot tell candidates
 apart (documents over queries, a map fitted on the pairs alone over one that also needs the
-unpaired samples), re-embedding below ``min_recall``, and the command lines that carry it out.
+unpaired samples), re-embedding below ``min_recall``. With a budget, the option that keeps the
+most within it is named beside the cheapest when its gain is larger than the overlap of the two
+intervals.
 """
 
 from __future__ import annotations
 
-from ._candidates import MAP_ROUNDS, RIDGE_ALPHAS, _uses_unpaired, make_candidate
+from dataclasses import dataclass
+
+from ._candidates import MAP_ROUNDS, RIDGE_ALPHAS, learns_from_samples, make_candidate
+
+__all__ = ["Recommendation", "recommend"]
 
 
-def _pick(plan, side, reasons):
+@dataclass(frozen=True)
+class Recommendation:
+    """:attr:`MigrationPlan.recommendation` and, with judged queries, :attr:`MigrationPlan.judged`
+    (else empty)."""
+
+    recommendation: dict
+    judged: dict
+
+
+def recommend(inputs, est, opts):
+    """The recommendation on the estimates ``est`` and the options ``opts``."""
+    rec = _on_recall(inputs, est, opts)
+    judged = {}
+    if inputs.qrels is not None:
+        judged, rec = _on_judged(inputs, est, rec)
+    most = None
+    if inputs.budget is not None:
+        most = most_within_budget(opts.options, opts.budget, int(inputs.budget),
+                                  inputs.min_recall, _chosen(rec, est, opts))
+    if most is not None:
+        k = inputs.k
+        rec["reasons"].append(
+            f"most kept within --budget {int(inputs.budget):,}: {most['says']} (recall@{k} "
+            f"{most['recall']:.3f} [{most['recall_ci'][0]:.3f}, {most['recall_ci'][1]:.3f}] "
+            f"against {rec['action']}'s {most['against']:.3f}; the gain is larger than the "
+            f"intervals' overlap, {most['overlap']:.3f})")
+    rec["most_within_budget"] = most
+    return Recommendation(recommendation=rec, judged=judged)
+
+
+def _chosen(rec, est, opts):
+    """The recommended option's ``{"option", "recall", "recall_ci"}`` (a translation's with the
+    method recommended, which the tie rules may have preferred to the best)."""
+    e = next((e for e in est.estimates if e.method == rec["method"] and e.side == rec["side"]),
+             None)
+    if rec["action"] in ("translate", "bridge queries") and e is not None:
+        return {"option": rec["action"], "recall": e.recall, "recall_ci": e.recall_ci}
+    return next((o for o in opts.options if o["option"] == rec["action"]), None)
+
+
+def most_within_budget(options, budget_curve, budget, min_recall, chosen):
+    """The option that keeps the most within ``budget`` encoded texts, when several keep
+    ``min_recall`` and its gain over the recommended option ``chosen`` (``{"option", "recall",
+    "recall_ci"}``) is larger than the overlap of their intervals; else ``None``.
+
+    The options within the budget are those that encode at most ``budget`` texts once (stay,
+    translate, bridge queries, re-embed when the store fits in it; translate + rerank encodes
+    per query, which no one-off budget bounds) and *translate with the budget*: the store
+    ``skalign migrate --budget`` writes, priced on the budget curve. Returns ``{"option",
+    "method", "recall", "recall_ci", "encoded_texts", "gain", "overlap", "against", "says"}``.
+    """
+    if chosen is None:
+        return None
+    within = [o for o in options if o["supported"] and not o["encoded_per_query"]
+              and o["encoded_texts"] <= budget]
+    if "recall_at_budget_ci" in budget_curve and any(o["option"] == "translate"
+                                                     for o in within):
+        within.append({"option": "translate", "method": budget_curve["method"],
+                       "recall": budget_curve["recall_at_budget"],
+                       "recall_ci": tuple(budget_curve["recall_at_budget_ci"]),
+                       "encoded_texts": int(budget_curve["budget"])})
+    keep = [o for o in within if o["recall"] >= min_recall]
+    if len(keep) < 2:
+        return None
+    top = max(keep, key=lambda o: o["recall"])
+    gain = top["recall"] - chosen["recall"]
+    overlap = max(min(top["recall_ci"][1], chosen["recall_ci"][1])
+                  - max(top["recall_ci"][0], chosen["recall_ci"][0]), 0.0)
+    if gain <= overlap:
+        return None
+    name = top["option"] + (f" ({top['method']})" if top["method"] else "")
+    cost = top["encoded_texts"]
+    says = f"{name} keeps {gain:+.2f} for " + (f"{cost:,} encodes" if cost else "no encodes")
+    return {"option": top["option"], "method": top["method"], "recall": float(top["recall"]),
+            "recall_ci": tuple(float(v) for v in top["recall_ci"]),
+            "encoded_texts": int(top["encoded_texts"]), "gain": float(gain),
+            "overlap": float(overlap), "against": float(chosen["recall"]), "says": says}
+
+
+def _on_judged(inputs, est, rec):
+    """Every option priced in nDCG@k on the judged queries, and the recommendation made on
+    that: ``(judged, recommendation)``."""
+    from ._judged import judged_choice, judged_options, judged_reasons
+
+    QA, QB = inputs.queries
+    methods = {side: getattr(est.best[side], "method", None) for side in inputs.sides}
+    rerank_k = est.rerank["k_candidates"] if est.rerank else 100
+    judged = judged_options(inputs.X, inputs.Y, QA, QB, inputs.qrels, methods, inputs.n_splits,
+                            inputs.k, rerank_k, inputs.random_state, inputs.n_resamples,
+                            inputs.confidence)
+    choice = judged_choice(judged)
+    lines = judged_reasons(judged, choice, rec["action"])
+    action = choice["option"]
+    method = choice["method"]
+    side = {"translate": "document", "translate + rerank": "document",
+            "bridge queries": "query"}.get(action)
+    e = next((e for e in est.estimates if e.method == method and e.side == side), None)
+    commands = _commands(e, inputs.normalize, est.rerank,
+                         rerank=action == "translate + rerank") if e is not None else []
+    return judged, dict(rec, action=action, method=method, side=side,
+                        reasons=rec["reasons"] + lines, commands=commands)
+
+
+def _pick(est, side, reasons):
     """The side's best estimate; one that needs the unpaired samples must beat the best that
     does not by more than half its own interval."""
-    best = plan.best(side)
-    if best is None or not _uses_unpaired(make_candidate(best.method)):
+    best = est.best[side]
+    if best is None or not learns_from_samples(make_candidate(best.method)):
         return best
-    plain = max((e for e in plan.estimates if e.side == side
-                 and not _uses_unpaired(make_candidate(e.method))),
+    plain = max((e for e in est.estimates if e.side == side
+                 and not learns_from_samples(make_candidate(e.method))),
                 key=lambda e: e.recall, default=None)
     if plain is not None and best.recall - plain.recall <= (best.recall_ci[1] -
                                                             best.recall_ci[0]) / 2:
@@ -33,12 +143,12 @@ def _fmt(e, k):
     return f"recall@{k} {e['recall']:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]"
 
 
-def _recommend(plan, curve):
+def _on_recall(inputs, est, opts):
     """The cheapest option predicted to keep ``min_recall``, with coherent reasons."""
-    k = plan.k
+    k, min_recall, store_size = inputs.k, inputs.min_recall, inputs.store_size
     ties = []
-    best_doc, best_query = _pick(plan, "document", ties), _pick(plan, "query", ties)
-    stay = plan.stay
+    best_doc, best_query = _pick(est, "document", ties), _pick(est, "query", ties)
+    stay = est.stay
     reasons = [f"stay on the old model: {_fmt(stay, k)} (its own top-{k} against the new "
                "model's, measured on the pairs)"]
     if best_doc is not None:
@@ -46,12 +156,12 @@ def _recommend(plan, curve):
     if best_query is not None:
         reasons.append(f"bridge the queries with {best_query.method}: "
                        f"{_fmt(vars(best_query), k)}")
-    if plan.rerank:
-        r = plan.rerank
+    if est.rerank:
+        r = est.rerank
         reasons.append(f"translate + rerank the top {r['k_candidates']} by the new encoder: "
                        f"recall@{k} {r['recall_at_10']:.3f} [{r['recall_ci'][0]:.3f}, "
                        f"{r['recall_ci'][1]:.3f}] ({r['k_candidates']} texts encoded per query)")
-    reasons.append(f"re-embed: recall@{k} 1.000 by definition ({plan.store_size} texts encoded)")
+    reasons.append(f"re-embed: recall@{k} 1.000 by definition ({store_size} texts encoded)")
     reasons += ties
     maps = [e for e in (best_doc, best_query) if e is not None]
     top = max((e.recall for e in maps), default=None)
@@ -59,26 +169,26 @@ def _recommend(plan, curve):
         reasons.append(f"every translation keeps less than staying ({top:.3f} < "
                        f"{stay['recall']:.3f}): migrating that way is worse than not migrating")
     if any(not e.supported for e in maps):
-        reasons.append(f"{plan.n_pairs} pairs are too few to measure how retention falls with the "
-                       f"store size: the intervals for {plan.store_size} items run from chance to "
+        reasons.append(f"{inputs.n_pairs} pairs are too few to measure how retention falls with "
+                       f"the store size: the intervals for {store_size} items run from chance to "
                        "what the pairs measured, and no translation is recommended on them")
     options = [("stay", stay, "stay")]
     if best_doc is not None and best_doc.supported:
         options.append(("translate", vars(best_doc), best_doc))
     if best_query is not None and best_query.supported:
         options.append(("bridge queries", vars(best_query), best_query))
-    if plan.rerank and plan.rerank["supported"]:
-        options.append(("translate + rerank", {"recall": plan.rerank["recall_at_10"]}, best_doc))
+    if est.rerank and est.rerank["supported"]:
+        options.append(("translate + rerank", {"recall": est.rerank["recall_at_10"]}, best_doc))
     action, choice = "re-embed", best_doc or best_query
-    for name, e, est in options:
-        if e["recall"] >= plan.min_recall:
-            action, choice = name, est
+    for name, e, picked in options:
+        if e["recall"] >= min_recall:
+            action, choice = name, picked
             break
-    reasons.append(f"cheapest option that keeps --min-recall {plan.min_recall:.2f}: {action}"
-                   + _decided(options, action, plan.min_recall, k))
-    ceiling = plan.ceiling["recall"]
-    budget = plan.budget
-    if action == "re-embed" and ceiling < plan.min_recall:
+    reasons.append(f"cheapest option that keeps --min-recall {min_recall:.2f}: {action}"
+                   + _decided(options, action, min_recall, k))
+    ceiling = est.ceiling["recall"]
+    budget = opts.budget
+    if action == "re-embed" and ceiling < min_recall:
         reasons.append(f"even the ceiling ({ceiling:.3f}, an oracle map fitted and scored on the "
                        "same pairs) is below it: more pairs are unlikely to make a map good enough")
     elif budget:
@@ -94,13 +204,15 @@ def _recommend(plan, curve):
                            f"{budget['recall_at_budget']:.3f}"
                            + (" (extrapolated past the pairs, capped at the ceiling)"
                               if budget["budget_extrapolated"] else ""))
-    ratio = max(plan.row_norms["source"], plan.row_norms["target"]) / max(
-        min(plan.row_norms["source"], plan.row_norms["target"]), 1e-12)
-    if not plan.normalized and ratio > 1.5:
+    norms = inputs.row_norms
+    ratio = max(norms["source"], norms["target"]) / max(min(norms["source"],
+                                                            norms["target"]), 1e-12)
+    if not inputs.normalize and ratio > 1.5:
         reasons.append(f"the two spaces' mean row norms differ {ratio:.1f}-fold; maps without a "
                        "scale suffer from it (bridging most): compare with --normalize")
     side = getattr(choice, "side", None)
-    commands = _commands(choice, plan, rerank=action == "translate + rerank") \
+    commands = _commands(choice, inputs.normalize, est.rerank,
+                         rerank=action == "translate + rerank") \
         if action in ("translate", "bridge queries", "translate + rerank") else []
     return {"action": action, "method": getattr(choice, "method", None), "side": side,
             "reasons": reasons, "commands": commands}
@@ -121,7 +233,7 @@ def _decided(options, action, min_recall, k):
     return f" (options in cost order: {'; '.join(tried)})"
 
 
-def _commands(choice, plan, rerank=False):
+def _commands(choice, normalized, rerank_option, rerank=False):
     """The command lines that carry out the recommended fit (A, B, P, Q as given to plan)."""
     fit = f"skalign fit {choice.method}"
     ridge = ("scoring=recall_retention", "alphas=" + ",".join(f"{a:g}" for a in RIDGE_ALPHAS))
@@ -130,9 +242,9 @@ def _commands(choice, plan, rerank=False):
             f" --param estimator__{p}" for p in ridge)
     if choice.method == "linear":
         fit += "".join(f" --param {p}" for p in ridge)
-        if plan.normalized:
+        if normalized:
             fit += " --param normalize=true"
-    if choice.method == "bootstrap" and plan.normalized:
+    if choice.method == "bootstrap" and normalized:
         fit += " --param estimator__normalize=true"
     reverse = choice.side == "query" and "swapped" in choice.how
     fit += " --source B --target A" if reverse else " --source A --target B"
@@ -147,8 +259,8 @@ def _commands(choice, plan, rerank=False):
     else:
         run = "skalign translate model.skops QUERIES_B.npy QUERIES_IN_A.npy --direction inverse"
     note = ["(the plan fitted on L2-normalised rows: normalise A, B and the store (or the "
-            "queries) first)"] if plan.normalized and choice.method == "procrustes" else []
+            "queries) first)"] if normalized and choice.method == "procrustes" else []
     if rerank:
-        note.append(f"(then search the translated store for the top {plan.rerank['k_candidates']}"
+        note.append(f"(then search the translated store for the top {rerank_option['k_candidates']}"
                     " and re-score those candidates with the new encoder's vectors)")
     return [fit, run] + note

@@ -113,9 +113,12 @@ def _figure(plan):
     ax2.set_xlabel(f"recall@{k} retention (store of {plan.store_size}, "
                    f"{plan.confidence:.0%} CI)")
     rec = plan.recommendation
+    most = rec.get("most_within_budget")
     ax2.set_title(f"recommendation: {rec['action']}"
                   + (f" with {rec['method']}" if rec["action"] in (
-                      "translate", "bridge queries", "translate + rerank") else ""))
+                      "translate", "bridge queries", "translate + rerank") else "")
+                  + (f"\nwithin the budget: {most['says']}" if most else ""),
+                  fontsize=10 if most else None)
     fig.tight_layout()
     _thin_labels(fig, ax1)
     return fig

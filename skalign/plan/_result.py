@@ -7,21 +7,28 @@ from dataclasses import asdict, dataclass, field
 __all__ = ["Estimate", "MigrationPlan"]
 
 
-def _unit(norm):
+def _is_unit(norm):
     return abs(norm - 1.0) < 1e-3
 
 
 def _norm(norm):
-    return f"{norm:.3g}" + (" (unit vectors)" if _unit(norm) else " (not unit vectors)")
+    return f"{norm:.3g}" + (" (unit vectors)" if _is_unit(norm) else " (not unit vectors)")
 
 
-@dataclass
+def best_estimate(estimates, side=None):
+    """The estimate of ``estimates`` with the highest recall@k, on ``side`` or on either
+    (``None`` when none is on that side)."""
+    pool = [e for e in estimates if side is None or e.side == side]
+    return max(pool, key=lambda e: e.recall, default=None)
+
+
+@dataclass(frozen=True)
 class Estimate:
     """Retention of one method on one side (see :class:`MigrationPlan`).
 
     ``recall``/``ndcg`` and their intervals are for ``store_size``; ``measured_recall`` is what
     was measured on the evaluation store of ``measured_size`` items, ``slope`` the exponent of
-    the store-size law (:mod:`skalign.plan._law`), and ``supported`` is ``False`` when the pairs
+    the store-size law, and ``supported`` is ``False`` when the pairs
     were too few to measure it (the interval then runs from chance to the measured upper bound).
     """
 
@@ -41,9 +48,11 @@ class Estimate:
     slope: float = 0.0
 
 
-@dataclass
+@dataclass(frozen=True)
 class MigrationPlan:
     """What :func:`plan_migration` found; ``to_dict()`` is the ``--json`` output.
+
+    Built once, at the end of the plan, and not changed after.
 
     Parameters
     ----------
@@ -81,8 +90,12 @@ class MigrationPlan:
         ``{"recall", "ndcg", "method", "how"}`` of the oracle fit.
     recommendation : dict
         ``{"action": "stay" | "translate" | "bridge queries" | "translate + rerank" |
-        "re-embed", "method", "side", "reasons", "commands"}``: the cheapest option predicted to
-        keep ``min_recall``.
+        "re-embed", "method", "side", "reasons", "commands", "most_within_budget"}``: the
+        cheapest option predicted to keep ``min_recall``; ``most_within_budget`` names, with a
+        budget, the option that keeps the most within it when several keep ``min_recall`` and
+        its gain is larger than the overlap of the two intervals (``{"option", "method",
+        "recall", "recall_ci", "encoded_texts", "gain", "overlap", "against", "says"}``), else
+        ``None``.
     seconds : float
         Wall time of the plan.
     stay : dict
@@ -103,7 +116,7 @@ class MigrationPlan:
         Fallbacks, ignored inputs and extrapolations (also issued as warnings).
     judged : dict
         With judged queries: ``{"n_queries", "collection", "k", "options": [{"option",
-        "method", "ndcg", "ndcg_ci"}]}`` (:mod:`skalign.plan._judged`); else empty.
+        "method", "ndcg", "ndcg_ci"}]}``; else empty.
     """
 
     n_pairs: int
@@ -142,8 +155,7 @@ class MigrationPlan:
         estimate : Estimate or None
             ``None`` when no estimate is on that side.
         """
-        pool = [e for e in self.estimates if side is None or e.side == side]
-        return max(pool, key=lambda e: e.recall, default=None)
+        return best_estimate(self.estimates, side)
 
     def to_dict(self):
         """The plan as plain JSON-serialisable data.
@@ -184,7 +196,7 @@ class MigrationPlan:
                          else "used as given, not normalised")
             + f" (mean row norm: source {_norm(norms['source'])}, target "
             f"{_norm(norms['target'])})"
-            + ("" if _unit(norms["target"]) else
+            + ("" if _is_unit(norms["target"]) else
                "; in a store ranked by inner product or L2 distance the new vectors' lengths "
                "change the ranking: choose with --normalize on skalign migrate and search"),
             "",
@@ -232,6 +244,8 @@ class MigrationPlan:
         lines += ["", f"recommendation: {r['action']}"
                   + (f" with {r['method']} ({r['side']} side)" if r["action"] in (
                       "translate", "bridge queries", "translate + rerank") else "")]
+        if r.get("most_within_budget"):
+            lines.append(f"  within the budget: {r['most_within_budget']['says']}")
         lines += [f"  - {reason}" for reason in r["reasons"]]
         if r["commands"]:
             lines += ["  to carry it out:"] + [f"    {c}" for c in r["commands"]]
