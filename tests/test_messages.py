@@ -260,10 +260,8 @@ def test_judged_verdict_names_the_tie_rule_when_it_decides():
 
 
 def test_qrels_beyond_the_pairs_fail_before_any_fit(tmp_path, capsys, monkeypatch):
-    import skalign.plan as plan_module
-
     fits = []
-    monkeypatch.setattr(plan_module, "_cross_fit", lambda *a, **k: fits.append(a) or 1 / 0)
+    monkeypatch.setattr("skalign.plan._fits.cross_fit", lambda *a, **k: fits.append(a) or 1 / 0)
     X, Y = spaces()
     for name, M in (("a", X[:200]), ("b", Y[:200]), ("qa", X[:20]), ("qb", Y[:20])):
         np.save(tmp_path / f"{name}.npy", M)
