@@ -286,9 +286,10 @@ def test_migrate_help_says_how_rows_are_chosen(capsys):
     with pytest.raises(SystemExit):
         main(["migrate", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert (f"up to a budget of {CENTRES_MAX_BUDGET:,}, the rows nearest the centres of a "
-            "seeded k-means of the old vectors; above it, and for --continue's further rows, "
-            "rows drawn at random, seeded") in text
+    assert ("BUDGET rows of SOURCE are chosen from their old vectors: up to a budget of "
+            f"{CENTRES_MAX_BUDGET:,}, the rows nearest the centres of a seeded k-means (one "
+            "centre per row to encode); above it, and for --continue's further rows, rows "
+            "drawn uniformly, seeded") in text
     assert "chosen at random (seeded)" not in text
 
 
