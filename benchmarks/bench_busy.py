@@ -9,7 +9,8 @@ bootstrapper on ``--pool``-row unpaired pools, IRP on 1,000 anchors into MPNet's
 dimensions), timed once on the machine as it is ("idle") and once with ``--hogs`` processes
 (default: one per core) spinning beside it ("busy"), one right after the other, ``--repeats``
 times each; the table gives the medians, busy/idle and the 1-minute load average read before
-each measurement.
+each measurement. The first row, a fixed loop of pure Python on one thread, is the control: its
+busy/idle is what the machine's scheduler gives any one-thread work beside the hogs.
 
 Part 2: ``AnchorBootstrapper`` with its guard (the default, ``validation_fraction=0.2``) and
 without it (``validation_fraction=None``) at each ``--seeds`` count, back to back on the same
@@ -122,12 +123,22 @@ def top1(est, A, B, test):
     return top_k_accuracy(B[test] - mu, est.transform(A[test]) - mu)
 
 
+def _control():
+    """A fixed amount of one-thread work: its busy/idle is the floor the machine's scheduler
+    sets for any fit on one thread."""
+    total = 0
+    for i in range(3_000_000):
+        total += i * i
+    return total
+
+
 def fit_cases(E, args):
     A, B = E["minilm_l6"], E["mpnet_base"]
     test, known, pool = split(A, B, args.pairs, args.pool)
     _, seeds, _ = split(A, B, 15, args.pool)
     anchors = known[:1000]
     cases = {
+        "control: pure Python on one thread": _control,
         "ProcrustesAligner": lambda: ProcrustesAligner().fit(A[known], B[known]),
         "LinearAligner": lambda: LinearAligner().fit(A[known], B[known]),
         "RelativeProjector": lambda: RelativeProjector().fit(A[known], B[known]),
