@@ -75,8 +75,9 @@ def make_candidate(name, n_pairs=0, random_state=None):
     if name == "linear":
         return LinearAligner(alphas=RIDGE_ALPHAS, scoring="recall_retention")
     if name == "bootstrap":
+        # the plan cross-fits every candidate already: the start guard's own split is not needed
         return AnchorBootstrapper(make_candidate("linear"), map_rounds=MAP_ROUNDS,
-                                  random_state=random_state)
+                                  validation_fraction=None, random_state=random_state)
     if name == "irp":
         return InverseRelativeProjector(random_state=random_state)
     if name == "gera":

@@ -26,10 +26,38 @@ def best_estimate(estimates, side=None):
 class Estimate:
     """Retention of one method on one side (see :class:`MigrationPlan`).
 
-    ``recall``/``ndcg`` and their intervals are for ``store_size``; ``measured_recall`` is what
-    was measured on the evaluation store of ``measured_size`` items, ``slope`` the exponent of
-    the store-size law, and ``supported`` is ``False`` when the pairs
-    were too few to measure it (the interval then runs from chance to the measured upper bound).
+    Parameters
+    ----------
+    method : str
+        The option's method (``"procrustes"``, ``"linear"``, ...; ``"stay"``, ``"rerank"``).
+    side : str
+        Which embeddings are translated: ``"document"`` (the store's) or ``"query"`` (mapped
+        back by ``inverse_transform``).
+    how : str
+        What the option does, in words (e.g. ``"translate the stored documents"``).
+    recall : float
+        Recall@k against re-embedding, for a store of ``store_size`` items.
+    recall_ci : tuple of float
+        Its interval ``(low, high)`` at the plan's confidence.
+    ndcg : float
+        The nDCG@k against re-embedding, for ``store_size`` items.
+    ndcg_ci : tuple of float
+        Its interval.
+    store_size : int
+        Store size the estimate is for.
+    extrapolated : bool
+        Whether ``store_size`` is larger than the evaluation store (the store-size law used).
+    fit_seconds : float
+        Seconds one fit took.
+    supported : bool, default=True
+        ``False`` when the pairs were too few to measure it (the interval then runs from chance
+        to the measured upper bound).
+    measured_size : int, default=0
+        Items of the evaluation store it was measured on.
+    measured_recall : float, default=nan
+        Recall@k measured on that store.
+    slope : float, default=0.0
+        Exponent of the store-size law.
     """
 
     method: str
