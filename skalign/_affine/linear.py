@@ -15,6 +15,7 @@ from ..utils._backend import (
     ridge_svd,
     small_lapack,
     to_numpy,
+    work_threads,
 )
 from ..utils._compat import Interval, StrOptions, _fit_context
 from .norms import NORMALIZE_CONSTRAINT, NormalizeMixin
@@ -366,6 +367,17 @@ class LinearAligner(NormalizeMixin, BaseAligner):
         X, y = self._fit_normalization(X, y)
         Xc, Yc, mx, my = self._centered_pair_tensors(X, y, center=self.center)
         self.loo_errors_ = self.cv_scores_ = None
+        # one product of the alpha search is (n, d_x) x (d_x, d_y): below the work rule's size
+        # a busy machine's second thread only waits (skalign.utils._backend.work_threads)
+        with work_threads(len(Xc) * Xc.shape[1] * Yc.shape[1], Xc.device.type):
+            self._choose_alpha(Xc, Yc, mx, my)
+        W = ridge_svd(Xc, Yc, self.alpha_, rtol=self.rtol)
+        self.coef_ = to_numpy(W.T)  # scikit-learn's (n_targets, n_features)
+        self.intercept_ = to_numpy(my - mx @ W)
+        return self
+
+    def _choose_alpha(self, Xc, Yc, mx, my):
+        """Set ``alpha_`` and ``alpha_criterion_`` (and the search's scores)."""
         n_splits = min(5, len(Xc) // 24)  # held-out parts of at least 2 (k + 2) anchors
         if isinstance(self.alpha, str) and self.scoring is not None and n_splits >= 2:
             alphas = self._candidate_alphas()
@@ -383,10 +395,6 @@ class LinearAligner(NormalizeMixin, BaseAligner):
         else:
             self.alpha_ = float(self.alpha)
             self.alpha_criterion_ = "fixed"
-        W = ridge_svd(Xc, Yc, self.alpha_, rtol=self.rtol)
-        self.coef_ = to_numpy(W.T)  # scikit-learn's (n_targets, n_features)
-        self.intercept_ = to_numpy(my - mx @ W)
-        return self
 
     def _affine(self):
         normalize_in, scale_out = self._affine_io()
