@@ -1111,17 +1111,14 @@ def test_pgvector_translates_in_batches_of_2048_rows(postgres, data):
     """PostgreSQL's default batch is 2,048 rows whatever the memory budget allows: every run,
     a rerun after a crash too, loads its first batch with nothing to overlap, and smaller
     batches commit it sooner at the same pace overall (doc/developers/studies.rst)."""
-    from skalign._stores.pipeline.translate import (
-        DATABASE_BATCH_ROWS,
-        default_batch_size,
-        prepare_translation,
-    )
+    from skalign._stores.pipeline.translate import default_batch_size, prepare_translation
+    from skalign._stores.registry import engine
 
     X, model = data
     b = PgVector(postgres)
     b.reset()
     job = prepare_translation(model, b.make(None, X), b.output(None))
-    assert job.batch_size == DATABASE_BATCH_ROWS == 2048
+    assert job.batch_size == engine("pgvector").most_batch_rows == 2048
     assert default_batch_size(384, 768) > 2048  # the budget alone would give more
 
 
