@@ -594,19 +594,21 @@ def small_lapack(A: torch.Tensor):
     by :func:`work_threads`). Nested and concurrent uses (threads of one process) restore the
     caller's setting when the last one leaves.
     """
-    m, n = A.shape[-2:]
-    if A.device.type != "cpu" or m * n * min(m, n) > SMALL_LAPACK:
-        yield
-        return
-    with one_thread():
+    with _decomposition_threads(A, SMALL_LAPACK):
         yield
 
 
 def lapack_threads(A: torch.Tensor):
     """:func:`work_threads` for a decomposition of ``A`` (``m · n · min(m, n)``), torch's
     threads only (no BLAS controller: called inside loops)."""
+    return _decomposition_threads(A, ONE_THREAD_WORK)
+
+
+def _decomposition_threads(A, limit):
+    """:func:`one_thread` (torch's) for a CPU decomposition of ``A`` of at most ``limit``
+    multiply-adds (``m · n · min(m, n)``), the caller's setting otherwise."""
     m, n = A.shape[-2:]
-    if A.device.type == "cpu" and m * n * min(m, n) <= ONE_THREAD_WORK:
+    if A.device.type == "cpu" and m * n * min(m, n) <= limit:
         return one_thread()
     return contextlib.nullcontext()
 
