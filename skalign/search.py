@@ -195,6 +195,16 @@ class Searcher:
     progress : bool, default=False
         Progress bars on standard error, when it is a terminal: the query texts encoded, then
         the queries searched with their rate and the candidate texts encoded so far.
+    index : {"auto", "exact", "build", "existing"}, default="auto"
+        Where the candidates of a store without an index of its own (``.npy``, Parquet) come
+        from: an exact scan of every row (``"exact"``), or skalign's index kept beside the
+        store (an inverted file, ``STORE.skalign-index``), checked against the store as it is
+        now. ``"auto"``: the exact scan below 200,000 rows, else the index, built when it is
+        missing and rebuilt when the store changed since; ``"build"``: the index built anew
+        now, whatever the size; ``"existing"``: the index as it is, refused when it is missing
+        or stale (a serving process that must not spend minutes building). A store with an
+        index of its own (LanceDB, FAISS, the databases) is searched by that index: only
+        ``"auto"`` applies.
     **store_options
         Options of the store's live backend (file stores: ``id_field``, ``metric``).
 
@@ -204,6 +214,10 @@ class Searcher:
         The new encoder with its encode cache.
     k_candidates_ : int
         :math:`K` as resolved.
+    index_ : str
+        Where the candidates come from: ``"own"`` (the store's own index), ``"exact"`` (an
+        exact scan), or skalign's index beside the store: ``"loaded"`` (it was current),
+        ``"built"`` (there was none) or ``"rebuilt"`` (the store had changed since).
     stats : SearchStats
 
     Examples
@@ -230,10 +244,13 @@ class Searcher:
     def __init__(self, store, encoder, *, k_candidates=100, plan=None, text_field=None,
                  column=None, cache=None, query_encoder=None, rescore="translated",
                  write_back=True, write_batch=256, provenance_key=None, progress=False,
-                 **store_options):
+                 index="auto", **store_options):
         from ._stores import open_live
+        from ._stores.files.ann import INDEX_MODES
         from .encoders import CachedEncoder, as_encoder
 
+        if not isinstance(index, str) or index not in INDEX_MODES:
+            raise ValueError(f"index={index!r}: use one of {', '.join(INDEX_MODES)}.")
         if rescore not in ("translated", "all"):
             raise ValueError(f"rescore={rescore!r}: use 'translated' or 'all'.")
         if isinstance(write_batch, bool) or not isinstance(write_batch, numbers.Integral) \
@@ -250,15 +267,30 @@ class Searcher:
         # the address is parsed here (the command line passes the one it parsed already)
         self.store = open_live(store, column=column, text_field=text_field,
                                provenance_key=provenance_key, **store_options)
-        if self.write_back:
-            try:
+        try:
+            if self.write_back:
                 self.store.check_provenance_key()
-            except BaseException:
-                self.store.close()
-                raise
+            self.index_ = self._use_index(index)
+        except BaseException:
+            self.store.close()
+            raise
         self.stats = SearchStats()
         self._pending = {}
         self._text_found = text_field is not None
+
+    def _use_index(self, mode):
+        """Attach skalign's index to a store without its own and say how it was found (see
+        :attr:`index_`); a store with its own index takes ``"auto"`` only."""
+        from ._stores.files.ann import use_index
+        from ._stores.files.live import FileLiveStore
+
+        if isinstance(self.store, FileLiveStore) and self.store.exact:
+            return use_index(self.store, mode, progress=self.progress)
+        if mode != "auto":
+            raise ValueError(f"index={mode!r}: the {self.store.kind} store is searched by its "
+                             "own index; index='exact', 'build' and 'existing' apply to stores "
+                             "without one (.npy arrays and Parquet files).")
+        return "own"
 
     # ------------------------------------------------------------------------------ search
     def search(self, queries, k=10):
@@ -432,9 +464,13 @@ class Searcher:
 
     def close(self):
         """Write back what is pending and close the store."""
+        from ._stores.files.live import FileLiveStore
+
         try:
             self.flush()
         finally:
+            if isinstance(self.store, FileLiveStore) and self.store.ann is not None:
+                self.store.ann.close()
             self.store.close()
 
     def __enter__(self):

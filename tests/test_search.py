@@ -296,9 +296,9 @@ def test_the_public_signature_takes_public_types_only():
         assert types["store"] == "str or path-like"
         for name, text in types.items():
             words = set(re.findall(r"[A-Za-z_][\w-]*", text.split("default=")[0]))
-            assert "skalign._" not in text and words <= public | {"auto", "translated",
-                                                                  "all", "n_queries",
-                                                                  "dim"}, (name, text)
+            assert "skalign._" not in text and words <= public | {
+                "auto", "translated", "all", "n_queries", "dim", "exact", "build",
+                "existing"}, (name, text)
     with pytest.raises(AddressError, match="not a store address; give a path or an address"):
         Searcher(object(), lookup_encoder(np.zeros((1, 2))))
 

@@ -34,6 +34,12 @@ NORMALIZE:
   shows it), else yes when STORE ranks by inner product or L2 distance (where a vector's
   length changes the ranking) and (cosine) the encoder's own output otherwise. SPEC may carry
   it too: SPEC?normalize=yes. Query vectors given as .npy are used as they are.
+INDEX (--index):
+  where the candidates of an .npy or Parquet store come from: auto (default) scans every row
+  below 200,000 rows, else uses skalign's index kept in STORE.skalign-index beside the store
+  (built when missing, rebuilt when the store changed since it was built); exact: every row;
+  build: the index built anew now; existing: the index as it is, refused when missing or
+  stale. Stores with their own index (LanceDB, FAISS, databases) are searched by it.
 WRITE-BACK:
   Each candidate's text is encoded once (--encode-cache keeps the vectors across runs), its vector
   written back as the row's final vector, provenance encoded:<fingerprint>; databases in place,
@@ -82,6 +88,9 @@ def add_search_command(sub, positive_int):
     p.add_argument("--normalize", choices=("auto", "yes", "no"), default=None,
                    help="unit-length encoded vectors (yes), the raw output (no), or what the "
                    "store's metric needs (auto, the default; see NORMALIZE)")
+    p.add_argument("--index", choices=("auto", "exact", "build", "existing"), default="auto",
+                   help="candidates of an .npy or Parquet store from an exact scan or from "
+                   "skalign's index beside it (see INDEX; default auto)")
     p.add_argument("--quiet", action="store_true", help="no progress bars (they show on a "
                    "terminal only) and no summary line")
     return p
@@ -210,6 +219,15 @@ def check_output(args, candidates_file):
                             args.output if args.overwrite else None)
 
 
+_INDEX_LINES = {
+    "own": "candidates: the store's own index",
+    "exact": "candidates: an exact scan of every row",
+    "loaded": "candidates: skalign's index beside the store (current)",
+    "built": "candidates: skalign's index beside the store (built now)",
+    "rebuilt": "candidates: skalign's index beside the store (rebuilt: the store had changed)",
+}
+
+
 def _migration(address):
     """The record of the migration that wrote the store (its stamp's), or ``None``."""
     from .._stores.provenance import read_stamp
@@ -250,7 +268,8 @@ def cmd_search(args, out):
                                 cache=EncodeCache(args.encode_cache))
     with Searcher(args.store, encoder, k_candidates=candidates, text_field=args.text_field,
                   column=args.column, write_back=not args.no_write_back,
-                  provenance_key=args.provenance_key, progress=progress, **options) as s:
+                  provenance_key=args.provenance_key, progress=progress, index=args.index,
+                  **options) as s:
         result = s.search(queries, k=args.k)
     write_results(args.output, result, overwrite=args.overwrite, mode=mode)
     if not args.quiet:
@@ -259,4 +278,5 @@ def cmd_search(args, out):
             f"encoded ({st.encoded / max(st.queries, 1):.1f} per query), {st.written} rows "
             f"written back; results in {args.output}")
         out(normalize_line(encoder, why))
+        out(_INDEX_LINES[s.index_])
     return 0

@@ -206,6 +206,10 @@ class FileLiveStore(LiveStore):
     exact = True
     #: texts come from a text file beside the store (``.npy``, FAISS), not a column
     texts_in_lines = False
+    #: skalign's index beside an exact store (:class:`~skalign._stores.files.ann.IvfIndex`),
+    #: set by :func:`~skalign._stores.files.ann.use_index`: the store is then ranked through
+    #: it, as an indexed one
+    ann = None
 
     def _open_overlay(self, base):
         base = {**base, "ids": ids_digest(self._ids)}
@@ -230,8 +234,15 @@ class FileLiveStore(LiveStore):
         raise NotImplementedError
 
     def _index_top_k(self, queries, k):
-        """``(positions, scores)`` per query from the engine's index (indexed stores)."""
-        raise NotImplementedError
+        """``(positions, scores)`` per query from the engine's index (indexed stores), or from
+        skalign's index beside the store (:attr:`ann`)."""
+        if self.ann is None:
+            raise NotImplementedError
+        return self.ann.search(queries, k)
+
+    def vector_column(self):
+        """The column the vectors are read from (``None``: the store has one array)."""
+        return getattr(getattr(self, "_reader", None), "column", None)
 
     # --------------------------------------------------------------------------- LiveStore
     def top_k(self, queries, k):
@@ -240,7 +251,7 @@ class FileLiveStore(LiveStore):
         state = self.overlay.refresh()
         if k == 0:
             return [[] for _ in Q], [np.empty(0, np.float32) for _ in Q]
-        if self.exact:
+        if self.exact and self.ann is None:
             pos, scores = self._exact_top_k(Q, k, state)
         else:
             pos, scores = self._merged_top_k(Q, k, state)

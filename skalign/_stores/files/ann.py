@@ -1,0 +1,548 @@
+"""skalign's own vector index beside a file store without one (``.npy``, Parquet): an inverted
+file (IVF-Flat) kept on disk, read a few lists at a time, checked against the store it was
+built from by every reader.
+
+Layout. The rows are grouped into :math:`L` lists by the nearest of :math:`L` centroids
+(k-means on a sample of the rows; on the unit sphere for cosine). A query :math:`q` is scored
+exactly against the rows of the lists whose centroids score best for it (at least
+:attr:`IvfIndex.probes` lists, and as many more as it takes to hold :math:`k` rows), so its
+candidates are the exact top-:math:`k` of a small share of the store: :math:`p/L` of the rows
+for :math:`p` probes. :math:`L \\approx \\sqrt{n}` and :math:`p \\approx L/32` (see
+:func:`choose_lists`): the lists probed hold about 3 % of the rows, and on clustered data the
+candidate step keeps nearly all of an exact scan's top-100 (the user guide has the figures).
+
+File. ``STORE.skalign-index/ivf-<metric>-<digest of the vector column>.bin`` beside the store
+(the folder's name is the store's own name plus :data:`INDEX_SUFFIX`, so no name a store may
+have reaches out of its folder), one file: a magic line, a JSON header, then the centroids,
+the lists' offsets, each slot's row in the store, each slot's squared norm and each slot's
+vector (a copy of the store's row, float32), list after list. Searching reads the lists it
+probes with ``pread``: nothing but the centroids stays in memory, whatever the store's size.
+Building streams the store window by window three times (a sample, the assignment, the
+writing) and holds a sample of at most :data:`SAMPLE_BYTES` and one list number per row.
+
+Stamp. The header records what the index was computed from: the store's real path, each of
+its files' size, modification time, device and inode, a digest of the first and last
+:data:`EDGE_BYTES` of each file (a Parquet footer, an ``.npy`` header), its rows, width and
+vector column. A reader recomputes them and compares; it also checks the offsets and that the
+slots hold each row once, and compares a few slots with the store's rows. An index whose stamp
+no longer matches is *stale*: rebuilt, or refused when the caller asked for no rebuild; a file
+at that name that skalign did not write (no magic line), or one whose header does not parse as
+this format, is refused and never overwritten. The file is written under a temporary name in
+the same folder (created exclusively, no link followed), fsynced and renamed into place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import os
+import secrets
+import stat
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ...exceptions import StoreError
+from ..journal import fsync_dir
+from ..live import similarity
+from .shadow import create_file, output_modes
+
+__all__ = ["EDGE_BYTES", "INDEX_MIN_ROWS", "INDEX_MODES", "INDEX_SUFFIX", "SAMPLE_BYTES",
+           "IndexStaleError", "IvfIndex", "build_index", "choose_lists", "index_path",
+           "open_index", "store_stamp", "use_index"]
+
+#: the index folder's name is the store's name with this suffix
+INDEX_SUFFIX = ".skalign-index"
+#: what :func:`open_index`'s ``mode`` takes: the store below :data:`INDEX_MIN_ROWS` ranked
+#: exactly, else its index used, built or rebuilt as needed (``"auto"``); every row ranked
+#: exactly (``"exact"``); the index built anew now and used (``"build"``); the index used as
+#: it is, refused when missing or stale (``"existing"``)
+INDEX_MODES = ("auto", "exact", "build", "existing")
+#: stores with fewer rows are ranked exactly under ``"auto"`` (an exact scan of 10^5 384-d
+#: rows takes about as long per query as the index's search plus the reading it saves is
+#: worth; see benchmarks/bench_search.py --scale)
+INDEX_MIN_ROWS = 200_000
+#: bytes of rows the k-means sample may take
+SAMPLE_BYTES = 128 << 20
+#: bytes at each end of each of the store's files that the stamp digests
+EDGE_BYTES = 1 << 16
+
+_MAGIC = b"SKALIGN-IVF-FLAT\n"
+_FORMAT = 1
+_MAX_HEADER = 1 << 20
+_ALIGN = 64
+_KMEANS_ITERATIONS = 10
+_CHECK_SLOTS = 8
+
+
+class IndexStaleError(StoreError):
+    """The index beside a store was computed from another state of the store."""
+
+
+def index_path(path, metric, column):
+    """Where the index of the store at ``path`` (ranked by ``metric``, vectors in ``column``)
+    is kept: a file named by the metric and a digest of the column, in the folder
+    ``NAME.skalign-index`` beside the store."""
+    path = Path(path)
+    key = hashlib.sha256(json.dumps([column]).encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return path.with_name(path.name + INDEX_SUFFIX) / f"ivf-{metric}-{key}.bin"
+
+
+def choose_lists(n):
+    r"""``(lists, probes)`` for a store of ``n`` rows: :math:`L = \lceil\sqrt{n}\rceil` lists
+    (at most 65,536) and :math:`p = \max(8, \lceil L/32\rceil)` probes."""
+    lists = max(1, min(65536, int(math.ceil(math.sqrt(max(n, 1))))))
+    return lists, min(lists, max(8, int(math.ceil(lists / 32))))
+
+
+def _edges_digest(path):
+    h = hashlib.sha256()
+    paths = [path] if not os.path.isdir(path) else sorted(
+        os.path.join(root, f) for root, _, files in os.walk(path) for f in files)
+    for p in paths:
+        with open(p, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            h.update(f.read(EDGE_BYTES))
+            if size > EDGE_BYTES:
+                f.seek(max(EDGE_BYTES, size - EDGE_BYTES))
+                h.update(f.read(EDGE_BYTES))
+        h.update(b"\x00")
+    return h.hexdigest()
+
+
+def store_stamp(store):
+    """What an index of the live store ``store`` is computed from, as JSON values: its real
+    path, its files' state (:func:`~skalign._stores.files.live.files_state`), a digest of each
+    file's first and last :data:`EDGE_BYTES`, its rows, width and vector column."""
+    from .live import files_state
+
+    path = os.fspath(store.path)
+    stamp = {"store": os.path.realpath(path), "files": files_state(path),
+             "edges": _edges_digest(path), "rows": int(store.n_rows), "dim": int(store.dim),
+             "column": store.vector_column()}
+    return json.loads(json.dumps(stamp))
+
+
+def _layout(n, d, lists):
+    """Byte offsets of the sections after a header of ``start`` bytes, and the file's size."""
+    sizes = {"centroids": 4 * lists * d, "offsets": 8 * (lists + 1), "positions": 8 * n,
+             "norms": 4 * n, "vectors": 4 * n * d}
+
+    def place(start):
+        out, at = {}, start
+        for name, size in sizes.items():
+            at = -(-at // _ALIGN) * _ALIGN
+            out[name] = at
+            at += size
+        return out, at
+    return place
+
+
+def _header_bytes(header):
+    body = json.dumps(header, sort_keys=True).encode()
+    return _MAGIC + len(body).to_bytes(8, "little") + body
+
+
+class IvfIndex:
+    """An IVF-Flat index file opened for searching (see the module's docstring).
+
+    Attributes
+    ----------
+    path : Path
+    rows, dim, lists, probes : int
+    metric : {"cosine", "ip", "l2"}
+    stamp : dict
+        What the index was computed from (:func:`store_stamp`).
+    """
+
+    def __init__(self, path):
+        self.path = Path(path)
+        try:
+            # a file object, closed with the index or when it is collected; never a link
+            self._file = open(self.path, "rb", buffering=0, opener=lambda p, flags: os.open(
+                p, flags | getattr(os, "O_NOFOLLOW", 0)))
+        except OSError as exc:
+            raise StoreError(f"{self.path}: cannot open the index ({exc.strerror}).") from None
+        self._fd = self._file.fileno()
+        try:
+            self._read_header()
+        except BaseException:
+            self._file.close()
+            raise
+
+    def _refuse(self, why):
+        raise StoreError(f"{self.path}: {why}; skalign did not write this file as it is: "
+                         "remove it (skalign builds the index again), or give another store.")
+
+    def _read_header(self):
+        st = os.fstat(self._fd)
+        if not stat.S_ISREG(st.st_mode):
+            self._refuse("not a regular file")
+        head = os.pread(self._fd, len(_MAGIC) + 8, 0)
+        if len(head) < len(_MAGIC) + 8 or head[:len(_MAGIC)] != _MAGIC:
+            self._refuse("not an index file of skalign (no magic line)")
+        size = int.from_bytes(head[len(_MAGIC):], "little")
+        if size > _MAX_HEADER:
+            self._refuse(f"a header of {size} bytes")
+        from ...utils._input_files import loads_bounded
+
+        try:
+            header = loads_bounded(os.pread(self._fd, size, len(head)), "", max_depth=6)
+        except ValueError:
+            self._refuse("its header is not JSON")
+        ok = isinstance(header, dict) and header.get("format") == _FORMAT and all(
+            isinstance(header.get(k), int) and not isinstance(header.get(k), bool)
+            for k in ("rows", "dim", "lists", "probes")) \
+            and header.get("metric") in ("cosine", "ip", "l2") \
+            and isinstance(header.get("stamp"), dict)
+        if not ok:
+            self._refuse("its header is not that of an index of this format")
+        n, d, lists, probes = (header[k] for k in ("rows", "dim", "lists", "probes"))
+        if not (1 <= d <= 1 << 16 and 0 <= n < 1 << 40 and 1 <= lists <= max(n, 1)
+                and 1 <= probes <= lists):
+            self._refuse(f"its header's sizes are out of range (rows {n}, width {d}, "
+                         f"{lists} lists, {probes} probes)")
+        self.rows, self.dim, self.lists, self.probes = n, d, lists, probes
+        self.metric, self.stamp = header["metric"], header["stamp"]
+        self._at, end = _layout(n, d, lists)(len(head) + size)
+        if st.st_size != end:
+            self._refuse(f"{st.st_size} bytes where its header says {end}")
+        self.centroids = self._array("centroids", 0, lists * d, np.float32).reshape(lists, d)
+        if not np.isfinite(self.centroids).all():
+            self._refuse("its centroids hold non-finite values")
+        self.offsets = self._array("offsets", 0, lists + 1, np.int64)
+        if self.offsets[0] != 0 or self.offsets[-1] != n or np.any(np.diff(self.offsets) < 0):
+            self._refuse("its lists' offsets do not cover its rows")
+        self._c_sq = np.einsum("ij,ij->i", self.centroids, self.centroids)
+        self._c_unit = self.centroids / np.where(self._c_sq > 0, np.sqrt(self._c_sq), 1)[:, None]
+
+    def _array(self, section, lo, count, dtype):
+        item = np.dtype(dtype).itemsize
+        data = os.pread(self._fd, count * item, self._at[section] + lo * item)
+        if len(data) != count * item:
+            self._refuse("it is truncated")
+        return np.frombuffer(data, dtype=dtype)
+
+    def check(self, store):
+        """Raise :class:`IndexStaleError` unless this index was computed from ``store`` as it
+        is now (its stamp, its metric), and :class:`~skalign.exceptions.StoreError` unless its
+        slots hold each row once and a few of them hold the store's rows."""
+        if self.metric != store.metric:
+            raise IndexStaleError(f"{self.path}: an index for the {self.metric} metric, not "
+                                  f"{store.metric}.")
+        if self.stamp != store_stamp(store):
+            raise IndexStaleError(f"{self.path}: computed from another state of the store "
+                                  "(its files changed since).")
+        seen = np.zeros(self.rows, dtype=bool)
+        step = 1 << 20
+        for lo in range(0, self.rows, step):
+            p = self._array("positions", lo, min(step, self.rows - lo), np.int64)
+            if len(p) and (p.min() < 0 or p.max() >= self.rows):
+                self._refuse("its slots name rows outside the store")
+            seen[p] = True
+        if not seen.all():
+            self._refuse("its slots do not hold each row of the store once")
+        del seen
+        if self.rows:
+            slots = np.unique(np.random.default_rng().integers(0, self.rows, _CHECK_SLOTS))
+            pos = np.array([self._array("positions", s, 1, np.int64)[0] for s in slots])
+            mine = np.stack([self._array("vectors", s * self.dim, self.dim, np.float32)
+                             for s in slots])
+            order = np.argsort(pos)
+            theirs = np.empty_like(mine)
+            theirs[order] = np.asarray(store._rows(pos[order], None)[0], dtype=np.float32)
+            if not np.array_equal(mine, theirs):
+                raise IndexStaleError(f"{self.path}: its rows are not the store's (computed "
+                                      "from other vectors).")
+
+    def search(self, queries, k):
+        """``(positions, scores)`` per query: the exact best ``k`` rows of the lists probed.
+
+        Parameters
+        ----------
+        queries : ndarray of shape (n_queries, dim), float32
+        k : int
+
+        Returns
+        -------
+        positions : list of ndarray of int64
+            Rows of the store, best first.
+        scores : list of ndarray of float32
+            Their similarity under the index's metric.
+        """
+        Q = np.asarray(queries, dtype=np.float32)
+        dots = Q @ self.centroids.T
+        if self.metric == "cosine":
+            lead = Q @ self._c_unit.T
+        elif self.metric == "l2":
+            lead = 2 * dots - self._c_sq[None, :]
+        else:
+            lead = dots
+        sizes = np.diff(self.offsets)
+        out_p, out_s = [], []
+        for q, row in zip(Q, lead):
+            order = np.argsort(-row, kind="stable")
+            held = np.cumsum(sizes[order])
+            # the lists probed: at least `probes`, and as many as hold k rows
+            upto = max(self.probes, int(np.searchsorted(held, min(k, self.rows))) + 1)
+            chosen = np.sort(order[:upto])
+            P, V, N = self._lists(chosen)
+            S = similarity(q[None, :], V, self.metric, N)[0]
+            top = np.argpartition(-S, k - 1)[:k] if len(S) > k else np.arange(len(S))
+            top = top[np.argsort(-S[top], kind="stable")]
+            out_p.append(P[top])
+            out_s.append(S[top].astype(np.float32))
+        return out_p, out_s
+
+    def _lists(self, chosen):
+        """Positions, vectors and squared norms of the lists ``chosen`` (sorted), adjacent
+        lists read together."""
+        parts = ([], [], [])
+        starts, ends = self.offsets[chosen], self.offsets[chosen + 1]
+        runs = np.flatnonzero(np.r_[True, starts[1:] != ends[:-1]])
+        for a, b in zip(runs, np.r_[runs[1:], len(chosen)]):
+            lo, hi = int(starts[a]), int(ends[b - 1])
+            if hi == lo:
+                continue
+            parts[0].append(self._array("positions", lo, hi - lo, np.int64))
+            parts[1].append(self._array("vectors", lo * self.dim, (hi - lo) * self.dim,
+                                        np.float32).reshape(hi - lo, self.dim))
+            parts[2].append(self._array("norms", lo, hi - lo, np.float32))
+        if not parts[0]:
+            return (np.empty(0, np.int64), np.empty((0, self.dim), np.float32),
+                    np.empty(0, np.float32))
+        return tuple(np.concatenate(p) for p in parts)
+
+    def close(self):
+        self._file.close()
+
+
+# ------------------------------------------------------------------------------- building
+def _prepare(X, metric):
+    """Rows as k-means sees them: unit length for cosine (a zero row stays zero)."""
+    X = np.asarray(X, dtype=np.float32)
+    if metric != "cosine":
+        return X
+    norms = np.linalg.norm(X, axis=1, keepdims=True)
+    return X / np.where(norms > 0, norms, 1)
+
+
+def _nearest(X, C, metric, step=8192):
+    """The nearest centroid of each row of ``X`` (prepared), in blocks of ``step`` rows."""
+    c_sq = np.einsum("ij,ij->i", C, C)
+    out = np.empty(len(X), np.int32)
+    for lo in range(0, len(X), step):
+        S = X[lo:lo + step] @ C.T
+        if metric != "cosine":
+            S = 2 * S - c_sq[None, :]
+        out[lo:lo + step] = np.argmax(S, axis=1)
+    return out
+
+
+def _kmeans(X, lists, metric, rng):
+    """Lloyd's k-means of the sample ``X`` (prepared) into ``lists`` centroids, spherical for
+    cosine; an emptied centroid is moved to a random row."""
+    C = X[rng.choice(len(X), lists, replace=False)].copy()
+    for _ in range(_KMEANS_ITERATIONS):
+        a = _nearest(X, C, metric)
+        counts = np.bincount(a, minlength=lists)
+        order = np.argsort(a, kind="stable")
+        filled = counts > 0
+        sums = np.zeros(C.shape, np.float64)
+        sums[filled] = np.add.reduceat(X[order], np.r_[0, np.cumsum(counts)[:-1]][filled],
+                                       dtype=np.float64)
+        empty = ~filled
+        C = (sums / np.maximum(counts, 1)[:, None]).astype(np.float32)
+        if empty.any():
+            C[empty] = X[rng.choice(len(X), int(empty.sum()), replace=False)]
+        if metric == "cosine":
+            C = _prepare(C, metric)
+    return C
+
+
+def _sample(store, size, rng):
+    """``size`` rows of the store at random, read in one pass over its windows."""
+    want = np.sort(rng.choice(store.n_rows, size, replace=False))
+    out, at = np.empty((size, store.dim), np.float32), 0
+    for start, V in store._windows():
+        lo, hi = np.searchsorted(want, [start, start + len(V)])
+        out[at:at + hi - lo] = np.asarray(V, dtype=np.float32)[want[lo:hi] - start]
+        at += hi - lo
+    if at != size:
+        raise StoreError(f"{store.path}: read {at} sampled rows of {size}; was the store "
+                         "changed meanwhile?")
+    return out
+
+
+def build_index(store, path, *, random_state=0, progress=False):
+    """Build the index of the exact live file store ``store`` into ``path`` (see
+    :func:`index_path`), atomically: written under a temporary name beside it, fsynced, then
+    renamed into place over an older index of skalign's (never over another file).
+
+    Returns
+    -------
+    IvfIndex
+        The new index, opened.
+    """
+    from ...utils._console import stage
+
+    path = Path(path)
+    n, d, metric = int(store.n_rows), int(store.dim), store.metric
+    lists, probes = choose_lists(n)
+    stamp = store_stamp(store)
+    rng = np.random.default_rng(random_state)
+    with stage(f"building the index of {path.parent.name[:-len(INDEX_SUFFIX)]} "
+               f"({n} rows, {lists} lists)", progress):
+        size = min(n, max(lists, min(SAMPLE_BYTES // (4 * max(d, 1)), 64 * lists)))
+        C = _kmeans(_prepare(_sample(store, size, rng), metric), lists, metric, rng) \
+            if n else np.zeros((1, d), np.float32)
+        assign = np.empty(n, np.int32)
+        for start, V in store._windows():
+            assign[start:start + len(V)] = _nearest(_prepare(V, metric), C, metric)
+        offsets = np.zeros(lists + 1, np.int64)
+        offsets[1:] = np.cumsum(np.bincount(assign, minlength=lists))
+        header = {"format": _FORMAT, "rows": n, "dim": d, "lists": lists, "probes": probes,
+                  "metric": metric, "stamp": stamp,
+                  "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        head = _header_bytes(header)
+        at, end = _layout(n, d, lists)(len(head))
+        with _publishing(path, store.path, end) as fd:
+            os.pwrite(fd, head, 0)
+            os.pwrite(fd, np.ascontiguousarray(C, np.float32).tobytes(), at["centroids"])
+            os.pwrite(fd, offsets.tobytes(), at["offsets"])
+            cursor = offsets[:-1].copy()
+            for start, V in store._windows():
+                V = np.ascontiguousarray(V, dtype=np.float32)
+                a = assign[start:start + len(V)]
+                order = np.argsort(a, kind="stable")
+                groups, first = np.unique(a[order], return_index=True)
+                bounds = np.r_[first, len(order)]
+                norms = np.einsum("ij,ij->i", V, V)
+                for g, lo, hi in zip(groups, bounds[:-1], bounds[1:]):
+                    rows = order[lo:hi]
+                    slot = int(cursor[g])
+                    os.pwrite(fd, (rows + start).astype(np.int64).tobytes(),
+                              at["positions"] + 8 * slot)
+                    os.pwrite(fd, norms[rows].tobytes(), at["norms"] + 4 * slot)
+                    os.pwrite(fd, V[rows].tobytes(), at["vectors"] + 4 * d * slot)
+                    cursor[g] += hi - lo
+            if not np.array_equal(cursor, offsets[1:]) or store_stamp(store) != stamp:
+                raise StoreError(f"{store.path}: the store changed while its index was "
+                                 "built; search it again.")
+    index = IvfIndex(path)
+    return index
+
+
+@contextlib.contextmanager
+def _publishing(path, store_path, size):
+    """A descriptor of a new file of ``size`` bytes beside ``path``; on leaving, fsynced and
+    renamed to ``path`` (refused when ``path`` holds anything but an index of skalign's)."""
+    folder = path.parent
+    file_mode, dir_mode = output_modes(store_path)
+    try:
+        os.mkdir(folder, dir_mode)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise StoreError(f"{folder}: cannot create the folder of the store's index "
+                         f"({exc.strerror}); search with index='exact'.") from None
+    st = os.lstat(folder)
+    if not stat.S_ISDIR(st.st_mode):
+        raise StoreError(f"{folder}: skalign keeps the store's index in this folder, but "
+                         "something else is there (a file or a link); move it away.")
+    tmp = folder / f".{path.name}.{secrets.token_hex(6)}.tmp"
+    fd = create_file(tmp, file_mode)
+    try:
+        os.ftruncate(fd, size)
+        yield fd
+        os.fsync(fd)
+        _check_replaceable(path)
+        os.replace(tmp, path)
+        fsync_dir(folder)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    finally:
+        os.close(fd)
+
+
+def _check_replaceable(path):
+    """Refuse to replace anything at ``path`` but an index file of skalign's."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    ours = False
+    if stat.S_ISREG(st.st_mode):
+        with open(path, "rb") as f:
+            ours = f.read(len(_MAGIC)) == _MAGIC
+    if not ours:
+        raise StoreError(f"{path}: skalign keeps the store's index under this name, but a file "
+                         "it did not write is there; it is never overwritten: move it away.")
+
+
+def open_index(store, mode="auto", *, progress=False):
+    """The index to rank the exact live file store ``store`` with, or ``None`` (rank exactly).
+
+    Parameters
+    ----------
+    store : FileLiveStore
+        A store without an index of its own (``store.exact``).
+    mode : {"auto", "exact", "build", "existing"}
+        See :data:`INDEX_MODES`.
+    progress : bool
+        A line on standard error while an index is built.
+
+    Returns
+    -------
+    index : IvfIndex or None
+    how : str
+        ``"exact"``, ``"loaded"`` (a current index used), ``"built"`` (none was there) or
+        ``"rebuilt"`` (the one there was stale).
+    """
+    if mode not in INDEX_MODES:
+        raise ValueError(f"index={mode!r}: use one of {', '.join(INDEX_MODES)}.")
+    if mode == "exact" or (mode == "auto" and store.n_rows < INDEX_MIN_ROWS) \
+            or store.n_rows == 0:
+        return None, "exact"
+    path = index_path(store.path, store.metric, store.vector_column())
+    how = "built"
+    if mode != "build" and os.path.lexists(path):
+        index = IvfIndex(path)
+        try:
+            index.check(store)
+            return index, "loaded"
+        except IndexStaleError as exc:
+            index.close()
+            if mode == "existing":
+                raise IndexStaleError(f"{exc} Build it again: index='build' (skalign search "
+                                      "--index build).") from None
+            how = "rebuilt"
+        except BaseException:
+            index.close()
+            raise
+    elif mode == "existing":
+        raise StoreError(f"{store.path}: no index beside the store ({path} is missing); build "
+                         "it with index='build' (skalign search --index build).")
+    elif os.path.lexists(path):
+        _check_replaceable(path)
+        how = "rebuilt"
+    return build_index(store, path, progress=progress), how
+
+
+def use_index(store, mode="auto", progress=False):
+    """Rank the live file store ``store`` through skalign's index beside it
+    (:func:`open_index`, its ``mode``), setting ``store.ann``; returns how (``"exact"``,
+    ``"loaded"``, ``"built"``, ``"rebuilt"``), or ``"own"`` for a store with an index of its
+    own, which keeps it."""
+    if not store.exact:
+        return "own"
+    if store.ann is not None:
+        store.ann.close()
+        store.ann = None
+    store.ann, how = open_index(store, mode, progress=progress)
+    return how
