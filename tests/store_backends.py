@@ -515,6 +515,120 @@ class Qdrant:
                                                     payload=point.payload)])
 
 
+class Milvus:
+    """A Milvus Lite database ``root/milvus.db``: a collection with an ``INT64`` primary key
+    ``3i + 1``, a text field, a second vector field ``title``, dynamic fields (``k``) and two
+    partitions (odd rows in ``odd``), the vector field ``emb`` under an HNSW cosine index."""
+
+    name = "milvus"
+    digest = _read_digest
+
+    @staticmethod
+    def _client(root):
+        from pymilvus import MilvusClient
+
+        return MilvusClient(str(root / "milvus.db"))
+
+    def _schema(self, d):
+        from pymilvus import DataType, MilvusClient
+
+        s = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=True)
+        s.add_field("id", DataType.INT64, is_primary=True)
+        s.add_field("doc", DataType.VARCHAR, max_length=256)
+        s.add_field("emb", DataType.FLOAT_VECTOR, dim=d)
+        s.add_field("title", DataType.FLOAT_VECTOR, dim=2)
+        return s
+
+    def _create(self, c, name, d):
+        index = c.prepare_index_params()
+        index.add_index("emb", index_type="HNSW", metric_type="COSINE",
+                        params={"M": 8, "efConstruction": 64})
+        index.add_index("title", index_type="FLAT", metric_type="L2")
+        c.create_collection(name, schema=self._schema(d), index_params=index,
+                            properties={"owner": "tests"})
+        c.create_partition(name, "odd")
+
+    def _insert(self, c, name, ids, V, positions):
+        for lo in range(0, len(ids), 4096):
+            rows = [{"id": int(i), "doc": f"document {p}", "emb": v.tolist(),
+                     "title": [1.0, float(p)], "k": int(p)}
+                    for i, v, p in zip(ids[lo:lo + 4096], V[lo:lo + 4096],
+                                       positions[lo:lo + 4096])]
+            for part in ("_default", "odd"):
+                some = [r for r in rows if (r["k"] % 2 == 1) == (part == "odd")]
+                if some:
+                    c.insert(name, some, partition_name=part)
+
+    def make(self, root, X):
+        c = self._client(root)
+        self._create(c, "src", X.shape[1])
+        n = len(X)
+        self._insert(c, "src", np.arange(n) * 3 + 1, np.asarray(X, np.float32), np.arange(n))
+        return f"milvus:{root / 'milvus.db'}/src?vector=emb"
+
+    def output(self, root, name="out"):
+        return f"milvus:{root / 'milvus.db'}/{name}?vector=emb"
+
+    def read(self, address):
+        folder, name = address[len("milvus:"):].split("?")[0].rsplit("/", 1)
+        c = self._client(Path(folder).parent)
+        c.load_collection(name)
+        rows = []
+        for part in c.list_partitions(name):
+            last = -1
+            while page := c.query(name, filter=f"id > {last}", output_fields=["*"],
+                                  limit=16384, partition_names=[part]):
+                rows += [(part, e) for e in page]
+                last = max(e["id"] for e in page)
+        rows.sort(key=lambda r: r[1]["id"])
+        V = np.asarray([e["emb"] for _, e in rows], np.float32)
+        fields = [(p, e["doc"], e.get("k"), e["title"]) for p, e in rows]
+        return np.array([e["id"] for _, e in rows]), V, fields
+
+    def inventory(self, root):
+        c = self._client(root)
+        return sorted(c.list_collections()) + sorted(
+            f"alias {a}" for a in c.list_aliases().get("aliases", []))
+
+    def bulk_load(self, root, ids, V):
+        """A script of the user's own: the source's schema, index and partitions, and the rows
+        inserted in batches of 4,096 (pymilvus's bulk import needs a server and object
+        storage)."""
+        c = self._client(root)
+        self._create(c, "bulk", V.shape[1])
+        self._insert(c, "bulk", ids, V, np.asarray(ids) // 3)
+
+    def drop_bulk(self, root):
+        self._client(root).drop_collection("bulk")
+
+    def corrupt_shadow(self, root, position, name="out"):
+        """Change the entity at ``position`` of the source's order (partition by partition,
+        primary keys in order: the order skalign reads) in the shadow collection."""
+        c = self._client(root)
+        (shadow,) = [x for x in c.list_collections() if x.startswith(f"{name}_skalign_")]
+        c.load_collection("src")
+        c.load_collection(shadow)
+        order = [(part, e["id"]) for part in c.list_partitions("src") for e in sorted(
+            c.query("src", filter="id >= 0", output_fields=["id"], limit=16384,
+                    partition_names=[part]), key=lambda e: e["id"])]
+        part, key = order[position]
+        (e,) = c.query(shadow, filter=f"id in [{key}]", output_fields=["*"],
+                       partition_names=[part])
+        e["emb"] = (np.asarray(e["emb"]) + 1).tolist()
+        c.upsert(shadow, [e], partition_name=part)
+
+    @staticmethod
+    def release(root):
+        """Stop this process's Milvus Lite server of ``root``'s database (its lock released
+        for another process) and skalign's clients."""
+        from milvus_lite.server_manager import server_manager_instance
+
+        from skalign._stores.milvus.names import close_all
+
+        close_all()
+        server_manager_instance.release_server(str(root / "milvus.db"))
+
+
 class PgVector:
     """Needs ``base``: a libpq URI of a database with the vector extension. With ``key=False``
     the source table has no primary key (``pgvector-keyless``): skalign then reads it, and
@@ -833,3 +947,237 @@ def portable_pgvector(cache=None):
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return dest
+
+
+class SqliteVec:
+    """A sqlite-vec ``vec0`` table of the SQLite file ``root/vec.db`` (through apsw, which loads
+    extensions): rowids ``3i + 1``, a cosine ``float[d]`` column, a text and an integer
+    metadata column and an auxiliary column holding JSON text."""
+
+    name = "sqlite-vec"
+    digest = _read_digest
+
+    @staticmethod
+    def connect(path):
+        import apsw
+        import sqlite_vec
+
+        conn = apsw.Connection(str(path))
+        conn.setbusytimeout(10000)
+        conn.enable_load_extension(True)
+        conn.load_extension(sqlite_vec.loadable_path())
+        return conn
+
+    @staticmethod
+    def _parts(address):
+        from urllib.parse import parse_qs
+
+        path, _, query = address[len("sqlite:"):].partition("?")
+        return path, parse_qs(query)["table"][0]
+
+    def make(self, root, X, table="src"):
+        conn = self.connect(root / "vec.db")
+        conn.execute(f'CREATE VIRTUAL TABLE "{table}" USING vec0(emb float[{X.shape[1]}] '
+                     "distance_metric=cosine, doc text, n integer, +meta text)")
+        with conn:
+            conn.executemany(f'INSERT INTO "{table}" (rowid, emb, doc, n, meta) VALUES '
+                             "(?, ?, ?, ?, ?)",
+                             ((i * 3 + 1, np.asarray(x, "<f4").tobytes(), f"document {i}", i,
+                               json.dumps({"k": i})) for i, x in enumerate(X)))
+        conn.close()
+        return self.output(root, table)
+
+    def output(self, root, name="out"):
+        from urllib.parse import quote
+
+        return f"sqlite:{root / 'vec.db'}?table={quote(name, safe='')}"
+
+    def read(self, address):
+        path, table = self._parts(address)
+        conn = self.connect(path)
+        rows = sorted(conn.execute(f'SELECT rowid, emb, doc, n, meta FROM "{table}"'))
+        conn.close()
+        V = np.asarray([np.frombuffer(r[1], "<f4") for r in rows], np.float32)
+        return np.array([r[0] for r in rows]), V, [tuple(r[2:]) for r in rows]
+
+    def inventory(self, root):
+        """The file's virtual tables, and the files of SQLite beside it (a journal left)."""
+        path = root / "vec.db"
+        files = sorted(p.name for p in root.glob("vec.db*") if p.name != "vec.db")
+        if not path.exists():
+            return files
+        conn = self.connect(path)
+        names = sorted(r[0] for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND sql LIKE "
+            "'CREATE VIRTUAL TABLE%'"))
+        conn.close()
+        return names + files
+
+    def bulk_load(self, root, ids, V):
+        """sqlite-vec's own load: one ``executemany`` of the rows in one transaction."""
+        conn = self.connect(root / "bulk.db")
+        conn.execute(f"CREATE VIRTUAL TABLE bulk USING vec0(emb float[{V.shape[1]}] "
+                     "distance_metric=cosine, doc text, n integer, +meta text)")
+        with conn:
+            conn.executemany("INSERT INTO bulk (rowid, emb, doc, n, meta) VALUES (?, ?, ?, ?, ?)",
+                             ((int(i), np.asarray(v, "<f4").tobytes(), f"document {i}", int(i),
+                               json.dumps({"k": int(i)})) for i, v in zip(ids, V)))
+        conn.close()
+
+    def drop_bulk(self, root):
+        for p in root.glob("bulk.db*"):
+            p.unlink()
+
+    def drop(self, root, name):
+        conn = self.connect(root / "vec.db")
+        conn.execute(f'DROP TABLE IF EXISTS "{name}"')
+        conn.close()
+
+    def corrupt_shadow(self, root, position, name="out"):
+        """Change the row of source row ``position`` in the shadow table."""
+        conn = self.connect(root / "vec.db")
+        (shadow,) = [r[0] for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE sql LIKE 'CREATE VIRTUAL TABLE%'")
+            if r[0].startswith(f"{name}_skalign_")]
+        (blob,) = conn.execute(f'SELECT emb FROM "{shadow}" WHERE rowid = ?',
+                               (position * 3 + 1,)).fetchone()
+        vector = np.frombuffer(blob, "<f4") + 1
+        conn.execute(f'UPDATE "{shadow}" SET emb = ? WHERE rowid = ?',
+                     (vector.astype("<f4").tobytes(), position * 3 + 1))
+        conn.close()
+
+    def reset(self):
+        pass
+
+
+class DuckDB:
+    """A table of the DuckDB file ``root/duck.duckdb`` (opened with the vss extension from its
+    wheel): ids ``3i + 1`` as its primary key, a ``FLOAT[d]`` column with an HNSW index
+    (cosine, ``M=8``), a text column with an index of its own and a JSON column. ``key=False``
+    (``duckdb-keyless``): no primary key, rows in ``rowid`` order."""
+
+    digest = _read_digest
+
+    def __init__(self, key=True):
+        self.key = key
+        self.name = "duckdb" if key else "duckdb-keyless"
+
+    @staticmethod
+    def connect(path):
+        import duckdb
+        from skalign._stores.duckdb.connect import vss_extension
+
+        conn = duckdb.connect(":memory:", config={"autoload_known_extensions": False})
+        conn.execute(f"LOAD '{vss_extension(path)}'")
+        conn.execute("SET GLOBAL hnsw_enable_experimental_persistence = true")
+        conn.execute(f"ATTACH '{path}' AS d")
+        conn.execute("USE d")
+        return conn
+
+    @staticmethod
+    def _parts(address):
+        from urllib.parse import parse_qs
+
+        path, _, query = address[len("duckdb:"):].partition("?")
+        return path, parse_qs(query)["table"][0]
+
+    def _load(self, conn, table, ids, V):
+        import pyarrow as pa
+
+        key = " PRIMARY KEY" if self.key else ""
+        conn.execute(f'CREATE TABLE "{table}" (id BIGINT{key}, doc VARCHAR, meta JSON, '
+                     f"emb FLOAT[{V.shape[1]}])")
+        rows = pa.table({"id": np.asarray(ids, np.int64), "doc": _docs_of(ids),
+                         "meta": [json.dumps({"k": int(i)}) for i in ids],
+                         "emb": pa.FixedSizeListArray.from_arrays(
+                             pa.array(np.asarray(V, np.float32).reshape(-1)), V.shape[1])})
+        conn.register("rows", rows)
+        conn.execute(f'INSERT INTO "{table}" SELECT id, doc, meta, emb FROM rows')
+        conn.unregister("rows")
+
+    def make(self, root, X, table="src"):
+        conn = self.connect(root / "duck.duckdb")
+        self._load(conn, table, np.arange(len(X)) * 3 + 1, X)
+        conn.execute(f'CREATE INDEX "{table}_hnsw" ON "{table}" USING HNSW (emb) '
+                     "WITH (metric = 'cosine', M = 8)")
+        conn.execute(f'CREATE INDEX "{table}_doc" ON "{table}" (doc)')
+        conn.close()
+        return self.output(root, table)
+
+    def output(self, root, name="out"):
+        from urllib.parse import quote
+
+        return f"duckdb:{root / 'duck.duckdb'}?table={quote(name, safe='')}"
+
+    def read(self, address):
+        path, table = self._parts(address)
+        conn = self.connect(path)
+        order = "id" if self.key else "rowid"
+        got = conn.execute(f'SELECT id, doc, meta, emb FROM "{table}" ORDER BY {order}'
+                           ).fetchall()
+        conn.close()
+        V = np.asarray([r[3] for r in got], np.float32)
+        return np.array([r[0] for r in got]), V, [(r[1], r[2]) for r in got]
+
+    def inventory(self, root):
+        """The file's tables and indexes, and files beside it (a write-ahead log left)."""
+        path = root / "duck.duckdb"
+        files = sorted(p.name for p in root.glob("duck.duckdb*") if p.name != "duck.duckdb")
+        if not path.exists():
+            return files
+        conn = self.connect(path)
+        names = sorted(r[0] for r in conn.execute(
+            "SELECT table_name FROM duckdb_tables() WHERE database_name = 'd'").fetchall())
+        conn.close()
+        return names + files
+
+    def indexes(self, address):
+        """``(index, table, metric or None)`` of the table's indexes."""
+        path, table = self._parts(address)
+        conn = self.connect(path)
+        hnsw = dict(conn.execute("SELECT index_name, metric FROM pragma_hnsw_index_info()")
+                    .fetchall())
+        got = [(n, hnsw.get(n)) for (n,) in conn.execute(
+            "SELECT index_name FROM duckdb_indexes() WHERE table_name = ?", [table]).fetchall()]
+        conn.close()
+        return sorted(got)
+
+    def bulk_load(self, root, ids, V):
+        """DuckDB's own load: one ``INSERT`` of an Arrow table, then the HNSW index built."""
+        conn = self.connect(root / "bulk.duckdb")
+        self._load(conn, "bulk", ids, V)
+        conn.execute("CREATE INDEX bulk_hnsw ON bulk USING HNSW (emb) WITH (metric = 'cosine', "
+                     "M = 8)")
+        conn.execute("CREATE INDEX bulk_doc ON bulk (doc)")
+        conn.execute("CHECKPOINT")
+        conn.close()
+
+    def drop_bulk(self, root):
+        for p in root.glob("bulk.duckdb*"):
+            p.unlink()
+
+    def drop(self, root, name):
+        conn = self.connect(root / "duck.duckdb")
+        conn.execute(f'DROP TABLE IF EXISTS "{name}"')
+        conn.close()
+
+    def corrupt_shadow(self, root, position, name="out"):
+        """Change the row of source row ``position`` in the shadow table."""
+        conn = self.connect(root / "duck.duckdb")
+        (shadow,) = [r[0] for r in conn.execute(
+            "SELECT table_name FROM duckdb_tables() WHERE database_name = 'd'").fetchall()
+            if r[0].startswith(f"{name}_skalign_")]
+        order = "id" if self.key else "rowid"
+        (vector,) = conn.execute(f'SELECT emb FROM "{shadow}" ORDER BY {order} LIMIT 1 '
+                                 "OFFSET ?", [position]).fetchone()
+        d = len(vector)
+        conn.execute(f'UPDATE "{shadow}" SET emb = ?::FLOAT[{d}] WHERE id = ?',
+                     [(np.asarray(vector) + 1).tolist(), position * 3 + 1])
+        conn.close()
+
+    def reset(self):
+        pass
+
+
+def _docs_of(ids):
+    return [f"document {(int(i) - 1) // 3}" for i in ids]

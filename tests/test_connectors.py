@@ -8,7 +8,17 @@ import re
 
 import numpy as np
 import pytest
-from store_backends import VECTOR_INDEXES, Chroma, Faiss, PgVector, Qdrant, serve_postgres
+from store_backends import (
+    VECTOR_INDEXES,
+    Chroma,
+    DuckDB,
+    Faiss,
+    Milvus,
+    PgVector,
+    Qdrant,
+    SqliteVec,
+    serve_postgres,
+)
 
 from skalign import ProcrustesAligner
 from skalign._stores.address import parse_address
@@ -25,16 +35,19 @@ def postgres(tmp_path_factory):
     yield from serve_postgres(tmp_path_factory)
 
 
-@pytest.fixture(params=["faiss", "chroma", "qdrant", "pgvector"])
+@pytest.fixture(params=["faiss", "chroma", "qdrant", "pgvector", "sqlite-vec", "milvus",
+                        "duckdb"])
 def backend(request):
     name = request.param
     pytest.importorskip({"faiss": "faiss", "chroma": "chromadb", "qdrant": "qdrant_client",
-                         "pgvector": "psycopg"}[name])
+                         "pgvector": "psycopg", "sqlite-vec": "sqlite_vec",
+                         "milvus": "milvus_lite", "duckdb": "duckdb_extension_vss"}[name])
     if name == "pgvector":
         b = PgVector(request.getfixturevalue("postgres"))
         b.reset()
         return b
-    return {"faiss": Faiss, "chroma": Chroma, "qdrant": Qdrant}[name]()
+    return {"faiss": Faiss, "chroma": Chroma, "qdrant": Qdrant, "sqlite-vec": SqliteVec,
+            "milvus": Milvus, "duckdb": DuckDB}[name]()
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +90,7 @@ def test_round_trip_keeps_ids_fields_and_source(tmp_path, backend, data):
     assert after[2] == before[2]
     inventory = backend.inventory(tmp_path)
     assert not [x for x in inventory if "partial" in x or "journal" in x or "lock" in x]
-    if backend.name == "qdrant":  # the translation is a collection under the output's alias
+    if backend.name in ("qdrant", "milvus"):  # a collection under the output's alias
         assert "alias out" in inventory and sum(x.startswith("out_skalign_") for x in
                                                 inventory) == 1
     else:
@@ -549,6 +562,12 @@ def _bad_sources(backend, tmp_path, X):
             cases.append((backend.make(sub, nan), "row 5 has NaN"))
         except Exception:  # an engine that refuses NaN itself cannot hold this case
             pass
+    elif backend.name == "sqlite-vec":
+        cases += _bad_sqlite_sources(backend, tmp_path, X)
+    elif backend.name == "duckdb":
+        cases += _bad_duckdb_sources(backend, tmp_path, X)
+    elif backend.name == "milvus":
+        cases += _bad_milvus_sources(backend, tmp_path, X)
     else:
         import faiss
 
@@ -567,6 +586,69 @@ def _bad_sources(backend, tmp_path, X):
         (tmp_path / "nan").mkdir()
         cases.append((Faiss().make(tmp_path / "nan", nan), "row 5 has NaN"))
     return cases
+
+
+def _bad_sqlite_sources(backend, tmp_path, X):
+    src = backend.make(tmp_path, X)
+    conn = backend.connect(tmp_path / "vec.db")
+    conn.execute("CREATE TABLE plain (id integer primary key, emb blob)")
+    conn.execute("CREATE VIRTUAL TABLE two USING vec0(a float[16], b float[16])")
+    conn.execute("CREATE VIRTUAL TABLE bytes USING vec0(emb int8[16])")
+    conn.close()
+    (tmp_path / "text.db").write_text("not a database, but a text file of some length " * 40)
+    return [(src.replace("table=src", "table=nope"), "no table 'nope'"),
+            (src.replace("table=src", "table=plain"), "'plain' is not a sqlite-vec vec0 table"),
+            (src.replace("table=src", "table=two"), "2 vector columns (a, b); name one"),
+            (src.replace("table=src", "table=two") + "&column=c", "no vector column 'c'"),
+            (src.replace("table=src", "table=bytes"), "holds int8[16] vectors"),
+            (src.replace("vec.db", "none.db"), "none.db does not exist"),
+            (src.replace("vec.db", "text.db"), "is not an SQLite database"),
+            (backend.make(tmp_path, X[:, :8], table="narrow"),
+             "vectors have 8 dimensions but the model translates 16-d")]
+
+
+def _bad_milvus_sources(backend, tmp_path, X):
+    src = backend.make(tmp_path, X)
+    c = backend._client(tmp_path)
+    c.create_collection("narrow", dimension=8)
+    c.insert("narrow", [{"id": 1, "vector": X[0, :8].tolist()}])
+    (tmp_path / "plain.db").mkdir()
+    return [(src.replace("/src", "/nope"), "no collection 'nope'"),
+            (src.replace("?vector=emb", ""), "2 float vector fields (emb, title); choose one"),
+            (src.replace("vector=emb", "vector=nope"), "no float vector field 'nope'"),
+            (src.replace("vector=emb", "vector=title"), "vectors have 2 dimensions"),
+            (src.replace("vector=emb", "vector=b%27ad"), "\"b'ad\" is not a Milvus field name"),
+            (src.replace("/src?vector=emb", "/narrow"), "vectors have 8 dimensions"),
+            (src.replace("milvus.db", "none.db"), "no Milvus Lite database"),
+            (src.replace("milvus.db", "plain.db"), "is not a Milvus Lite database"),
+            (src.replace("milvus.db", "milvus"), "a path ending in .db")]
+
+
+def _bad_duckdb_sources(backend, tmp_path, X):
+    src = backend.make(tmp_path, X)
+    conn = backend.connect(tmp_path / "duck.duckdb")
+    conn.execute("CREATE TABLE two (a FLOAT[16], b FLOAT[16])")
+    conn.execute("CREATE TABLE words (emb VARCHAR)")
+    conn.execute("CREATE TABLE holes (emb FLOAT[16])")
+    conn.execute("INSERT INTO holes VALUES (NULL)")
+    conn.close()
+    (tmp_path / "text.duckdb").write_text("not a database, but a text file of some length " * 40)
+    narrow = tmp_path / "narrow"
+    narrow.mkdir()
+    nan = X.copy()
+    nan[5, 3] = np.nan
+    (tmp_path / "nan").mkdir()
+    return [(src.replace("table=src", "table=nope"), "no table 'nope'"),
+            (src.replace("table=src", "table=two"), "several vector columns (a, b); name one"),
+            (src.replace("table=src", "table=two") + "&column=c", "no column 'c'"),
+            (src.replace("table=src", "table=words"), "no vector columns"),
+            (src.replace("table=src", "table=words") + "&column=emb", "is VARCHAR, not FLOAT"),
+            (src.replace("table=src", "table=holes"), "missing (null) vectors"),
+            (src.replace("duck.duckdb", "none.duckdb"), "no database file"),
+            (src.replace("duck.duckdb", "text.duckdb"), "is not a DuckDB database file"),
+            (backend.make(narrow, X[:, :8]), "vectors have 8 dimensions but the model "
+             "translates 16-d"),
+            (backend.make(tmp_path / "nan", nan), "row 5 has NaN")]
 
 
 def test_bad_input_exits_2_and_creates_nothing(tmp_path, capsys, backend, data):

@@ -252,6 +252,7 @@ KIND_NAMES_ALLOWED = {
     ("skalign._stores.address", "LIBPQ_KIND"): "the scheme table (postgresql://)",
     ("skalign._stores.address", "COLLECTION_KINDS"): "the scheme table (KIND:DIR/COLLECTION)",
     ("skalign._stores.address", "NAMED_VECTOR_KINDS"): "the scheme table (?vector=NAME)",
+    ("skalign._stores.address", "FILE_TABLE_KINDS"): "the scheme table (SCHEME:PATH?table=)",
 }
 
 

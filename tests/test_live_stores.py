@@ -184,11 +184,62 @@ class Pg:
         return out
 
 
-@pytest.fixture(params=["chroma", "qdrant", "pgvector"])
+class Vec:
+    """A sqlite-vec ``vec0`` table of ``root/vec.db``: rowids ``3 i + 1``, the vector ``emb``
+    (the metric's ``distance_metric``), the text metadata column ``text``, the integer ``n`` and
+    the auxiliary ``+meta``; its marks are read from skalign's table beside it."""
+
+    name, rows, written = "sqlite-vec", N, 200
+    metrics = ("cosine", "l2")  # sqlite-vec has no inner-product distance
+
+    def __init__(self, root):
+        pytest.importorskip("sqlite_vec")
+        self.path = root / "vec.db"
+
+    def conn(self):
+        from store_backends import SqliteVec
+
+        return SqliteVec.connect(self.path)
+
+    def make(self, X, metric, name="src"):
+        from urllib.parse import quote
+
+        conn = self.conn()
+        table = '"' + name.replace('"', '""') + '"'
+        conn.execute(f"CREATE VIRTUAL TABLE {table} USING vec0(emb float[{X.shape[1]}] "
+                     f"distance_metric={metric}, text text, n integer, +meta text)")
+        with conn:
+            conn.executemany(f"INSERT INTO {table} (rowid, emb, text, n, meta) VALUES "
+                             "(?, ?, ?, ?, ?)", ((self.key(i), x.astype("<f4").tobytes(),
+                                                  f"doc {i}", i, f'{{"k": {i}}}')
+                                                 for i, x in enumerate(X)))
+        conn.close()
+        return f"sqlite:{self.path}?table={quote(name, safe='')}"
+
+    def key(self, i):
+        return 3 * i + 1
+
+    def read(self, name="src"):
+        conn = self.conn()
+        table = '"' + name.replace('"', '""') + '"'
+        marks = {}
+        tid = conn.execute(f"SELECT value FROM \"{name.replace(chr(34), 2 * chr(34))}_info\" "
+                           "WHERE key = 'skalign_id'").fetchone()
+        if tid is not None and conn.execute("SELECT 1 FROM sqlite_master WHERE name = "
+                                            "'skalign_marks'").fetchone():
+            marks = dict(conn.execute("SELECT id, mark FROM skalign_marks WHERE tid = ? AND "
+                                      "key = ?", (tid[0], PROVENANCE_KEY)))
+        out = {r[0]: (np.frombuffer(r[1], "<f4").copy(), tuple(r[2:]), marks.get(r[0]))
+               for r in conn.execute(f"SELECT rowid, emb, text, n, meta FROM {table}")}
+        conn.close()
+        return out
+
+
+@pytest.fixture(params=["chroma", "qdrant", "pgvector", "sqlite-vec"])
 def engine(request, tmp_path):
     if request.param == "pgvector":
         return Pg(request.getfixturevalue("pg_base"))
-    return {"chroma": Chroma, "qdrant": Qdrant}[request.param](tmp_path)
+    return {"chroma": Chroma, "qdrant": Qdrant, "sqlite-vec": Vec}[request.param](tmp_path)
 
 
 def _stored(engine, X, metric):
@@ -200,6 +251,8 @@ def _stored(engine, X, metric):
 
 @pytest.mark.parametrize("metric", METRICS)
 def test_top_k_equals_brute_force(engine, X, metric):
+    if metric not in getattr(engine, "metrics", METRICS):
+        pytest.skip(f"{engine.name} has no {metric} distance")
     X = X[:engine.rows]
     address = engine.make(X, metric)
     Q = np.random.default_rng(1).normal(size=(12, D)).astype(np.float32)
@@ -234,7 +287,8 @@ def test_fetch_texts_vectors_provenance(engine, X):
         if engine.name == "chroma":
             assert store.fetch([engine.key(3)], text_field="title").texts == ["t3"]
         # a number (metadata, payload) or a jsonb column is not a text: refused by its name
-        other = {"chroma": "k", "qdrant": "k", "pgvector": "meta"}[engine.name]
+        other = {"chroma": "k", "qdrant": "k", "pgvector": "meta", "sqlite-vec": "n"}[
+            engine.name]
         with pytest.raises(StoreError, match=f"'{other}'.*not text"):
             store.fetch([engine.key(3)], text_field=other)
         empty = store.fetch([])

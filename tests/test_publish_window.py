@@ -19,7 +19,16 @@ import signal
 
 import numpy as np
 import pytest
-from store_backends import FILE_BACKENDS, Chroma, Faiss, PgVector, Qdrant
+from store_backends import (
+    FILE_BACKENDS,
+    Chroma,
+    DuckDB,
+    Faiss,
+    Milvus,
+    PgVector,
+    Qdrant,
+    SqliteVec,
+)
 
 from skalign import ProcrustesAligner
 from skalign.io import save
@@ -103,9 +112,13 @@ def call(fn, *args):
     return in_child(fn, *args)[0]
 
 
-BACKENDS = [b.name for b in FILE_BACKENDS] + ["faiss", "chroma", "qdrant", "pgvector"]
+BACKENDS = [b.name for b in FILE_BACKENDS] + ["faiss", "chroma", "qdrant", "pgvector",
+                                               "sqlite-vec", "milvus", "duckdb"]
 NEEDS = {"faiss": "faiss", "chroma": "chromadb", "qdrant": "qdrant_client",
-         "pgvector": "psycopg", "lance": "lancedb"}
+         "pgvector": "psycopg", "lance": "lancedb", "sqlite-vec": "sqlite_vec",
+         "milvus": "milvus_lite", "duckdb": "duckdb_extension_vss"}
+#: the backends whose publish (the backup's rename with the output's) is one transaction
+ONE_TRANSACTION = ("pgvector", "sqlite-vec", "duckdb")
 
 
 @pytest.fixture(params=BACKENDS)
@@ -117,12 +130,13 @@ def backend(request):
         b = PgVector(request.getfixturevalue("pg_base"))
         call(_reset, b)
         return b
-    return {b.name: b for b in FILE_BACKENDS + [Faiss(), Chroma(), Qdrant()]}[name]
+    return {b.name: b for b in FILE_BACKENDS + [Faiss(), Chroma(), Qdrant(), SqliteVec(),
+                                                Milvus(), DuckDB()]}[name]
 
 
 def _backup(backend, root):
     """The address of the backup ``--replace`` keeps of ``backend.output(root)``."""
-    if backend.name in ("chroma", "qdrant", "pgvector"):
+    if backend.name in ("chroma", "qdrant", "pgvector", "sqlite-vec", "milvus", "duckdb"):
         return backend.output(root, "out_skalign_backup")
     return backend.output(root, "out-skalign-backup")
 
@@ -143,10 +157,10 @@ def _check_clean(backend, root, replace, name="out"):
     leftovers = [x for x in inventory
                  if any(w in x for w in ("partial", "journal", "lock", ".tmp-", "orphan"))]
     assert leftovers == [], inventory
-    if backend.name in ("chroma", "pgvector"):
+    if backend.name in ("chroma", "pgvector", "sqlite-vec", "duckdb"):
         assert [x for x in inventory if "skalign" in x] == (
             [f"{name}_skalign_backup"] if replace else []), inventory
-    if backend.name == "qdrant":  # the outputs are aliases of the collections the runs made
+    if backend.name in ("qdrant", "milvus"):  # the outputs: aliases of the runs' collections
         # (or of the copy of a real collection replaced)
         assert sum(x.startswith(f"{name}_skalign_") for x in inventory) == (
             2 if replace else 1), inventory
@@ -165,7 +179,7 @@ WINDOWS = [("publishing", False), ("published", False), ("publishing", True),
                                                         for s, r in WINDOWS])
 def test_killed_in_the_publish_then_the_same_command_finishes(tmp_path, backend, step,
                                                                replace):
-    if step == "backed-up" and backend.name in ("pgvector", "qdrant"):
+    if step == "backed-up" and backend.name in (*ONE_TRANSACTION, "qdrant", "milvus"):
         pytest.skip("no such instant: the backup and the output change in one step")
     rng = np.random.default_rng(54)
     n = 90 if backend.name == "qdrant" else 300
@@ -214,7 +228,7 @@ def test_same_store_replaced_killed_in_the_publish_then_finished(tmp_path, backe
     the publish before it reads INPUT; the backup holds the original vectors."""
     if backend.name == "parquet-dir":
         pytest.skip("the same store as parquet (the source is a file)")
-    if step == "backed-up" and backend.name == "pgvector":
+    if step == "backed-up" and backend.name in ONE_TRANSACTION:
         pytest.skip("no such instant: the backup and the output change in one transaction")
     rng = np.random.default_rng(55)
     n = 90 if backend.name == "qdrant" else 300
@@ -233,7 +247,8 @@ def test_same_store_replaced_killed_in_the_publish_then_finished(tmp_path, backe
     stamp = call(_stamp, src)
     assert stamp["model"] == call(_fingerprint, path) and "publishing" not in stamp
     backup = (_backup(backend, tmp_path).replace("out", "src") if backend.name in (
-        "chroma", "qdrant", "pgvector") else backend.output(tmp_path, "src-skalign-backup"))
+        "chroma", "qdrant", "pgvector", "sqlite-vec", "milvus", "duckdb")
+        else backend.output(tmp_path, "src-skalign-backup"))
     _, B, _ = call(_read, backend, backup)
     np.testing.assert_allclose(B, X, atol=1e-6)  # (Qdrant's local mode keeps them as given)
     assert call(_stamp, backup) is None  # the original had none

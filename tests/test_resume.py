@@ -17,7 +17,18 @@ import time
 
 import numpy as np
 import pytest
-from store_backends import FILE_BACKENDS, Chroma, Faiss, Npy, PgVector, Qdrant, serve_postgres
+from store_backends import (
+    FILE_BACKENDS,
+    Chroma,
+    DuckDB,
+    Faiss,
+    Milvus,
+    Npy,
+    PgVector,
+    Qdrant,
+    SqliteVec,
+    serve_postgres,
+)
 
 from skalign import ProcrustesAligner
 from skalign._stores.base import ENCODE_DEPTH
@@ -110,15 +121,19 @@ def postgres(tmp_path_factory):
 
 
 BACKENDS = [b.name for b in FILE_BACKENDS] + ["faiss", "chroma", "qdrant", "pgvector",
-                                               "pgvector-keyless"]
+                                               "pgvector-keyless", "milvus", "sqlite-vec",
+                                               "duckdb", "duckdb-keyless"]
 #: the backends whose shadow is a table or collection with "skalign" in its name
-NAMED_SHADOWS = ("chroma", "pgvector", "pgvector-keyless")
+NAMED_SHADOWS = ("chroma", "pgvector", "pgvector-keyless", "sqlite-vec", "duckdb",
+                 "duckdb-keyless")
 
 
 @pytest.fixture(params=BACKENDS)
 def backend(request):
     name = request.param
     module = {"faiss": "faiss", "chroma": "chromadb", "qdrant": "qdrant_client",
+              "milvus": "milvus_lite", "sqlite-vec": "sqlite_vec",
+              "duckdb": "duckdb_extension_vss", "duckdb-keyless": "duckdb_extension_vss",
               "pgvector": "psycopg", "pgvector-keyless": "psycopg",
               "lance": "lancedb"}.get(name, "pyarrow")
     if importlib.util.find_spec(module) is None:  # not imported here: see the module docstring
@@ -128,7 +143,9 @@ def backend(request):
         b = PgVector(request.getfixturevalue("postgres"), key=name == "pgvector")
         call(_reset, b)
         return b
-    return {b.name: b for b in FILE_BACKENDS + [Faiss(), Chroma(), Qdrant()]}[name]
+    return {b.name: b for b in FILE_BACKENDS + [Faiss(), Chroma(), Qdrant(), Milvus(),
+                                                SqliteVec(), DuckDB(),
+                                                DuckDB(key=False)]}[name]
 
 
 def _make(backend, root, X):
@@ -157,7 +174,7 @@ def test_sigkill_then_same_command_resumes_to_an_identical_result(tmp_path, back
     rng = np.random.default_rng(20)
     # enough committed batches that a kill lands part-way (Qdrant's local mode commits each
     # point separately, about 30 ms a point on a busy disk: fewer rows)
-    n, batch = (120, 10) if backend.name == "qdrant" else (3000, 60)
+    n, batch = {"qdrant": (120, 10), "milvus": (600, 20)}.get(backend.name, (3000, 60))
     X = rng.normal(size=(n, 16)).astype(np.float32)
     model = ProcrustesAligner().fit(X[:100], rng.normal(size=(100, 24)))
     path = str(save(model, tmp_path / "m.skops"))
@@ -198,7 +215,7 @@ def test_sigkill_then_same_command_resumes_to_an_identical_result(tmp_path, back
     assert leftovers == []
     if backend.name in NAMED_SHADOWS:
         assert [x for x in inventory if "skalign" in x] == []
-    if backend.name == "qdrant":
+    if backend.name in ("qdrant", "milvus"):
         assert sum(x.startswith("out_skalign_") for x in inventory) == 1
         assert "alias out" in inventory
 

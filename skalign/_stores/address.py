@@ -11,7 +11,12 @@ Forms (``skalign translate --help`` lists them for users):
   other libpq parameters pass through; ``TABLE`` may be ``SCHEMA.TABLE``);
 * ``chroma:DIR/COLLECTION`` and ``chroma+http[s]://HOST:PORT/COLLECTION``;
 * ``qdrant:DIR/COLLECTION`` and ``qdrant+http[s]://HOST:PORT/COLLECTION``, ``?vector=NAME``
-  for a named vector.
+  for a named vector; ``milvus:PATH.db/COLLECTION`` (Milvus Lite) and
+  ``milvus://HOST:PORT/COLLECTION`` (``milvus+http[s]://`` too), ``?vector=FIELD``.
+* ``sqlite:PATH?table=TABLE&column=COLUMN``: a sqlite-vec ``vec0`` table of the SQLite
+  database file ``PATH``.
+* ``duckdb:PATH?table=TABLE&column=COLUMN``: a table of the DuckDB database file ``PATH``
+  (a ``FLOAT[n]`` column, HNSW indexes of the vss extension).
 
 :func:`parse_address` is the one parser; everything below the command line and
 :mod:`skalign.io` holds the :class:`Address` it returns, never the text. As with SQLAlchemy's
@@ -40,9 +45,13 @@ FOLDER_KIND = "parquet-dir"
 #: the kind of a libpq URI (``postgresql://``, ``postgres://``)
 LIBPQ_KIND = "pgvector"
 #: the kinds addressed ``KIND:DIR/COLLECTION`` and ``KIND+http[s]://HOST:PORT/COLLECTION``
-COLLECTION_KINDS = ("chroma", "qdrant")
+COLLECTION_KINDS = ("chroma", "qdrant", "milvus")
 #: the collection kinds whose addresses may name a vector, ``?vector=NAME``
-NAMED_VECTOR_KINDS = ("qdrant",)
+NAMED_VECTOR_KINDS = ("qdrant", "milvus")
+#: ``SCHEME://`` -> the collection kind it is the server form of (``KIND+http://``)
+SERVER_SCHEMES = {"milvus": "milvus"}
+#: scheme -> the kind of a table in a database file, ``SCHEME:PATH?table=TABLE&column=COLUMN``
+FILE_TABLE_KINDS = {"sqlite": "sqlite-vec", "duckdb": "duckdb"}
 #: the kinds whose stores are files or folders on this machine
 FILE_KINDS = (*PATH_KINDS.values(), FOLDER_KIND)
 #: libpq parameters that hold secrets: never rendered
@@ -91,6 +100,8 @@ class Address:
         """The address as text; the password (and ``?password=``) as ``***`` by default."""
         if self.kind in FILE_KINDS:
             return str(self.path)
+        if self.kind in FILE_TABLE_KINDS.values():
+            return _render_file_table(self)
         if self.path is not None:  # a local Chroma or Qdrant folder
             text = f"{self.kind}:{self.path / self.name}"  # the root: "/NAME", not "//NAME"
             return text + (f"?vector={quote(self.column, safe='')}" if self.column else "")
@@ -221,16 +232,22 @@ def _parse_text(text, output):
     lower = text.lower()
     if lower.startswith(("postgresql://", "postgres://")):
         return _parse_pg(text)
+    for scheme, kind in SERVER_SCHEMES.items():
+        if lower.startswith(f"{scheme}://"):
+            return _parse_http(f"{kind}+http://{text[len(scheme) + 3:]}", kind)
     for kind in COLLECTION_KINDS:
         if lower.startswith((f"{kind}+http://", f"{kind}+https://")):
             return _parse_http(text, kind)
         if lower.startswith(f"{kind}:"):
             return _parse_local(text, kind)
+    for scheme, kind in FILE_TABLE_KINDS.items():
+        if lower.startswith(f"{scheme}:"):
+            return _parse_file_table(text, scheme, kind)
     if re.match(r"[a-z][a-z0-9+.-]*://", lower):
         scheme = text.split("://", 1)[0]
         raise AddressError(f"{_masked_text(text)}: unknown address scheme {scheme!r}; use "
                            "postgresql://, chroma:, chroma+http://, qdrant:, qdrant+http://, "
-                           "PATH.faiss or a file path.")
+                           "sqlite:, PATH.faiss or a file path.")
     return _parse_path(Path(text), output)
 
 
@@ -356,3 +373,42 @@ def _parse_local(text, kind):
         raise AddressError(f"{text}: expected {kind}:DIR/COLLECTION (a folder and a collection "
                            "name).")
     return Address(kind, path=path.parent, name=path.name, column=vector)
+
+
+# ------------------------------------------------------------------ a table in a database file
+def _render_file_table(address):
+    scheme = next(k for k, v in FILE_TABLE_KINDS.items() if v == address.kind)
+    query = [("table", address.name)] + ([("column", address.column)] if address.column else [])
+    return f"{scheme}:{address.path}?" + urlencode(query, quote_via=quote)
+
+
+def _parse_file_table(text, scheme, kind):
+    """``SCHEME:PATH?table=TABLE&column=COLUMN``: a table of the database file ``PATH``."""
+    rest, _, q = text[len(scheme) + 1:].partition("?")
+    form = f"{scheme}:PATH?table=TABLE&column=COLUMN"
+    query = _parse_qsl(q)
+    unknown = sorted({k for k, _ in query} - {"table", "column"})
+    if unknown:
+        raise AddressError(f"{_masked_text(text)}: unknown parameter {', '.join(unknown)}; "
+                           f"write {form}.")
+    table = [v for k, v in query if k == "table"]
+    column = [v for k, v in query if k == "column"]
+    if len(table) > 1 or len(column) > 1:
+        raise AddressError(f"{_masked_text(text)}: table= or column= given twice; give each "
+                           "once.")
+    if rest.startswith("//"):
+        raise AddressError(f"{_masked_text(text)}: write {form} with the file's path after "
+                           f"{scheme}: ({scheme}:/abs/docs.db or {scheme}:docs.db).")
+    if not rest or Path(rest).name in ("", ".", ".."):
+        raise AddressError(f"{_masked_text(text)}: no database file; write {form}.")
+    if not table or not table[0]:
+        raise AddressError(f"{_masked_text(text)}: no table; add ?table=TABLE to the address "
+                           f"({form}).")
+    if column and not column[0]:
+        raise AddressError(f"{_masked_text(text)}: empty column=; name the vector column or "
+                           "leave it out.")
+    for value in (*table, *column):
+        if "\x00" in value:
+            raise AddressError(f"{_masked_text(text)}: a NUL character in a name; SQLite names "
+                               "cannot hold one.")
+    return Address(kind, path=Path(rest), name=table[0], column=column[0] if column else None)

@@ -43,6 +43,14 @@ BACKENDS = {
     "qdrant": {"engine": "qdrant.QdrantEngine", "module": "qdrant.store", "reader": "Reader",
                "writer": "Writer", "live": "qdrant.live.QdrantLive", "needs": "qdrant_client",
                "extra": "qdrant"},
+    "sqlite-vec": {"engine": "sqlite_vec.SqliteVecEngine", "module": "sqlite_vec.store",
+                   "reader": "Reader", "writer": "Writer",
+                   "live": "sqlite_vec.live.SqliteVecLive", "needs": "apsw",
+                   "extra": "sqlite"},
+    "milvus": {"engine": "milvus.MilvusEngine", "module": "milvus.store", "reader": "Reader",
+               "writer": "Writer", "live": None, "needs": "pymilvus", "extra": "milvus"},
+    "duckdb": {"engine": "duckdb.DuckDBEngine", "module": "duckdb.store", "reader": "Reader",
+               "writer": "Writer", "live": None, "needs": "duckdb", "extra": "duckdb"},
 }
 
 
