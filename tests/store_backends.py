@@ -977,10 +977,10 @@ class SqliteVec:
 
     def make(self, root, X, table="src"):
         conn = self.connect(root / "vec.db")
-        conn.execute(f'CREATE VIRTUAL TABLE "{table}" USING vec0(emb float[{X.shape[1]}] '
+        conn.execute(f"CREATE VIRTUAL TABLE {_quoted(table)} USING vec0(emb float[{X.shape[1]}] "
                      "distance_metric=cosine, doc text, n integer, +meta text)")
         with conn:
-            conn.executemany(f'INSERT INTO "{table}" (rowid, emb, doc, n, meta) VALUES '
+            conn.executemany(f"INSERT INTO {_quoted(table)} (rowid, emb, doc, n, meta) VALUES "
                              "(?, ?, ?, ?, ?)",
                              ((i * 3 + 1, np.asarray(x, "<f4").tobytes(), f"document {i}", i,
                                json.dumps({"k": i})) for i, x in enumerate(X)))
@@ -995,7 +995,7 @@ class SqliteVec:
     def read(self, address):
         path, table = self._parts(address)
         conn = self.connect(path)
-        rows = sorted(conn.execute(f'SELECT rowid, emb, doc, n, meta FROM "{table}"'))
+        rows = sorted(conn.execute(f"SELECT rowid, emb, doc, n, meta FROM {_quoted(table)}"))
         conn.close()
         V = np.asarray([np.frombuffer(r[1], "<f4") for r in rows], np.float32)
         return np.array([r[0] for r in rows]), V, [tuple(r[2:]) for r in rows]
@@ -1030,7 +1030,7 @@ class SqliteVec:
 
     def drop(self, root, name):
         conn = self.connect(root / "vec.db")
-        conn.execute(f'DROP TABLE IF EXISTS "{name}"')
+        conn.execute(f"DROP TABLE IF EXISTS {_quoted(name)}")
         conn.close()
 
     def corrupt_shadow(self, root, position, name="out"):
@@ -1062,17 +1062,25 @@ class DuckDB:
         self.key = key
         self.name = "duckdb" if key else "duckdb-keyless"
 
-    @staticmethod
-    def connect(path):
+    _instance = [None, None]  # one DuckDB instance per process (vss loaded once) and its pid
+
+    @classmethod
+    def connect(cls, path):
+        """A connection to the file ``path`` attached as ``d`` (its ``close`` detaches it)."""
         import duckdb
+
         from skalign._stores.duckdb.connect import vss_extension
 
-        conn = duckdb.connect(":memory:", config={"autoload_known_extensions": False})
-        conn.execute(f"LOAD '{vss_extension(path)}'")
-        conn.execute("SET GLOBAL hnsw_enable_experimental_persistence = true")
-        conn.execute(f"ATTACH '{path}' AS d")
+        if cls._instance[1] != os.getpid():
+            inst = duckdb.connect(":memory:", config={"autoload_known_extensions": False})
+            inst.execute(f"LOAD '{vss_extension(path)}'")
+            inst.execute("SET GLOBAL hnsw_enable_experimental_persistence = true")
+            cls._instance[:] = [inst, os.getpid()]
+        inst = cls._instance[0]
+        inst.execute(f"ATTACH '{path}' AS d")
+        conn = inst.cursor()
         conn.execute("USE d")
-        return conn
+        return _Detaching(conn, inst)
 
     @staticmethod
     def _parts(address):
@@ -1179,5 +1187,24 @@ class DuckDB:
         pass
 
 
+class _Detaching:
+    """A DuckDB cursor whose ``close`` also detaches the database ``d`` (the file freed)."""
+
+    def __init__(self, conn, inst):
+        self._conn, self._inst = conn, inst
+
+    def __getattr__(self, name):
+        return getattr(self._conn, name)
+
+    def close(self):
+        self._conn.close()
+        self._inst.execute("DETACH d")
+
+
 def _docs_of(ids):
     return [f"document {(int(i) - 1) // 3}" for i in ids]
+
+
+def _quoted(name):
+    """An SQLite identifier: quoted, its quotes doubled."""
+    return '"' + name.replace('"', '""') + '"'

@@ -1,0 +1,128 @@
+"""sqlite-vec (``sqlite:PATH?table=TABLE``) against the real engine, no mocks: hostile table
+names stay data through the translation, the publish and the live store; the other tables of
+the user's file are never touched; a second writer is refused at once; pairs are read by
+id; a translated table keeps its partition keys, primary key and options."""
+
+import numpy as np
+import pytest
+
+pytest.importorskip("sqlite_vec")
+pytest.importorskip("apsw")
+
+from store_backends import SqliteVec  # noqa: E402
+
+from skalign import ProcrustesAligner  # noqa: E402
+from skalign._stores import open_live  # noqa: E402
+from skalign.exceptions import StoreError  # noqa: E402
+from skalign.io import translate  # noqa: E402
+
+HOSTILE = 'we"ird; DROP TABLE victim; --'
+
+
+@pytest.fixture()
+def model_and_X():
+    rng = np.random.default_rng(56)
+    X = rng.normal(size=(200, 16)).astype(np.float32)
+    return ProcrustesAligner().fit(X[:80], rng.normal(size=(80, 24))), X
+
+
+def _victim(conn):
+    conn.execute("CREATE TABLE victim (id integer primary key, note text)")
+    conn.execute("INSERT INTO victim (note) VALUES ('keep me')")
+
+
+def test_hostile_table_names_stay_data(tmp_path, model_and_X):
+    model, X = model_and_X
+    b = SqliteVec()
+    conn = b.connect(tmp_path / "vec.db")
+    _victim(conn)
+    conn.close()
+    src = b.make(tmp_path, X, table=HOSTILE)
+    out = b.output(tmp_path, HOSTILE + " out")
+    assert translate(model, src, out, batch_size=64) == len(X)
+    ids, V, fields = b.read(out)
+    np.testing.assert_array_equal(ids, np.arange(len(X)) * 3 + 1)
+    np.testing.assert_allclose(V, model.transform(X), atol=1e-5)
+    assert fields == b.read(src)[2]
+    with open_live(out, text_field="doc") as store:
+        got, _ = store.top_k(V[:3], 1)
+        assert got == [[1], [4], [7]]
+        store.write_back([1], V[[1]], "encoded:x")
+        assert store.fetch([1]).provenance == ["encoded:x"]
+    conn = b.connect(tmp_path / "vec.db")
+    assert conn.execute("SELECT note FROM victim").fetchall() == [("keep me",)]
+    conn.close()
+    assert sorted(b.inventory(tmp_path)) == sorted([HOSTILE, HOSTILE + " out"])
+
+
+def test_definition_kept_partition_text_key_and_options(tmp_path, model_and_X):
+    model, X = model_and_X
+    b = SqliteVec()
+    conn = b.connect(tmp_path / "vec.db")
+    conn.execute("CREATE VIRTUAL TABLE docs USING vec0(doc_id text primary key, lang text "
+                 "partition key, emb float[16] distance_metric=cosine, title float[2], "
+                 "ok boolean, score float, +body text, chunk_size=64)")
+    with conn:
+        conn.executemany("INSERT INTO docs (doc_id, lang, emb, title, ok, score, body) VALUES "
+                         "(?, ?, ?, ?, ?, ?, ?)",
+                         ((f"d{i}", "en" if i % 3 else "fr", x.tobytes(),
+                           np.array([1, i], "<f4").tobytes(), i % 2, i / 7, f"body {i}")
+                          for i, x in enumerate(X)))
+    conn.close()
+    address = f"sqlite:{tmp_path / 'vec.db'}?table=docs&column=emb"
+    out = f"sqlite:{tmp_path / 'vec.db'}?table=docs2&column=emb"
+    translate(model, address, out, batch_size=50)
+    conn = b.connect(tmp_path / "vec.db")
+    sql = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'docs2'").fetchone()[0]
+    assert "doc_id text primary key" in sql and "lang text partition key" in sql
+    assert "emb float[24] distance_metric=cosine" in sql and "chunk_size=64" in sql
+    assert "title float[2]" in sql and "+body text" in sql
+    rows = {r[0]: r[1:] for r in conn.execute(
+        "SELECT doc_id, lang, emb, title, ok, score, body FROM docs2")}
+    before = {r[0]: r[1:] for r in conn.execute(
+        "SELECT doc_id, lang, emb, title, ok, score, body FROM docs")}
+    conn.close()
+    assert set(rows) == set(before)
+    T = model.transform(X)
+    for i in range(len(X)):
+        got, was = rows[f"d{i}"], before[f"d{i}"]
+        assert got[0] == was[0] and got[2:] == was[2:]
+        np.testing.assert_allclose(np.frombuffer(got[1], "<f4"), T[i], atol=1e-5)
+    with open_live(out) as store:  # text ids, the partition searched whole
+        assert sorted(store.ids()) == sorted(f"d{i}" for i in range(len(X)))
+        assert store.top_k(T[[5]], 1)[0] == [["d5"]]
+
+
+def test_pairs_by_id_and_second_writer_refused(tmp_path, model_and_X):
+    from skalign._stores.address import parse_address
+    from skalign._stores.databases.common import lock_for
+    from skalign._stores.pipeline.translate import open_reader
+
+    model, X = model_and_X
+    b = SqliteVec()
+    src = b.make(tmp_path, X)
+    V, ids = open_reader(parse_address(src)).read_with_ids()
+    assert ids == list(np.arange(len(X)) * 3 + 1)
+    np.testing.assert_array_equal(V, X)
+    out = b.output(tmp_path)
+    with lock_for(parse_address(out)):  # as a running translation holds it
+        with pytest.raises(StoreError, match="another skalign translate"):
+            translate(model, src, out)
+    assert b.inventory(tmp_path) == ["src"]
+    translate(model, src, out)
+    assert b.inventory(tmp_path) == ["out", "src"]
+
+
+def test_output_that_is_not_a_database_file_is_refused(tmp_path, model_and_X):
+    model, X = model_and_X
+    b = SqliteVec()
+    src = b.make(tmp_path, X)
+    (tmp_path / "folder").mkdir()
+    with pytest.raises(StoreError, match="is not a file"):
+        translate(model, src, f"sqlite:{tmp_path / 'folder'}?table=out")
+    (tmp_path / "notes.txt").write_text("my notes, not a database " * 50)
+    with pytest.raises(StoreError, match="not an SQLite database"):
+        translate(model, src, f"sqlite:{tmp_path / 'notes.txt'}?table=out")
+    assert (tmp_path / "notes.txt").read_text() == "my notes, not a database " * 50
+    with pytest.raises(StoreError, match="no folder"):
+        translate(model, src, f"sqlite:{tmp_path / 'nope' / 'x.db'}?table=out")
