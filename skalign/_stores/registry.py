@@ -48,7 +48,8 @@ BACKENDS = {
                    "live": "sqlite_vec.live.SqliteVecLive", "needs": "apsw",
                    "extra": "sqlite"},
     "milvus": {"engine": "milvus.MilvusEngine", "module": "milvus.store", "reader": "Reader",
-               "writer": "Writer", "live": None, "needs": "pymilvus", "extra": "milvus"},
+               "writer": "Writer", "live": "milvus.live.MilvusLive", "needs": "pymilvus",
+               "extra": "milvus"},
     "duckdb": {"engine": "duckdb.DuckDBEngine", "module": "duckdb.store", "reader": "Reader",
                "writer": "Writer", "live": None, "needs": "duckdb", "extra": "duckdb"},
 }
