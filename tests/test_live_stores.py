@@ -235,11 +235,64 @@ class Vec:
         return out
 
 
-@pytest.fixture(params=["chroma", "qdrant", "pgvector", "sqlite-vec"])
+class Milvus:
+    """A Milvus Lite database ``root/milvus.db``: entities ``0..n-1`` (odd ones in the
+    partition ``odd``) with the field ``text`` (``doc {i}``), the dynamic field ``k``, the
+    vector ``emb`` under a FLAT index of the metric's and a second vector ``title``."""
+
+    name, rows, written = "milvus", N, 200
+    METRIC = {"cosine": "COSINE", "ip": "IP", "l2": "L2"}
+
+    def __init__(self, root):
+        pytest.importorskip("milvus_lite")
+        self.path = root / "milvus.db"
+
+    def client(self):
+        from pymilvus import MilvusClient
+
+        return MilvusClient(str(self.path))
+
+    def make(self, X, metric, name="src"):
+        from pymilvus import DataType, MilvusClient
+
+        c = self.client()
+        s = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=True)
+        s.add_field("id", DataType.INT64, is_primary=True)
+        s.add_field("text", DataType.VARCHAR, max_length=64)
+        s.add_field("emb", DataType.FLOAT_VECTOR, dim=X.shape[1])
+        s.add_field("title", DataType.FLOAT_VECTOR, dim=2)
+        index = c.prepare_index_params()
+        index.add_index("emb", index_type="FLAT", metric_type=self.METRIC[metric])
+        index.add_index("title", index_type="FLAT", metric_type="L2")
+        c.create_collection(name, schema=s, index_params=index)
+        c.create_partition(name, "odd")
+        for part in ("_default", "odd"):
+            c.insert(name, [{"id": i, "text": f"doc {i}", "emb": X[i].tolist(),
+                             "title": [1.0, float(i)], "k": i}
+                            for i in range(len(X)) if (i % 2 == 1) == (part == "odd")],
+                     partition_name=part)
+        return f"milvus:{self.path}/{name}?vector=emb"
+
+    def key(self, i):
+        return i
+
+    def read(self, name="src"):
+        c = self.client()
+        out = {}
+        for part in c.list_partitions(name):
+            for e in c.query(name, filter="id >= 0", output_fields=["*"], limit=10 * self.rows,
+                             partition_names=[part]):
+                mark = e.pop(PROVENANCE_KEY, None)
+                out[e["id"]] = (np.asarray(e.pop("emb"), np.float32), (part, e), mark)
+        return out
+
+
+@pytest.fixture(params=["chroma", "qdrant", "pgvector", "sqlite-vec", "milvus"])
 def engine(request, tmp_path):
     if request.param == "pgvector":
         return Pg(request.getfixturevalue("pg_base"))
-    return {"chroma": Chroma, "qdrant": Qdrant, "sqlite-vec": Vec}[request.param](tmp_path)
+    return {"chroma": Chroma, "qdrant": Qdrant, "sqlite-vec": Vec,
+            "milvus": Milvus}[request.param](tmp_path)
 
 
 def _stored(engine, X, metric):
@@ -287,7 +340,8 @@ def test_fetch_texts_vectors_provenance(engine, X):
         if engine.name == "chroma":
             assert store.fetch([engine.key(3)], text_field="title").texts == ["t3"]
         # a number (metadata, payload) or a jsonb column is not a text: refused by its name
-        other = {"chroma": "k", "qdrant": "k", "pgvector": "meta", "sqlite-vec": "n"}[
+        other = {"chroma": "k", "qdrant": "k", "pgvector": "meta", "sqlite-vec": "n",
+                 "milvus": "k"}[
             engine.name]
         with pytest.raises(StoreError, match=f"'{other}'.*not text"):
             store.fetch([engine.key(3)], text_field=other)
