@@ -295,7 +295,67 @@ def make_pg(base, texts, old):
             [10 * i for i in range(len(texts))])
 
 
-@pytest.mark.parametrize("engine", ["qdrant", "pgvector"])
+def make_sqlite(root, texts, old):
+    pytest.importorskip("sqlite_vec")
+    from store_backends import SqliteVec
+
+    conn = SqliteVec.connect(root / "app.db")
+    conn.execute(f"CREATE VIRTUAL TABLE docs USING vec0(id integer primary key, emb "
+                 f"float[{old.shape[1]}] distance_metric=cosine, text text, n integer)")
+    with conn:
+        conn.executemany("INSERT INTO docs (id, emb, text, n) VALUES (?, ?, ?, ?)",
+                         ((10 * i, x.astype("<f4").tobytes(), t, i)
+                          for i, (t, x) in enumerate(zip(texts, old))))
+    conn.close()
+
+    def read(name):
+        conn = SqliteVec.connect(root / "app.db")
+        (tid,) = conn.execute(f"SELECT value FROM {name}_info WHERE key = 'skalign_id'")
+        marks = dict(conn.execute("SELECT id, mark FROM skalign_marks WHERE tid = ? AND key = "
+                                  "'skalign_vector'", tid))
+        got = {r[0]: (np.frombuffer(r[1], "<f4").copy(), {"text": r[2], "n": r[3],
+                                                          "skalign_vector": marks.get(r[0])})
+               for r in conn.execute(f"SELECT id, emb, text, n FROM {name}")}
+        conn.close()
+        return got
+
+    return (f"sqlite:{root / 'app.db'}?table=docs", f"sqlite:{root / 'app.db'}?table=docs_new",
+            read, [10 * i for i in range(len(texts))])
+
+
+def make_milvus(root, texts, old):
+    pytest.importorskip("milvus_lite")
+    from pymilvus import DataType, MilvusClient
+
+    c = MilvusClient(str(root / "milvus.db"))
+    s = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=True)
+    s.add_field("id", DataType.INT64, is_primary=True)
+    s.add_field("text", DataType.VARCHAR, max_length=65535)
+    s.add_field("emb", DataType.FLOAT_VECTOR, dim=old.shape[1])
+    index = c.prepare_index_params()
+    index.add_index("emb", index_type="HNSW", metric_type="COSINE")
+    c.create_collection("docs", schema=s, index_params=index)
+    c.create_partition("docs", "odd")
+    for part in ("_default", "odd"):
+        c.insert("docs", [{"id": 10 * i, "text": t, "emb": x.tolist(), "n": i}
+                          for i, (t, x) in enumerate(zip(texts, old))
+                          if (i % 2 == 1) == (part == "odd")], partition_name=part)
+
+    def read(name):
+        c.load_collection(name)
+        got = {}
+        for part in c.list_partitions(name):
+            for e in c.query(name, filter="id >= 0", output_fields=["*"], limit=100000,
+                             partition_names=[part]):
+                assert (e["n"] % 2 == 1) == (part == "odd")  # kept in its partition
+                got[e["id"]] = (np.asarray(e.pop("emb"), np.float32), e)
+        return got
+
+    return (f"milvus:{root / 'milvus.db'}/docs", f"milvus:{root / 'milvus.db'}/docs_new", read,
+            [10 * i for i in range(len(texts))])
+
+
+@pytest.mark.parametrize("engine", ["qdrant", "pgvector", "sqlite-vec", "milvus"])
 def test_engine_migration_to_the_end(engine, corpus, tmp_path, request, monkeypatch):
     import tempfile
 
@@ -304,6 +364,10 @@ def test_engine_migration_to_the_end(engine, corpus, tmp_path, request, monkeypa
     texts, old, new = (a[:M] for a in corpus)
     if engine == "qdrant":
         src, out, read, keys = make_qdrant(tmp_path, texts, old)
+    elif engine == "sqlite-vec":
+        src, out, read, keys = make_sqlite(tmp_path, texts, old)
+    elif engine == "milvus":
+        src, out, read, keys = make_milvus(tmp_path, texts, old)
     else:
         src, out, read, keys = make_pg(request.getfixturevalue("pg_base"), texts, old)
     look, enc = encoder_for(corpus, tmp_path)
