@@ -117,6 +117,10 @@ def backend(request, tmp_path):
         made = engines.Pg(request.getfixturevalue("pg_base"))
     elif kind in ("chroma", "qdrant"):
         made = {"chroma": engines.Chroma, "qdrant": engines.Qdrant}[kind](tmp_path)
+    elif kind == "sqlite-vec":
+        made = engines.Vec(tmp_path)
+    elif kind == "milvus":
+        made = engines.Milvus(tmp_path)
     else:
         pytest.skip(f"no test store maker for the live kind {kind!r}")
     made.options = {}
