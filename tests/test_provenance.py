@@ -295,6 +295,55 @@ class World:
         with database_lock(parse_address(self.out)):
             self.client.set_payload("race_out", payload={"text": text}, points=[i], wait=True)
 
+    # -------------------------------------------------------------- sqlite-vec
+    def make_sqlite(self, request):
+        from store_backends import SqliteVec
+
+        self.db = self.tmp / "app.db"
+        conn = SqliteVec.connect(self.db)
+        conn.execute("CREATE VIRTUAL TABLE race_src USING vec0(emb float[8] "
+                     "distance_metric=cosine, text text)")
+        with conn:
+            conn.executemany("INSERT INTO race_src (rowid, emb, text) VALUES (?, ?, ?)",
+                             ((i, x.astype("<f4").tobytes(), t)
+                              for i, (t, x) in enumerate(zip(self.texts, self.old))))
+        conn.close()
+        self.src = f"sqlite:{self.db}?table=race_src"
+        self.out = f"sqlite:{self.db}?table=race_out"
+        self.key = lambda i: i
+
+    def edit_sqlite(self, i, text):
+        from store_backends import SqliteVec
+
+        conn = SqliteVec.connect(self.db)
+        conn.execute("BEGIN IMMEDIATE")  # a writer that reads first can be refused at once
+        conn.execute("UPDATE race_out SET text = ? WHERE rowid = ?", (text, i))
+        conn.execute("COMMIT")
+        conn.close()
+
+    # -------------------------------------------------------------- Milvus Lite
+    def make_milvus(self, request):
+        pytest.importorskip("milvus_lite")
+        from pymilvus import DataType, MilvusClient
+
+        self.client = MilvusClient(str(self.tmp / "milvus.db"))
+        s = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=True)
+        s.add_field("id", DataType.INT64, is_primary=True)
+        s.add_field("text", DataType.VARCHAR, max_length=256)
+        s.add_field("emb", DataType.FLOAT_VECTOR, dim=8)
+        index = self.client.prepare_index_params()
+        index.add_index("emb", index_type="FLAT", metric_type="COSINE")
+        self.client.create_collection("race_src", schema=s, index_params=index)
+        self.client.insert("race_src", [{"id": i, "text": t, "emb": x.tolist(), "n": i}
+                                        for i, (t, x) in enumerate(zip(self.texts, self.old))])
+        self.src = f"milvus:{self.tmp}/milvus.db/race_src"
+        self.out = f"milvus:{self.tmp}/milvus.db/race_out"
+        self.key = lambda i: i
+
+    def edit_milvus(self, i, text):
+        # the application's own partial update of the entity's text
+        self.client.upsert("race_out", [{"id": i, "text": text}], partial_update=True)
+
     # -------------------------------------------------------------- .npy and a text file
     def make_npy(self, request):
         np.save(self.tmp / "src.npy", self.old)
@@ -335,14 +384,15 @@ def _check_encoded_rows_hold_their_text(world, enc_fp):
     return rows, states
 
 
-@pytest.mark.parametrize("kind", ["pgvector", "chroma", "qdrant", "npy"])
+@pytest.mark.parametrize("kind", ["pgvector", "chroma", "qdrant", "npy", "sqlite", "milvus"])
 def test_editor_searcher_and_continue_at_once(kind, tmp_path, request, monkeypatch):
     """An application edits texts, a searcher writes back and ``migrate --continue`` runs, all
     at once. Afterwards every row marked encoded holds exactly the encoder's vector of its
     current text, every row the searcher wrote whose text was not edited is still encoded (no
     writer reverted it), and ``--continue`` to the end leaves every row encoded."""
     pytest.importorskip({"chroma": "chromadb", "qdrant": "qdrant_client",
-                         "pgvector": "psycopg", "npy": "numpy"}[kind])
+                         "pgvector": "psycopg", "npy": "numpy", "sqlite": "sqlite_vec",
+                         "milvus": "milvus_lite"}[kind])
     (tmp_path / "tmp").mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     world = World(kind, tmp_path, request)

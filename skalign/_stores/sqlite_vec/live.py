@@ -26,7 +26,7 @@ from ...exceptions import StoreError
 from ..live import LiveRows, LiveStore, check_key_name
 from ..live_input import check_ids, check_k, check_options, check_vectors, missing_id
 from .store import KIND, Reader
-from .tables import EDGE, MARKS, connect, ident, table_type, token
+from .tables import EDGE, MARKS, connect, ident, table_type, token, writing
 
 __all__ = ["SqliteVecLive"]
 
@@ -166,8 +166,7 @@ class SqliteVecLive(LiveStore):
     def _write_back(self, ids, V, marks, expected):
         conn, table, key = self.conn, ident(self.table), self.provenance_key
         written = np.zeros(len(ids), dtype=bool)
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with writing(conn):
             tid = token(conn, self.table, create=True)
             conn.execute(f"CREATE TABLE IF NOT EXISTS {ident(MARKS)} (tid TEXT NOT NULL, key "
                          "TEXT NOT NULL, id NOT NULL, mark TEXT, PRIMARY KEY (tid, key, id)) "
@@ -187,10 +186,6 @@ class SqliteVecLive(LiveStore):
                              "?) ON CONFLICT (tid, key, id) DO UPDATE SET mark = excluded.mark",
                              (tid, key, i, m))
                 written[n] = True
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
         return written
 
 

@@ -11,7 +11,7 @@ from ...exceptions import StoreError
 from ..databases.common import backup_name, lock_for
 from ..journal import PUBLISHING, Interrupted, final_stamp
 from .store import _get_stamp, _parse, _set_stamp
-from .tables import EDGE, connect
+from .tables import EDGE, connect, writing
 
 __all__ = ["recover_publish"]
 
@@ -43,7 +43,7 @@ def recover_publish(address, match):
             if stamp[PUBLISHING].get("backup") else None
 
         def finish(final):
-            with EDGE.errors(address), connect(address) as conn:
+            with EDGE.errors(address), writing(connect(address)) as conn:
                 _set_stamp(conn, address.name, final)
 
         if match(stamp):

@@ -49,6 +49,7 @@ from .tables import (
     rename,
     table_type,
     token,
+    writing,
 )
 
 __all__ = ["Reader", "Writer", "read_stamp", "restore", "write_stamp"]
@@ -170,12 +171,12 @@ class Writer(StoreWriter):
             if low.startswith(prefix) and low != self.shadow.lower() \
                     and len(low) == len(prefix) + 12 \
                     and all(c in "0123456789abcdef" for c in low[len(prefix):]):
-                with conn:
+                with writing(conn):
                     drop(conn, other)
         if table_type(conn, self.shadow) is not None:
             n = conn.execute(f"SELECT count(*) FROM {ident(self.shadow)}").fetchone()[0]
             return resume_point(n, self.src.n_rows, self.job.batch_size)
-        with conn:
+        with writing(conn):
             conn.execute(self.src.table.create(self.shadow, self.src.column, self.job.d_out))
             token(conn, self.shadow, create=True)
         return 0
@@ -185,7 +186,7 @@ class Writer(StoreWriter):
         cols = (self.src.id_name, self.src.column, *self.src.fields)
         sql = (f"INSERT INTO {ident(self.shadow)} ({', '.join(ident(c) for c in cols)}) "
                f"VALUES ({', '.join('?' * len(cols))})")
-        with self.conn as conn:
+        with writing(self.conn) as conn:
             conn.executemany(sql, ((r[0], out[k].tobytes(), *r[2:])
                                    for k, r in enumerate(rows)))
 
@@ -213,7 +214,7 @@ class Writer(StoreWriter):
         conn, name = self.conn, self.address.name
         backup = None
         rows = conn.execute(f"SELECT count(*) FROM {ident(self.shadow)}").fetchone()[0]
-        with conn:
+        with writing(conn):
             if table_type(conn, name) is not None:
                 if not replace:
                     raise StoreExistsError(f"{self.display}: exists; pass --replace.")
@@ -234,14 +235,14 @@ class Writer(StoreWriter):
         return backup
 
     def end_publish(self, stamp):
-        with self.conn as conn:
+        with writing(self.conn) as conn:
             _set_stamp(conn, self.address.name, final_stamp(stamp))
 
     def discard(self):
         if self.shadow is None or not self.address.path.exists():
             return
         try:
-            with self.conn as conn:
+            with writing(self.conn) as conn:
                 if table_type(conn, self.shadow) is not None:
                     drop(conn, self.shadow)
         except Exception:  # the error that led here is the one raised
@@ -291,7 +292,7 @@ def write_stamp(address, stamp):
     conn = connect(address)
     if table_type(conn, address.name) is None:
         raise StoreNotFoundError(f"{address}: no table {address.name[:80]!r} to stamp.")
-    with conn:
+    with writing(conn):
         _set_stamp(conn, address.name, stamp)
 
 
@@ -306,7 +307,7 @@ def restore(address):
         if table_type(conn, bname) is None:
             raise StoreNotFoundError(f"{address}: no backup table {bname[:80]!r} to restore; a "
                                      "backup is kept only by `skalign translate --replace`.")
-        with conn:
+        with writing(conn):
             present = table_type(conn, name) is not None
             if present:
                 rename(conn, name, swap)

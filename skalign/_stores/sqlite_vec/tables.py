@@ -22,6 +22,7 @@ a table dropped and made again under the same name has neither.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
@@ -31,7 +32,7 @@ from ...exceptions import StoreError, StoreLockedError, StoreNotFoundError
 from ..databases.edge import EngineEdge
 
 __all__ = ["MARKS", "STAMPS", "TOKEN_KEY", "Column", "Vec0", "connect", "describe", "drop",
-           "ident", "parts", "rename", "table_type", "token"]
+           "ident", "parts", "rename", "table_type", "token", "writing"]
 
 #: the key of a table's identity in its ``T_info`` table
 TOKEN_KEY = "skalign_id"
@@ -255,6 +256,21 @@ def connect(address, create=False, own=False):
     if not own:
         _CONNECTIONS[key] = conn
     return conn
+
+
+@contextlib.contextmanager
+def writing(conn):
+    """A write transaction on ``conn``, its write lock taken first (``BEGIN IMMEDIATE``):
+    one that read first and then asked for it could meet another connection waiting for its
+    read lock to go, and SQLite answers that with "database is locked" at once, without
+    waiting (its busy handler would wait for ever)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
 
 
 def parts(conn, name):
