@@ -12,12 +12,13 @@ A row's text is the field or dynamic field ``text_field`` names (default: ``text
 field of the schema) :data:`~skalign._stores.live.PROVENANCE_KEY`: a collection with neither
 dynamic fields nor such a field is refused before anything is written.
 
-Write-back: each entity is read whole (every field, dynamic ones included, and the partition
-it lives in) and written back whole with one ``upsert`` into its partition, with the new vector
-and the provenance: an entity is one record, replaced at once, so a reader sees it before or
-after. A change another client makes to the entity between that read and the ``upsert`` is
-overwritten (Milvus offers no compare-and-set); live stores of the same database in this
-process take one lock around each search, read and write-back.
+Write-back: each entity's provenance and partition are read, then its vector and provenance
+written with one partial ``upsert`` (``partial_update=True``, Milvus 2.6 on and Milvus Lite)
+into its partition: an entity is one record, changed at once, so a reader sees it before or
+after, and its other fields, which an application may be changing meanwhile, are not written.
+Milvus offers no compare-and-set: a write-back another client makes between that read and the
+``upsert`` is overwritten; live stores of the same database in this process take one lock
+around each search, read and write-back.
 """
 
 from __future__ import annotations
@@ -230,9 +231,10 @@ class MilvusLive(LiveStore):
                     if keep:
                         part, e = got[j]
                         by_part.setdefault(part, []).append(
-                            {**e, self.column: V[lo + j].tolist(), key: marks[lo + j]})
+                            {self._reader.pk: e[self._reader.pk],
+                             self.column: V[lo + j].tolist(), key: marks[lo + j]})
                 for part, data in by_part.items():
-                    self._client.upsert(self.address.name, data,
+                    self._client.upsert(self.address.name, data, partial_update=True,
                                         **({"partition_name": part} if part else {}))
         return written
 
