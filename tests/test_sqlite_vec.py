@@ -126,3 +126,40 @@ def test_output_that_is_not_a_database_file_is_refused(tmp_path, model_and_X):
     assert (tmp_path / "notes.txt").read_text() == "my notes, not a database " * 50
     with pytest.raises(StoreError, match="no folder"):
         translate(model, src, f"sqlite:{tmp_path / 'nope' / 'x.db'}?table=out")
+
+
+def test_pairs_by_id_with_a_parquet_side(tmp_path):
+    """``--source`` a vec0 table with text keys in an order of its own and items the target
+    lacks, ``--target`` a Parquet file keyed by the same ids: the pairs are joined by id (a
+    join by row would pair other items' vectors), and ``skalign fit`` on them gives the map
+    fitted on the true pairs."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    from skalign.cli import main
+    from skalign.cli._pairs_io import UnmatchedIdsWarning, read_pairs
+    from skalign.io import load
+
+    rng = np.random.default_rng(57)
+    A = rng.normal(size=(120, 16)).astype(np.float32)
+    B = (A @ rng.normal(size=(16, 24))).astype(np.float32)
+    conn = SqliteVec.connect(tmp_path / "old.db")
+    conn.execute("CREATE VIRTUAL TABLE old USING vec0(item text primary key, emb float[16])")
+    order = rng.permutation(120)
+    with conn:
+        conn.executemany("INSERT INTO old (item, emb) VALUES (?, ?)",
+                         ((f"item-{i}", A[i].tobytes()) for i in order))
+    conn.close()
+    keep = np.arange(100)  # 20 items the target lacks
+    vec = pa.FixedSizeListArray.from_arrays(pa.array(B[keep].reshape(-1)), 24)
+    pq.write_table(pa.table({"doc_id": [f"item-{i}" for i in keep], "vector": vec}),
+                   tmp_path / "new.parquet")
+    src = f"sqlite:{tmp_path / 'old.db'}?table=old"
+    with pytest.warns(UnmatchedIdsWarning, match="20 ids of --source"):
+        X, Y = read_pairs(src, tmp_path / "new.parquet", id_column="doc_id")
+    np.testing.assert_array_equal(X, A[keep])
+    np.testing.assert_array_equal(Y, B[keep])
+    assert main(["fit", "procrustes", "--source", src, "--target", str(tmp_path / "new.parquet"),
+                 "--id-column", "doc_id", "-o", str(tmp_path / "m.skops")]) == 0
+    want = ProcrustesAligner().fit(A[keep], B[keep])
+    np.testing.assert_allclose(load(tmp_path / "m.skops").transform(A[:5]),
+                               want.transform(A[:5]), atol=1e-4)
