@@ -1077,7 +1077,7 @@ class DuckDB:
             inst.execute("SET GLOBAL hnsw_enable_experimental_persistence = true")
             cls._instance[:] = [inst, os.getpid()]
         inst = cls._instance[0]
-        inst.execute(f"ATTACH '{path}' AS d")
+        inst.execute("ATTACH '" + str(path).replace("'", "''") + "' AS d")
         conn = inst.cursor()
         conn.execute("USE d")
         return _Detaching(conn, inst)
