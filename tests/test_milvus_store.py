@@ -220,3 +220,38 @@ def test_stamp_in_properties_and_source_untouched(tmp_path, data):
     after = b.read(src)
     np.testing.assert_array_equal(after[1], before[1])
     assert after[2] == before[2]
+
+
+def test_pairs_by_id_for_fit_and_plan(tmp_path, capsys):
+    """Old vectors in a Milvus collection (string keys holding quotes), new ones in a Parquet
+    file keyed by the same ids in another order: the pairs are the ids both hold,
+    in the target's order; fit and plan read them."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from skalign.cli._pairs_io import UnmatchedIdsWarning, read_pairs
+
+    rng = np.random.default_rng(8)
+    A = rng.normal(size=(150, 12)).astype(np.float32)
+    B = (A @ rng.normal(size=(12, 20)) + 0.01 * rng.normal(size=(150, 20))).astype(np.float32)
+    keys = [f"doc '{i}\"" for i in range(150)]
+    c, src = _string_keyed(tmp_path, A[:140], keys[:140])  # 140-149: the target's only
+    order = rng.permutation(150)
+    pq.write_table(pa.table({"doc_id": [keys[i] for i in order],
+                             "vector": pa.array(list(B[order]), pa.list_(pa.float32()))}),
+                   tmp_path / "new.parquet")
+    target = str(tmp_path / "new.parquet")
+    with pytest.warns(UnmatchedIdsWarning, match="10 ids of --target .* are not in --source; "
+                      "using the 140 pairs"):
+        X, Y = read_pairs(src, target, id_column="doc_id")
+    rows = order[order < 140]
+    np.testing.assert_array_equal(X, A[rows])
+    np.testing.assert_array_equal(Y, B[rows])
+    status, err = _cli(capsys, "fit", "procrustes", "--source", src, "--target", target,
+                       "--id-column", "doc_id", "-o", str(tmp_path / "m.skops"))
+    assert status == 0, err
+    status = main(["plan", "--source", src, "--target", target, "--id-column", "doc_id",
+                   "--methods", "procrustes", "--no-curve", "--json"])
+    out = capsys.readouterr()
+    assert status == 0, out.err
+    assert "using the 140 pairs" in out.err
