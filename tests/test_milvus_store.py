@@ -255,3 +255,26 @@ def test_pairs_by_id_for_fit_and_plan(tmp_path, capsys):
     out = capsys.readouterr()
     assert status == 0, out.err
     assert "using the 140 pairs" in out.err
+
+
+def test_database_another_process_holds_is_refused_in_one_line(tmp_path, capsys, data):
+    """Milvus Lite admits one process per database: another one's command ends with one line
+    (Milvus Lite's own traceback of the failed open is not printed)."""
+    import subprocess
+    import sys
+
+    X, _ = data
+    b = Milvus()
+    src = b.make(tmp_path, X)
+    Milvus.release(tmp_path)  # this process lets go of it
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from pymilvus import MilvusClient; "
+         f"c = MilvusClient({str(tmp_path / 'milvus.db')!r}); print('ready', flush=True); "
+         "sys.stdin.read()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        status, err = _cli(capsys, "info", src)
+    finally:
+        holder.communicate("")
+    assert status == 2 and len(err) == 1, err
+    assert "another process uses the Milvus Lite database" in err[0]

@@ -255,6 +255,8 @@ def client(address, create=False):
     if address.path is not None:
         if not create:
             FOLDER.check_store(address)
+        with contextlib.suppress(ImportError):  # its logger, which logs a failed open's
+            import milvus_lite.server_manager  # noqa: F401  traceback, made before it is quieted
         with _errors(address):
             opened = MilvusClient(str(address.path))
         _LITE_PATHS.add(str(address.path))
