@@ -355,7 +355,8 @@ def translate(model, input, output, *, column=None, batch_size=None, progress=Fa
         for unsharded input), a LanceDB table ``DIR/TABLE.lance``, a FAISS index ``PATH.faiss``,
         or a database address: ``postgresql://USER@HOST:PORT/DB?table=TABLE&column=COLUMN``,
         ``chroma:DIR/COLLECTION``, ``chroma+http://HOST:PORT/COLLECTION``,
-        ``qdrant:DIR/COLLECTION``, ``qdrant+http://HOST:PORT/COLLECTION`` (``?vector=NAME``).
+        ``qdrant:DIR/COLLECTION``, ``qdrant+http://HOST:PORT/COLLECTION`` (``?vector=NAME``),
+        ``sqlite:PATH?table=TABLE&column=COLUMN`` (a sqlite-vec ``vec0`` table).
         A database or FAISS input is written to the same engine.
     column : str, default=None
         The vector column (input and output). ``None`` picks the only column of numeric lists,

@@ -30,6 +30,9 @@ STORES (INPUT and OUTPUT):
   chroma:DIR/COLLECTION      Chroma persistent client; chroma+http://HOST:PORT/COLLECTION
   qdrant:DIR/COLLECTION      Qdrant local mode; qdrant+http://HOST:PORT/COLLECTION;
                              ?vector=NAME for a named vector
+  sqlite:PATH?table=TABLE&column=COLUMN
+                             a sqlite-vec vec0 table of the SQLite file PATH; OUTPUT: a new
+                             vec0 table (same columns) in that file or another
   A database or FAISS INPUT is written to the same engine. Passwords are masked in messages.
 
 SAFETY:
