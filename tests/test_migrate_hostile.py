@@ -241,6 +241,20 @@ def _source(kind, tmp_path, request, X):
         col.add(ids=[f"r{i}" for i in range(N)], embeddings=X,
                 documents=[f"doc {i}" for i in range(N)])
         return (f"chroma:{tmp_path}/chroma/kill_src", f"chroma:{tmp_path}/chroma/kill_out", [])
+    if kind == "sqlite-vec":
+        pytest.importorskip("sqlite_vec")
+        from store_backends import SqliteVec
+
+        conn = SqliteVec.connect(tmp_path / "app.db")
+        conn.execute(f"CREATE VIRTUAL TABLE kill_src USING vec0(emb float[{D}] "
+                     "distance_metric=cosine, text text)")
+        with conn:
+            conn.executemany("INSERT INTO kill_src (rowid, emb, text) VALUES (?, ?, ?)",
+                             ((i, x.astype("<f4").tobytes(), f"doc {i}")
+                              for i, x in enumerate(X)))
+        conn.close()
+        db = tmp_path / "app.db"
+        return f"sqlite:{db}?table=kill_src", f"sqlite:{db}?table=kill_out", []
     pytest.importorskip("psycopg")
     import psycopg
     from pgvector.psycopg import register_vector
@@ -268,7 +282,7 @@ def _run(argv, tmp_path, kill_at=None):
                           capture_output=True, text=True, timeout=600)
 
 
-@pytest.mark.parametrize("kind", ["npy", "parquet", "chroma", "pgvector"])
+@pytest.mark.parametrize("kind", ["npy", "parquet", "chroma", "pgvector", "sqlite-vec"])
 @pytest.mark.parametrize("kill_at", ["publishing", "published"])
 def test_migrate_killed_in_the_publish_then_the_same_command_finishes(
         tmp_path, spaces, encoder, request, monkeypatch, kind, kill_at):
@@ -302,7 +316,7 @@ def test_migrate_killed_in_the_publish_then_the_same_command_finishes(
         assert not left, left
 
 
-@pytest.mark.parametrize("kind", ["chroma", "pgvector"])
+@pytest.mark.parametrize("kind", ["chroma", "pgvector", "sqlite-vec"])
 def test_an_engine_migration_chained_into_another_never_copies_provenance(
         tmp_path, spaces, encoder, request, monkeypatch, kind):
     """A -> B, B searched (its marks written back), B -> C: C's rows carry only the marks the
