@@ -163,3 +163,22 @@ def test_pairs_by_id_with_a_parquet_side(tmp_path):
     want = ProcrustesAligner().fit(A[keep], B[keep])
     np.testing.assert_allclose(load(tmp_path / "m.skops").transform(A[:5]),
                                want.transform(A[:5]), atol=1e-4)
+
+
+def test_output_whose_own_tables_names_are_taken_is_refused_before_any_work(tmp_path,
+                                                                           model_and_X):
+    """A user's table ``out_rowids`` (a name the vec0 table ``out`` would keep its rows in):
+    the translation into ``out`` is refused before anything is written, and the table kept."""
+    model, X = model_and_X
+    b = SqliteVec()
+    src = b.make(tmp_path, X)
+    conn = b.connect(tmp_path / "vec.db")
+    conn.execute("CREATE TABLE out_rowids (note text)")
+    conn.execute("INSERT INTO out_rowids VALUES ('mine')")
+    conn.close()
+    with pytest.raises(StoreError, match="already has a table 'out_rowids'"):
+        translate(model, src, b.output(tmp_path))
+    assert b.inventory(tmp_path) == ["src"]
+    conn = b.connect(tmp_path / "vec.db")
+    assert conn.execute("SELECT note FROM out_rowids").fetchall() == [("mine",)]
+    conn.close()

@@ -46,6 +46,7 @@ from .tables import (
     describe,
     drop,
     ident,
+    parts,
     rename,
     table_type,
     token,
@@ -148,6 +149,12 @@ class Writer(StoreWriter):
         if path.exists() and not path.is_file():
             raise StoreError(f"{self.display}: {path} is not a file; give an SQLite database "
                              "file or a new file's path.")
+        if path.is_file() and table_type(self.conn, address.name) is None:
+            taken = parts(self.conn, address.name)
+            if taken:  # the output's own tables would need these names
+                raise StoreError(f"{self.display}: the file already has a table {taken[0]!r}, "
+                                 f"a name the vec0 table {address.name!r} keeps its data in; "
+                                 "name another output table.")
 
     @property
     def conn(self):
