@@ -7,9 +7,10 @@ Layout. The rows are grouped into :math:`L` lists by the nearest of :math:`L` ce
 exactly against the rows of the lists whose centroids score best for it (at least
 :attr:`IvfIndex.probes` lists, and as many more as it takes to hold :math:`k` rows), so its
 candidates are the exact top-:math:`k` of a small share of the store: :math:`p/L` of the rows
-for :math:`p` probes. :math:`L \\approx \\sqrt{n}` and :math:`p \\approx L/32` (see
-:func:`choose_lists`): the lists probed hold about 3 % of the rows, and on clustered data the
-candidate step keeps nearly all of an exact scan's top-100 (the user guide has the figures).
+for :math:`p` probes. :math:`L = \\lceil 2\\sqrt{n}\\rceil` and :math:`p` = :data:`PROBES`
+(see :func:`choose_lists`): a query scores about :math:`p\\sqrt{n}/2` rows, 1.2 % of 10^6, and
+on clustered data the candidate step keeps nearly all of an exact scan's top-100 (the user
+guide has the figures: ``python benchmarks/bench_search.py --scale``).
 
 File. ``STORE.skalign-index/ivf-<metric>-<digest of the vector column>.bin`` beside the store
 (the folder's name is the store's own name plus :data:`INDEX_SUFFIX`, so no name a store may
@@ -50,7 +51,7 @@ from ..journal import fsync_dir
 from ..live import similarity
 from .shadow import create_file, output_modes
 
-__all__ = ["EDGE_BYTES", "INDEX_MIN_ROWS", "INDEX_MODES", "INDEX_SUFFIX", "SAMPLE_BYTES",
+__all__ = ["EDGE_BYTES", "INDEX_MIN_ROWS", "INDEX_MODES", "INDEX_SUFFIX", "PROBES", "SAMPLE_BYTES",
            "IndexStaleError", "IvfIndex", "build_index", "choose_lists", "index_path",
            "open_index", "store_stamp", "use_index"]
 
@@ -61,14 +62,18 @@ INDEX_SUFFIX = ".skalign-index"
 #: exactly (``"exact"``); the index built anew now and used (``"build"``); the index used as
 #: it is, refused when missing or stale (``"existing"``)
 INDEX_MODES = ("auto", "exact", "build", "existing")
-#: stores with fewer rows are ranked exactly under ``"auto"`` (an exact scan of 10^5 384-d
-#: rows takes about as long per query as the index's search plus the reading it saves is
-#: worth; see benchmarks/bench_search.py --scale)
-INDEX_MIN_ROWS = 200_000
+#: stores with fewer rows are ranked exactly under ``"auto"``: measured on 384-d rows (2 busy
+#: cores), an exact scan of 20,000 rows was as fast as the index (6 against 9 ms a query in
+#: batches of 32), of 100,000 rows 3 to 50 times slower (15 against 6 ms in batches, 135
+#: against 3 ms alone) for an index built in 5 s (benchmarks/bench_search.py --scale)
+INDEX_MIN_ROWS = 100_000
 #: bytes of rows the k-means sample may take
 SAMPLE_BYTES = 128 << 20
 #: bytes at each end of each of the store's files that the stamp digests
 EDGE_BYTES = 1 << 16
+
+#: lists a query probes (at least; more where they hold fewer than k rows)
+PROBES = 24
 
 _MAGIC = b"SKALIGN-IVF-FLAT\n"
 _FORMAT = 1
@@ -76,6 +81,29 @@ _MAX_HEADER = 1 << 20
 _ALIGN = 64
 _KMEANS_ITERATIONS = 10
 _CHECK_SLOTS = 8
+
+
+_BLAS = []
+
+
+@contextlib.contextmanager
+def _one_blas_thread():
+    """numpy's BLAS on one thread for the block (threadpoolctl; restored after): a query
+    scores a few thousand rows, a product far below what a second thread pays for, and on a
+    busy machine two threads waiting for each other made it 50 to 100 times slower (11 ms
+    against 0.11 ms for 3,155 rows of 384-d, load 10 on 2 cores)."""
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:  # pragma: no cover - scikit-learn's dependency, always there
+        yield
+        return
+    if not _BLAS:
+        _BLAS.append(ThreadpoolController())
+    limits = _BLAS[0].limit(limits=1, user_api="blas")
+    try:
+        yield
+    finally:
+        limits.restore_original_limits()
 
 
 class IndexStaleError(StoreError):
@@ -92,10 +120,11 @@ def index_path(path, metric, column):
 
 
 def choose_lists(n):
-    r"""``(lists, probes)`` for a store of ``n`` rows: :math:`L = \lceil\sqrt{n}\rceil` lists
-    (at most 65,536) and :math:`p = \max(8, \lceil L/32\rceil)` probes."""
-    lists = max(1, min(65536, int(math.ceil(math.sqrt(max(n, 1))))))
-    return lists, min(lists, max(8, int(math.ceil(lists / 32))))
+    r"""``(lists, probes)`` for a store of ``n`` rows: :math:`L = \lceil 2\sqrt{n}\rceil`
+    lists (at most 65,536) and :math:`p = \min(L, PROBES)` probes, so that a query scores
+    about :math:`p\sqrt{n}/2` rows: 1.2 % of 10^6 rows, 0.4 % of 10^7."""
+    lists = max(1, min(65536, n, int(math.ceil(2 * math.sqrt(max(n, 1))))))
+    return lists, min(lists, PROBES)
 
 
 def _edges_digest(path):
@@ -273,7 +302,10 @@ class IvfIndex:
         scores : list of ndarray of float32
             Their similarity under the index's metric.
         """
-        Q = np.asarray(queries, dtype=np.float32)
+        with _one_blas_thread():
+            return self._search(np.asarray(queries, dtype=np.float32), int(k))
+
+    def _search(self, Q, k):
         dots = Q @ self.centroids.T
         if self.metric == "cosine":
             lead = Q @ self._c_unit.T
@@ -298,23 +330,24 @@ class IvfIndex:
         return out_p, out_s
 
     def _lists(self, chosen):
-        """Positions, vectors and squared norms of the lists ``chosen`` (sorted), adjacent
-        lists read together."""
-        parts = ([], [], [])
+        """Positions, vectors and squared norms of the lists ``chosen`` (sorted), read straight
+        into their arrays, adjacent lists together."""
         starts, ends = self.offsets[chosen], self.offsets[chosen + 1]
+        total = int((ends - starts).sum())
+        P = np.empty(total, np.int64)
+        V = np.empty((total, self.dim), np.float32)
+        N = np.empty(total, np.float32)
         runs = np.flatnonzero(np.r_[True, starts[1:] != ends[:-1]])
+        at = 0
         for a, b in zip(runs, np.r_[runs[1:], len(chosen)]):
             lo, hi = int(starts[a]), int(ends[b - 1])
-            if hi == lo:
-                continue
-            parts[0].append(self._array("positions", lo, hi - lo, np.int64))
-            parts[1].append(self._array("vectors", lo * self.dim, (hi - lo) * self.dim,
-                                        np.float32).reshape(hi - lo, self.dim))
-            parts[2].append(self._array("norms", lo, hi - lo, np.float32))
-        if not parts[0]:
-            return (np.empty(0, np.int64), np.empty((0, self.dim), np.float32),
-                    np.empty(0, np.float32))
-        return tuple(np.concatenate(p) for p in parts)
+            for array, section, item in ((P, "positions", 8), (N, "norms", 4),
+                                         (V, "vectors", 4 * self.dim)):
+                view = memoryview(array[at:at + hi - lo]).cast("B")
+                if os.preadv(self._fd, [view], self._at[section] + lo * item) != len(view):
+                    self._refuse("it is truncated")
+            at += hi - lo
+        return P, V, N
 
     def close(self):
         self._file.close()
@@ -396,7 +429,7 @@ def build_index(store, path, *, random_state=0, progress=False):
     rng = np.random.default_rng(random_state)
     with stage(f"building the index of {path.parent.name[:-len(INDEX_SUFFIX)]} "
                f"({n} rows, {lists} lists)", progress):
-        size = min(n, max(lists, min(SAMPLE_BYTES // (4 * max(d, 1)), 64 * lists)))
+        size = min(n, max(lists, min(SAMPLE_BYTES // (4 * max(d, 1)), 32 * lists)))
         C = _kmeans(_prepare(_sample(store, size, rng), metric), lists, metric, rng) \
             if n else np.zeros((1, d), np.float32)
         assign = np.empty(n, np.int32)
