@@ -250,3 +250,127 @@ def test_control_characters_in_a_name_stay_escaped(tmp_path, model, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and len(err) == 1 and "\x1b" not in err[0], err
     assert "no table 'no\\nsuch\\x1b[31m'" in err[0]
+
+
+@pytest.mark.parametrize("metric", ["cosine", "ip", "l2"])
+def test_live_search_scans_the_hnsw_index(tmp_path, metric):
+    from skalign._stores import open_live
+    from skalign._stores.duckdb.connect import open_database
+
+    path = tmp_path / "x.duckdb"
+    vss = {"cosine": "cosine", "ip": "ip", "l2": "l2sq"}[metric]
+    _make(path, "src", index="by emb", hnsw=f"WITH (metric = '{vss}')")
+    with open_live(_address(path, "src")) as store:
+        assert store.metric == metric
+        db = open_database(store.address)
+        try:
+            plan = db.cursor().execute("EXPLAIN " + store.search_sql(),
+                                       [[0.5] * D_IN, 5]).fetchall()[0][1]
+        finally:
+            db.close()
+    assert "HNSW_INDEX_SCAN" in plan
+
+
+def test_pairs_by_id_with_a_parquet_side(tmp_path):
+    """``--source`` a DuckDB table with text keys in an order of its own and items the target
+    lacks, ``--target`` a Parquet file keyed by the same ids: the pairs are joined by id, and
+    ``skalign fit`` on them gives the map fitted on the true pairs."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    from skalign.cli._pairs_io import UnmatchedIdsWarning, read_pairs
+    from skalign.io import load
+
+    rng = np.random.default_rng(58)
+    A = rng.normal(size=(120, D_IN)).astype(np.float32)
+    B = (A @ rng.normal(size=(D_IN, D_OUT))).astype(np.float32)
+    order = rng.permutation(120)
+    conn = DuckDB.connect(tmp_path / "old.duckdb")
+    conn.execute(f"CREATE TABLE old (item VARCHAR PRIMARY KEY, emb FLOAT[{D_IN}])")
+    conn.register("rows", pa.table({
+        "item": [f"item-{i:03d}"[::-1] for i in order],  # an order of their own
+        "emb": pa.FixedSizeListArray.from_arrays(pa.array(A[order].reshape(-1)), D_IN)}))
+    conn.execute("INSERT INTO old SELECT * FROM rows")
+    conn.close()
+    keep = np.arange(100)  # 20 items the target lacks
+    pq.write_table(pa.table({"doc_id": [f"item-{i:03d}"[::-1] for i in keep],
+                             "vector": pa.FixedSizeListArray.from_arrays(
+                                 pa.array(B[keep].reshape(-1)), D_OUT)}),
+                   tmp_path / "new.parquet")
+    src = _address(tmp_path / "old.duckdb", "old")
+    with pytest.warns(UnmatchedIdsWarning, match="20 ids of --source"):
+        X, Y = read_pairs(src, tmp_path / "new.parquet", id_column="doc_id")
+    np.testing.assert_array_equal(X, A[keep])
+    np.testing.assert_array_equal(Y, B[keep])
+    assert main(["fit", "procrustes", "--source", src, "--target", str(tmp_path / "new.parquet"),
+                 "--id-column", "doc_id", "-o", str(tmp_path / "m.skops")]) == 0
+    want = ProcrustesAligner().fit(A[keep], B[keep])
+    np.testing.assert_allclose(load(tmp_path / "m.skops").transform(A[:5]),
+                               want.transform(A[:5]), atol=1e-4)
+
+
+def test_info_shows_the_stamp_and_the_provenance(tmp_path, model, capsys):
+    import json
+
+    m, path_m = model
+    path = tmp_path / "x.duckdb"
+    _make(path, "src")
+    assert main(["translate", path_m, _address(path, "src"), _address(path, "out"),
+                 "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["info", _address(path, "out"), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["stamp"]["rows"] == N and got["stamp"]["d_out"] == D_OUT
+    assert got["stamp"]["source"] == _address(path, "src")
+    assert main(["info", _address(path, "src")]) == 0  # no stamp: said, not an error
+    assert "no provenance stamp" in capsys.readouterr().out
+
+
+def test_output_that_is_not_a_database_file_is_refused(tmp_path, model):
+    m, _ = model
+    path = tmp_path / "x.duckdb"
+    _make(path, "src")
+    (tmp_path / "folder").mkdir()
+    with pytest.raises(StoreError, match="is a folder"):
+        translate(m, _address(path, "src"), _address(tmp_path / "folder", "out"))
+    (tmp_path / "notes.txt").write_text("my notes, not a database " * 50)
+    with pytest.raises(StoreError, match="not a DuckDB database file"):
+        translate(m, _address(path, "src"), _address(tmp_path / "notes.txt", "out"))
+    assert (tmp_path / "notes.txt").read_text() == "my notes, not a database " * 50
+    with pytest.raises(StoreError, match="no folder"):
+        translate(m, _address(path, "src"), _address(tmp_path / "nope" / "x.duckdb", "out"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "notes.txt", "x.duckdb"]
+
+
+def test_stamps_guard_replace_twice_and_follow_restore(tmp_path):
+    import time
+
+    from skalign._stores.address import parse_address
+    from skalign._stores.journal import model_fingerprint
+    from skalign._stores.provenance import read_stamp
+    from skalign.exceptions import UnsafeOperationError
+
+    rng = np.random.default_rng(3)
+    m = ProcrustesAligner().fit(rng.normal(size=(50, D_IN)), rng.normal(size=(50, D_IN)))
+    path = tmp_path / "x.duckdb"
+    _make(path, "src")
+    src, out, backup = (_address(path, t) for t in ("src", "out", "out_skalign_backup"))
+    translate(m, src, out)
+    first = read_stamp(parse_address(out))
+    assert first["model"] == model_fingerprint(m) and first["rows"] == N
+    assert read_stamp(parse_address(src)) is None
+    with pytest.raises(UnsafeOperationError, match="already this model's output"):
+        translate(m, out, _address(path, "again"))
+    got = translate(m, src, out, replace=True)  # twice: nothing to do
+    assert got == 0 and "already holds this model's translation" in got.noop
+    tables = "SELECT table_name FROM duckdb_tables() ORDER BY 1"
+    assert [r[0] for r in _catalog(path, tables)] == ["out", "src", "victim"]
+    time.sleep(1.1)  # a second stamp's time differs
+    assert translate(m, src, out, replace=True, force=True).backup == backup
+    second = read_stamp(parse_address(out))
+    assert second["written"] != first["written"]
+    assert read_stamp(parse_address(backup)) == first  # moved with its table
+    for force in (False, True):
+        with pytest.raises(UnsafeOperationError, match="INPUT is OUTPUT's backup"):
+            translate(m, backup, out, replace=True, force=force)
+    restore(out)
+    assert read_stamp(parse_address(out)) == first
+    assert read_stamp(parse_address(backup)) == second

@@ -287,12 +287,67 @@ class Milvus:
         return out
 
 
-@pytest.fixture(params=["chroma", "qdrant", "pgvector", "sqlite-vec", "milvus"])
+class Duck:
+    """A table of the DuckDB file ``root/duck.duckdb``: ``id = 3 i + 1`` (the primary key),
+    ``text``, ``meta JSON`` and ``emb FLOAT[16]`` under an HNSW index of the metric's."""
+
+    name, rows, written = "duckdb", N, 200
+    VSS = {"cosine": "cosine", "ip": "ip", "l2": "l2sq"}
+
+    def __init__(self, root):
+        pytest.importorskip("duckdb_extension_vss")
+        self.path = root / "duck.duckdb"
+
+    def conn(self):
+        from store_backends import DuckDB
+
+        return DuckDB.connect(self.path)
+
+    def make(self, X, metric, name="src"):
+        from urllib.parse import quote
+
+        import pyarrow as pa
+
+        conn = self.conn()
+        table = '"' + name.replace('"', '""') + '"'
+        conn.execute(f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, text VARCHAR, meta JSON, "
+                     f"emb FLOAT[{X.shape[1]}])")
+        rows = pa.table({"id": [self.key(i) for i in range(len(X))],
+                         "text": [f"doc {i}" for i in range(len(X))],
+                         "meta": [f'{{"k": {i}}}' for i in range(len(X))],
+                         "emb": pa.FixedSizeListArray.from_arrays(
+                             pa.array(np.asarray(X, np.float32).reshape(-1)), X.shape[1])})
+        conn.register("rows", rows)
+        conn.execute(f"INSERT INTO {table} SELECT * FROM rows")
+        conn.unregister("rows")
+        conn.execute(f"CREATE INDEX by_emb ON {table} USING HNSW (emb) WITH (metric = "
+                     f"'{self.VSS[metric]}')")
+        conn.close()
+        return f"duckdb:{self.path}?table={quote(name, safe='')}"
+
+    def key(self, i):
+        return 3 * i + 1
+
+    def read(self, name="src"):
+        conn = self.conn()
+        table = '"' + name.replace('"', '""') + '"'
+        names = [c[0] for c in conn.execute(f"SELECT * FROM {table} LIMIT 0").description]
+        out = {}
+        for r in conn.execute(f"SELECT * FROM {table}").fetchall():
+            row = dict(zip(names, r))
+            vector = np.asarray(row.pop("emb"), np.float32)
+            mark = row.pop(PROVENANCE_KEY, None)
+            out[row["id"]] = (vector, row, mark)
+        conn.close()
+        return out
+
+
+@pytest.fixture(params=["chroma", "qdrant", "pgvector", "sqlite-vec", "milvus", "duckdb"])
 def engine(request, tmp_path):
     if request.param == "pgvector":
         return Pg(request.getfixturevalue("pg_base"))
     return {"chroma": Chroma, "qdrant": Qdrant, "sqlite-vec": Vec,
-            "milvus": Milvus}[request.param](tmp_path)
+            "milvus": Milvus, "duckdb": Duck}[request.param](tmp_path)
 
 
 def _stored(engine, X, metric):
@@ -341,7 +396,7 @@ def test_fetch_texts_vectors_provenance(engine, X):
             assert store.fetch([engine.key(3)], text_field="title").texts == ["t3"]
         # a number (metadata, payload) or a jsonb column is not a text: refused by its name
         other = {"chroma": "k", "qdrant": "k", "pgvector": "meta", "sqlite-vec": "n",
-                 "milvus": "k"}[
+                 "milvus": "k", "duckdb": "meta"}[
             engine.name]
         with pytest.raises(StoreError, match=f"'{other}'.*not text"):
             store.fetch([engine.key(3)], text_field=other)

@@ -355,7 +355,36 @@ def make_milvus(root, texts, old):
             [10 * i for i in range(len(texts))])
 
 
-@pytest.mark.parametrize("engine", ["qdrant", "pgvector", "sqlite-vec", "milvus"])
+def make_duckdb(root, texts, old):
+    pytest.importorskip("duckdb_extension_vss")
+    import pyarrow as pa
+    from store_backends import DuckDB
+
+    conn = DuckDB.connect(root / "app.duckdb")
+    conn.execute(f"CREATE TABLE docs (id BIGINT PRIMARY KEY, text VARCHAR, n INTEGER, "
+                 f"emb FLOAT[{old.shape[1]}])")
+    conn.register("rows", pa.table({
+        "id": [10 * i for i in range(len(texts))], "text": list(texts),
+        "n": pa.array(range(len(texts)), pa.int32()),
+        "emb": pa.FixedSizeListArray.from_arrays(pa.array(old.reshape(-1)), old.shape[1])}))
+    conn.execute("INSERT INTO docs SELECT * FROM rows")
+    conn.execute("CREATE INDEX docs_emb ON docs USING HNSW (emb) WITH (metric = 'cosine')")
+    conn.close()
+
+    def read(name):
+        conn = DuckDB.connect(root / "app.duckdb")
+        got = {r[0]: (np.asarray(r[1], np.float32), {"text": r[2], "n": r[3],
+                                                      "skalign_vector": r[4]})
+               for r in conn.execute(f"SELECT id, emb, text, n, skalign_vector FROM {name}")
+               .fetchall()}
+        conn.close()
+        return got
+
+    address = f"duckdb:{root / 'app.duckdb'}?table="
+    return address + "docs", address + "docs_new", read, [10 * i for i in range(len(texts))]
+
+
+@pytest.mark.parametrize("engine", ["qdrant", "pgvector", "sqlite-vec", "milvus", "duckdb"])
 def test_engine_migration_to_the_end(engine, corpus, tmp_path, request, monkeypatch):
     import tempfile
 
@@ -368,6 +397,8 @@ def test_engine_migration_to_the_end(engine, corpus, tmp_path, request, monkeypa
         src, out, read, keys = make_sqlite(tmp_path, texts, old)
     elif engine == "milvus":
         src, out, read, keys = make_milvus(tmp_path, texts, old)
+    elif engine == "duckdb":
+        src, out, read, keys = make_duckdb(tmp_path, texts, old)
     else:
         src, out, read, keys = make_pg(request.getfixturevalue("pg_base"), texts, old)
     look, enc = encoder_for(corpus, tmp_path)

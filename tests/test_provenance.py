@@ -13,6 +13,7 @@ import hashlib
 import os
 import tempfile
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -344,6 +345,44 @@ class World:
         # the application's own partial update of the entity's text
         self.client.upsert("race_out", [{"id": i, "text": text}], partial_update=True)
 
+    # -------------------------------------------------------------- DuckDB
+    def make_duckdb(self, request):
+        import pyarrow as pa
+        from store_backends import DuckDB
+
+        self.db = self.tmp / "app.duckdb"
+        conn = DuckDB.connect(self.db)
+        conn.execute("CREATE TABLE race_src (id BIGINT PRIMARY KEY, text VARCHAR, emb FLOAT[8])")
+        conn.register("rows", pa.table({
+            "id": range(N_ROWS), "text": self.texts,
+            "emb": pa.FixedSizeListArray.from_arrays(pa.array(self.old.reshape(-1)), 8)}))
+        conn.execute("INSERT INTO race_src SELECT * FROM rows")
+        conn.execute("CREATE INDEX race_emb ON race_src USING HNSW (emb) WITH (metric = "
+                     "'cosine')")
+        conn.close()
+        self.src = f"duckdb:{self.db}?table=race_src"
+        self.out = f"duckdb:{self.db}?table=race_out"
+        self.key = lambda i: i
+
+    def edit_duckdb(self, i, text):
+        # DuckDB opens a file in one instance per process: an application in the process
+        # shares skalign's (whose live stores attach the file for each call)
+        import duckdb
+
+        from skalign._stores.address import parse_address
+        from skalign._stores.duckdb.connect import open_database
+
+        db = open_database(parse_address(self.out))
+        try:
+            for _ in range(1000):  # DuckDB's concurrency is optimistic: the later writer retries
+                try:
+                    db.cursor().execute("UPDATE race_out SET text = ? WHERE id = ?", [text, i])
+                    break
+                except duckdb.TransactionException:
+                    time.sleep(0.005)
+        finally:
+            db.close()
+
     # -------------------------------------------------------------- .npy and a text file
     def make_npy(self, request):
         np.save(self.tmp / "src.npy", self.old)
@@ -384,7 +423,8 @@ def _check_encoded_rows_hold_their_text(world, enc_fp):
     return rows, states
 
 
-@pytest.mark.parametrize("kind", ["pgvector", "chroma", "qdrant", "npy", "sqlite", "milvus"])
+@pytest.mark.parametrize("kind", ["pgvector", "chroma", "qdrant", "npy", "sqlite", "milvus",
+                                  "duckdb"])
 def test_editor_searcher_and_continue_at_once(kind, tmp_path, request, monkeypatch):
     """An application edits texts, a searcher writes back and ``migrate --continue`` runs, all
     at once. Afterwards every row marked encoded holds exactly the encoder's vector of its
@@ -392,7 +432,7 @@ def test_editor_searcher_and_continue_at_once(kind, tmp_path, request, monkeypat
     writer reverted it), and ``--continue`` to the end leaves every row encoded."""
     pytest.importorskip({"chroma": "chromadb", "qdrant": "qdrant_client",
                          "pgvector": "psycopg", "npy": "numpy", "sqlite": "sqlite_vec",
-                         "milvus": "milvus_lite"}[kind])
+                         "milvus": "milvus_lite", "duckdb": "duckdb_extension_vss"}[kind])
     (tmp_path / "tmp").mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     world = World(kind, tmp_path, request)

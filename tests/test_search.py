@@ -121,6 +121,8 @@ def backend(request, tmp_path):
         made = engines.Vec(tmp_path)
     elif kind == "milvus":
         made = engines.Milvus(tmp_path)
+    elif kind == "duckdb":
+        made = engines.Duck(tmp_path)
     else:
         pytest.skip(f"no test store maker for the live kind {kind!r}")
     made.options = {}

@@ -51,7 +51,8 @@ BACKENDS = {
                "writer": "Writer", "live": "milvus.live.MilvusLive", "needs": "pymilvus",
                "extra": "milvus"},
     "duckdb": {"engine": "duckdb.DuckDBEngine", "module": "duckdb.store", "reader": "Reader",
-               "writer": "Writer", "live": None, "needs": "duckdb", "extra": "duckdb"},
+               "writer": "Writer", "live": "duckdb.live.DuckDBLive", "needs": "duckdb",
+               "extra": "duckdb"},
 }
 
 

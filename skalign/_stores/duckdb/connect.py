@@ -25,8 +25,8 @@ import threading
 from ...exceptions import MissingDependencyError, StoreError, StoreLockedError
 from ..databases.edge import one_line
 
-__all__ = ["HERE", "Database", "errors", "ident", "literal", "open_database", "qualified",
-           "vss_extension"]
+__all__ = ["HERE", "Database", "checkpoint", "errors", "ident", "literal", "open_database",
+           "qualified", "vss_extension"]
 
 #: the condition on DuckDB's catalog functions that selects the main schema of the database a
 #: cursor uses
@@ -82,6 +82,18 @@ def ident(name):
     if "\x00" in name:
         raise StoreError(f"{name!r}: a NUL character cannot name a DuckDB table or column.")
     return '"' + name.replace('"', '""') + '"'
+
+
+def checkpoint(cur):
+    """Write the file's write-ahead log into it (vss's HNSW indexes are safest there); skipped
+    while another transaction of the process writes (DuckDB refuses then): the log keeps
+    every commit, and the file is checkpointed when it is detached."""
+    import duckdb
+
+    try:
+        cur.execute("CHECKPOINT")
+    except duckdb.TransactionException:
+        pass
 
 
 def qualified(table):

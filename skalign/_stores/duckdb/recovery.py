@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from ...exceptions import StoreError
 from ..databases.common import backup_name, lock_for
 from ..journal import PUBLISHING, Interrupted, final_stamp
-from .connect import errors, ident, open_database, qualified
+from .connect import checkpoint, errors, ident, open_database, qualified
 from .indexes import create_indexes, move_table
 from .store import columns_of, parse_stamp, set_comment, table_comment, table_exists
 
@@ -50,7 +50,7 @@ def recover_publish(address, match):
             def finish(final):
                 with errors(address, "cannot stamp the output table"):
                     set_comment(cur, address.name, final)
-                    cur.execute("CHECKPOINT")
+                    checkpoint(cur)
 
             if match(stamp):
                 yield Interrupted(stamp, backup, finish)
@@ -90,7 +90,7 @@ def restore(address):
             except BaseException:
                 cur.execute("ROLLBACK")
                 raise
-            cur.execute("CHECKPOINT")
+            checkpoint(cur)
     finally:
         db.close()
     return address.with_name(bname)

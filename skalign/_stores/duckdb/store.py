@@ -41,7 +41,7 @@ from ..databases.edge import EngineEdge
 from ..files.arrow import arrow_vectors, import_pyarrow
 from ..journal import final_stamp, kill_point, pending_stamp
 from ..live import PROVENANCE_KEY
-from .connect import HERE, classify, errors, ident, literal, open_database, qualified
+from .connect import HERE, checkpoint, classify, errors, ident, literal, open_database, qualified
 from .indexes import create_indexes, indexes_of, move_table
 
 __all__ = ["PROVENANCE_COMMENT", "STAMP_PREFIX", "Reader", "Writer", "read_stamp", "write_stamp"]
@@ -436,13 +436,13 @@ class Writer(StoreWriter):
             cur.execute("ROLLBACK")
             raise
         self.publishing = True
-        cur.execute("CHECKPOINT")
+        checkpoint(cur)
         return backup
 
     def end_publish(self, stamp):
         """The stamp without its :data:`PUBLISHING` mark."""
         set_comment(self.cur, self.table, final_stamp(stamp))
-        self.cur.execute("CHECKPOINT")
+        checkpoint(self.cur)
 
     def discard(self):
         """Drop the shadow (best effort: the error that led here is the one raised); a database
@@ -487,6 +487,6 @@ def write_stamp(address, stamp):
         with errors(address, "cannot stamp the output table"):
             cur = db.cursor()
             set_comment(cur, address.name, stamp)
-            cur.execute("CHECKPOINT")
+            checkpoint(cur)
     finally:
         db.close()
