@@ -182,3 +182,25 @@ def test_output_whose_own_tables_names_are_taken_is_refused_before_any_work(tmp_
     conn = b.connect(tmp_path / "vec.db")
     assert conn.execute("SELECT note FROM out_rowids").fetchall() == [("mine",)]
     conn.close()
+
+
+def test_a_new_output_file_keeps_the_source_files_permission_bits(tmp_path, model_and_X):
+    import os
+    import stat
+
+    model, X = model_and_X
+    b = SqliteVec()
+    src = b.make(tmp_path, X)
+    os.chmod(tmp_path / "vec.db", 0o640)
+    out = f"sqlite:{tmp_path / 'new.db'}?table=out"
+    translate(model, src, out)
+    assert stat.S_IMODE(os.stat(tmp_path / "new.db").st_mode) == 0o640 & ~_umask()
+    np.testing.assert_allclose(b.read(out)[1], model.transform(X), atol=1e-5)
+
+
+def _umask():
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

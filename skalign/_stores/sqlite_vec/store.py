@@ -158,7 +158,11 @@ class Writer(StoreWriter):
 
     @property
     def conn(self):
-        return connect(self.address, create=True)
+        """The output file's connection; a new file gets the source file's permission bits
+        (its owner's read and write kept)."""
+        from ..files.shadow import output_modes
+
+        return connect(self.address, create=True, mode=output_modes(self.src.address.path)[0])
 
     def lock(self):
         return lock_for(self.address)

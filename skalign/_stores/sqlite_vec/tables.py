@@ -218,11 +218,12 @@ def describe(conn, address, name=None):
     return Vec0(stored, tuple(columns))
 
 
-def connect(address, create=False, own=False):
+def connect(address, create=False, own=False, mode=0o600):
     """The process's connection to the database file of ``address``, sqlite-vec loaded (with
     ``own``, a new connection for the caller alone: a live store's, whose transactions other
-    stores in the process must not see). The file must exist unless ``create`` (then its folder
-    must, and a link is not followed to a file that is not there)."""
+    stores in the process must not see). The file must exist unless ``create``: then its folder
+    must, and a new file is created first with the permission bits ``mode`` (exclusively, no
+    link followed: an empty file is an empty database)."""
     import apsw
     import sqlite_vec
 
@@ -241,6 +242,11 @@ def connect(address, create=False, own=False):
         if not path.parent.is_dir():
             raise StoreNotFoundError(f"{address}: no folder {path.parent} to create "
                                      f"{path.name} in; check the path.")
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                             | getattr(os, "O_NOFOLLOW", 0), mode))
+        except OSError as exc:
+            raise StoreError(f"{address}: cannot create {path} ({exc.strerror}).") from None
     flags = apsw.SQLITE_OPEN_READWRITE | (apsw.SQLITE_OPEN_CREATE if create else 0)
     with EDGE.errors(address):
         conn = apsw.Connection(str(path), flags=flags)
