@@ -4,6 +4,8 @@ compare-and-set write-back, and its refusals. The parametrised store tests (roun
 --replace, kill/resume, the publish window) run Milvus with the other engines
 (tests/store_backends.py)."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -278,3 +280,69 @@ def test_database_another_process_holds_is_refused_in_one_line(tmp_path, capsys,
         holder.communicate("")
     assert status == 2 and len(err) == 1, err
     assert "another process uses the Milvus Lite database" in err[0]
+
+
+def test_replace_twice_is_a_noop_and_stamps_follow_replace_and_restore(tmp_path, data):
+    import time
+
+    from skalign.exceptions import UnsafeOperationError
+    from skalign.io import restore
+
+    X, _ = data
+    model = ProcrustesAligner().fit(X, X[::-1])  # 16 -> 16: the backup is a possible input
+    b = Milvus()
+    src, out = b.make(tmp_path, X), b.output(tmp_path)
+    backup = b.output(tmp_path, "out_skalign_backup")
+    translate(model, src, out)
+    first = read_stamp(out)
+    before = b.inventory(tmp_path)
+    got = translate(model, src, out, replace=True)
+    assert got == 0 and got.backup is None and "already holds" in got.noop
+    assert b.inventory(tmp_path) == before and read_stamp(out) == first
+    time.sleep(1.1)  # a second stamp's time differs
+    got = translate(model, src, out, replace=True, force=True)
+    assert got.backup is not None
+    second = read_stamp(out)
+    assert second["written"] != first["written"] and read_stamp(backup) == first
+    before = b.inventory(tmp_path)
+    with pytest.raises(UnsafeOperationError, match="INPUT is OUTPUT's backup"):
+        translate(model, backup, out, replace=True)
+    assert b.inventory(tmp_path) == before
+    restore(out)  # the aliases swap, and the stamps with their collections
+    assert read_stamp(out) == first and read_stamp(backup) == second
+    restore(out)
+    assert read_stamp(out) == second
+    np.testing.assert_allclose(b.read(out)[1], model.transform(X), atol=1e-5)
+
+
+def test_database_created_only_when_the_translation_starts(tmp_path, data):
+    import stat
+
+    from skalign._stores.pipeline.translate import prepare_translation
+    from skalign.exceptions import StoreNotFoundError
+
+    X, model = data
+    b = Milvus()
+    src = b.make(tmp_path, X)
+    new = tmp_path / "new.db"
+    out = f"milvus:{new}/out?vector=emb"
+    job = prepare_translation(model, src, out)  # the checks and the existence probe
+    assert job.noop is None and not new.exists()
+    assert read_stamp(out) is None and not new.exists()
+    assert translate(model, src, out) == len(X)
+    assert stat.S_IMODE(new.stat().st_mode) == 0o700 and read_stamp(out)["rows"] == len(X)
+    # reading creates nothing: a missing database, a folder that is not one
+    (tmp_path / "plain.db").mkdir()
+    for path, match in ((tmp_path / "none.db", "no Milvus Lite database"),
+                        (tmp_path / "plain.db", "is not a Milvus Lite database")):
+        with pytest.raises(StoreNotFoundError, match=match):
+            translate(model, f"milvus:{path}/src?vector=emb", out.replace("/out?", "/o2?"))
+    assert not (tmp_path / "none.db").exists() and list((tmp_path / "plain.db").iterdir()) == []
+    # refused before any work: an output folder holding other things, a missing parent
+    (tmp_path / "busy.db").mkdir()
+    (tmp_path / "busy.db" / "notes.txt").write_text("mine")
+    for path, match in ((tmp_path / "busy.db", "neither a"),
+                        (tmp_path / "no" / "such.db", "no folder")):
+        with pytest.raises(StoreError, match=match):
+            translate(model, src, f"milvus:{path}/out?vector=emb")
+    assert os.listdir(tmp_path / "busy.db") == ["notes.txt"] and not (tmp_path / "no").exists()

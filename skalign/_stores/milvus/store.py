@@ -185,19 +185,21 @@ class Reader(StoreReader):
             self._rows = rows
         return self._rows
 
-    def _get(self, name, pairs, dim=None):
+    def _get(self, name, pairs, dim=None, conn=None):
         """The entities of ``pairs`` (``(partition, key)``) of collection ``name`` (its vectors
-        ``dim`` wide: the source's by default), in that order, as ``(vectors, rows)``; ``None``
-        in ``rows`` where one is missing."""
+        ``dim`` wide: the source's by default; of the database of ``conn``: the source's by
+        default), in that order, as ``(vectors, rows)``; ``None`` in ``rows`` where one is
+        missing."""
+        conn = self.client if conn is None else conn
         found = {}
         by_part = {}
         for part, key in pairs:
             by_part.setdefault(part, []).append(key)
         for part, keys in by_part.items():
             for lo in range(0, len(keys), ID_QUERY):
-                got = self.client.query(name, filter=in_filter(self.pk, keys[lo:lo + ID_QUERY]),
-                                        output_fields=["*"],
-                                        **({"partition_names": [part]} if part else {}))
+                got = conn.query(name, filter=in_filter(self.pk, keys[lo:lo + ID_QUERY]),
+                                 output_fields=["*"],
+                                 **({"partition_names": [part]} if part else {}))
                 for e in got:
                     found[(part, e[self.pk])] = e
         vectors = np.zeros((len(pairs), dim or self.dim), np.float32)
@@ -285,7 +287,11 @@ class Writer(StoreWriter):
                 self.client.drop_collection(c)
 
     def begin(self, fp):
-        self.shadow = shadow_name(self.address.name, fp)
+        # the job's shadow, unless an alias names that collection: the output the same job
+        # published before (``--replace --force``), or its backup, is not a leftover to resume
+        live = set(aliases(self.client).values())
+        self.shadow = next(s for s in (shadow_name(self.address.name, fp[at:])
+                                       for at in (0, 12, 20)) if s not in live)
         self._drop_leftovers(self.shadow)
         if self.client.has_collection(self.shadow):
             load(self.client, self.shadow)
@@ -305,8 +311,8 @@ class Writer(StoreWriter):
                           if f["name"] == src.column else f for f in info["fields"]]
         schema = CollectionSchema.construct_from_dict(info)
         index_params = conn.prepare_index_params()
-        for name in conn.list_indexes(src.address.name) or []:
-            got = conn.describe_index(src.address.name, index_name=name) or {}
+        for name in src.client.list_indexes(src.address.name) or []:  # the source's database
+            got = src.client.describe_index(src.address.name, index_name=name) or {}
             index_params.add_index(
                 got["field_name"], index_type=got.get("index_type") or "", index_name=name,
                 **({"metric_type": got["metric_type"]} if got.get("metric_type") else {}),
@@ -337,7 +343,7 @@ class Writer(StoreWriter):
 
     def fetch(self, positions, rows):
         pairs = [(r["partition"], r["id"]) for r in rows]
-        vectors, got = self.src._get(self.shadow, pairs, self.job.d_out)
+        vectors, got = self.src._get(self.shadow, pairs, self.job.d_out, self.client)
         missing = [p[1] for p, g in zip(pairs, got) if g is None]
         if missing:
             raise StoreError(f"{self.display}: verification failed: entity {missing[0]!r:.80} "
