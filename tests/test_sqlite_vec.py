@@ -204,3 +204,46 @@ def _umask():
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def test_wal_database_written_by_another_program_throughout(tmp_path, model_and_X):
+    """A database in WAL mode, another connection inserting into its own table of the same
+    file all along: the translation into that file reads its snapshot on a connection of its
+    own and commits beside the other writer; neither is refused."""
+    import threading
+    import time
+
+    model, X = model_and_X
+    X = np.tile(X, (20, 1))  # 4,000 rows, 16 batches: the other writer commits among them
+    b = SqliteVec()
+    src = b.make(tmp_path, X)
+    conn = b.connect(tmp_path / "vec.db")
+    assert conn.execute("PRAGMA journal_mode=WAL").fetchone()[0] == "wal"
+    conn.execute("CREATE TABLE app (x integer)")
+    conn.close()
+    stop, written, errors = threading.Event(), [0], []
+
+    def app():
+        mine = b.connect(tmp_path / "vec.db")
+        while not stop.is_set():
+            try:
+                mine.execute("INSERT INTO app VALUES (1)")
+                written[0] += 1
+            except Exception as exc:  # reported below
+                errors.append(repr(exc))
+                break
+            time.sleep(0.002)
+        mine.close()
+
+    thread = threading.Thread(target=app)
+    thread.start()
+    try:
+        translate(model, src, b.output(tmp_path), batch_size=256)
+        with open_live(b.output(tmp_path)) as store:
+            store.write_back([1], model.transform(X[:1]), "encoded:x")
+    finally:
+        stop.set()
+        thread.join()
+    assert errors == [] and written[0] > 0
+    np.testing.assert_allclose(b.read(b.output(tmp_path))[1][:200], model.transform(X[:200]),
+                               atol=1e-5)

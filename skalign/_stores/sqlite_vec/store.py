@@ -88,7 +88,13 @@ class Reader(StoreReader):
 
     def __init__(self, address, column=None, conn=None):
         self.address = address
-        self.conn = connect(address) if conn is None else conn
+        if conn is None:
+            conn = connect(address)
+            if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal":
+                # a read of its own, on a snapshot: a connection whose read statement is open
+                # cannot write once another connection has committed (SQLITE_BUSY_SNAPSHOT)
+                conn = connect(address, own=True)
+        self.conn = conn
         self.table = describe(self.conn, address)
         found = vector_column(address, self.table, column)
         self.column, self.dim, self.metric = found.name, found.dim, found.metric or "l2"
