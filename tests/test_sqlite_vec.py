@@ -247,3 +247,50 @@ def test_wal_database_written_by_another_program_throughout(tmp_path, model_and_
     assert errors == [] and written[0] > 0
     np.testing.assert_allclose(b.read(b.output(tmp_path))[1][:200], model.transform(X[:200]),
                                atol=1e-5)
+
+
+@pytest.mark.parametrize("text, name, column", [
+    ("sqlite:app.db?table=docs", "docs", None),
+    ("sqlite:/abs/app.db?table=docs&column=emb", "docs", "emb"),
+    ("SQLITE:app.db?table=we%22ird%3B%20x", 'we"ird; x', None),
+])
+def test_address_forms(text, name, column):
+    from skalign._stores.address import parse_address
+
+    a = parse_address(text)
+    assert (a.kind, a.name, a.column) == ("sqlite-vec", name, column)
+    assert parse_address(str(a)) == a  # rendered, parsed again: the same store
+    assert a.identity == ("sqlite-vec", str(a.path.resolve()), name)
+
+
+@pytest.mark.parametrize("text, match", [
+    ("sqlite:app.db", r"no table; add \?table=TABLE"),
+    ("sqlite:app.db?table=", r"no table; add \?table=TABLE"),
+    ("sqlite:app.db?table=a&table=b", "given twice"),
+    ("sqlite:app.db?table=a&column=", "empty column="),
+    ("sqlite:app.db?table=a&vector=v", "unknown parameter vector"),
+    ("sqlite:?table=a", "no database file"),
+    ("sqlite:///app.db?table=a", "with the file's path after sqlite:"),
+    ("sqlite:app.db?table=a%00b", "NUL character"),
+])
+def test_malformed_addresses(text, match):
+    from skalign._stores.address import parse_address
+
+    with pytest.raises(StoreError, match=match):
+        parse_address(text)
+
+
+def test_control_characters_in_a_table_name_are_escaped_in_messages(tmp_path, model_and_X,
+                                                                     capsys):
+    from skalign.cli import main
+    from skalign.io import save
+
+    model, X = model_and_X
+    b = SqliteVec()
+    b.make(tmp_path, X)
+    path = save(model, tmp_path / "m.skops")
+    bad = f"sqlite:{tmp_path / 'vec.db'}?table=x%0A%1B%5B31mred"
+    assert main(["translate", str(path), bad, b.output(tmp_path), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "\x1b" not in err, err
+    assert "no table 'x\\n\\x1b[31mred'" in err, err
