@@ -604,7 +604,9 @@ def _bad_sqlite_sources(backend, tmp_path, X):
             (src.replace("vec.db", "none.db"), "none.db does not exist"),
             (src.replace("vec.db", "text.db"), "is not an SQLite database"),
             (backend.make(tmp_path, X[:, :8], table="narrow"),
-             "vectors have 8 dimensions but the model translates 16-d")]
+             "vectors have 8 dimensions but the model translates 16-d"),
+            (backend.make(tmp_path, np.where(np.arange(len(X))[:, None] == 5, np.nan, X),
+                          table="nan"), "row 5 has NaN")]
 
 
 def _bad_milvus_sources(backend, tmp_path, X):
