@@ -34,9 +34,11 @@ from skalign import ProcrustesAligner
 from skalign.io import save
 
 _CTX = multiprocessing.get_context("forkserver")
+#: engine clients each child would import again (pymilvus: over a second)
+_ENGINE_CLIENTS = [m for m in ("pymilvus",) if importlib.util.find_spec(m) is not None]
 _CTX.set_forkserver_preload(["skalign.cli", "skalign._stores.pipeline.translate",
                              "skalign._affine.procrustes",
-                             "store_backends"])
+                             "store_backends", *_ENGINE_CLIENTS])
 
 KILL_AT = "SKALIGN_TEST_KILL_AT"
 
