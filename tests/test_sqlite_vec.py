@@ -294,3 +294,24 @@ def test_control_characters_in_a_table_name_are_escaped_in_messages(tmp_path, mo
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "\x1b" not in err, err
     assert "no table 'x\\n\\x1b[31mred'" in err, err
+
+
+def test_a_database_file_replaced_in_the_process_is_opened_again(tmp_path, model_and_X):
+    """The process keeps one connection per file: a file removed and made again under the
+    same path (a new database) is read as the new one, not through the old connection."""
+    import shutil
+
+    model, X = model_and_X
+    b = SqliteVec()
+    first = tmp_path / "one"
+    first.mkdir()
+    src = b.make(first, X)
+    translate(model, src, b.output(first))
+    second = tmp_path / "two"
+    second.mkdir()
+    b.make(second, X[::-1].copy())
+    (first / "vec.db").unlink()
+    shutil.copy(second / "vec.db", first / "vec.db")  # the same path, another database
+    translate(model, src, b.output(first, "again"))
+    np.testing.assert_allclose(b.read(b.output(first, "again"))[1],
+                               model.transform(X[::-1].copy()), atol=1e-5)

@@ -229,9 +229,11 @@ def connect(address, create=False, own=False, mode=0o600):
 
     path = address.path
     key = (os.path.realpath(path), os.getpid())
-    conn = None if own else _CONNECTIONS.get(key)
-    if conn is not None:
-        return conn
+    cached = None if own else _CONNECTIONS.get(key)
+    if cached is not None:
+        if cached[1] == _file_id(path):
+            return cached[0]
+        del _CONNECTIONS[key]  # the file was removed or replaced since: not that database
     if not path.is_file():
         if not create or path.exists():
             what = "is not a file" if path.exists() else "does not exist"
@@ -260,8 +262,16 @@ def connect(address, create=False, own=False, mode=0o600):
             conn.close()
             raise
     if not own:
-        _CONNECTIONS[key] = conn
+        _CONNECTIONS[key] = (conn, _file_id(path))
     return conn
+
+
+def _file_id(path):
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 @contextlib.contextmanager
