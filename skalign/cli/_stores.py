@@ -33,6 +33,8 @@ STORES (INPUT and OUTPUT):
   sqlite:PATH?table=TABLE&column=COLUMN
                              a sqlite-vec vec0 table of the SQLite file PATH; OUTPUT: a new
                              vec0 table (same columns) in that file or another
+  milvus:PATH.db/COLLECTION  Milvus Lite; milvus://HOST:PORT/COLLECTION (a server);
+                             ?vector=FIELD for one of several vector fields
   A database or FAISS INPUT is written to the same engine. Passwords are masked in messages.
 
 SAFETY:
