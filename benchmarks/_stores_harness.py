@@ -621,3 +621,7 @@ BACKENDS = {b.name: b for b in (Npy(), Parquet(), ParquetDir(), Lance(), Faiss()
 from _stores_harness_milvus import Milvus  # noqa: E402
 
 BACKENDS[Milvus.name] = Milvus()
+
+from _stores_harness_duckdb import DuckDB  # noqa: E402
+
+BACKENDS[DuckDB.name] = DuckDB()

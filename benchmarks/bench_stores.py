@@ -5,7 +5,7 @@ engine's own bulk load, peak memory, and crash recovery (issue 20).
 [--kills K] [--repeats R] [--backends a,b] [--csv benchmarks/results/stores.csv] [--merge]``
 
 Per backend (npy, parquet, parquet-dir, lance, faiss, chroma, qdrant, pgvector, sqlite-vec,
-milvus):
+milvus, duckdb):
 
 1. A source store of the vendored MiniLM vectors (``load_docstring_embeddings``, tiled with
    small noise to the size) with ids, documents and payloads, made with the engine's own client
@@ -55,10 +55,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 FULL = {"npy": 1_000_000, "parquet": 1_000_000, "parquet-dir": 1_000_000, "lance": 1_000_000,
         "faiss": 1_000_000, "pgvector": 200_000, "chroma": 200_000, "qdrant": 50_000,
-        "sqlite-vec": 200_000, "milvus": 200_000}
+        "sqlite-vec": 200_000, "milvus": 200_000, "duckdb": 200_000}
 QUICK = {"npy": 20_000, "parquet": 20_000, "parquet-dir": 20_000, "lance": 20_000,
          "faiss": 20_000, "pgvector": 5_000, "chroma": 5_000, "qdrant": 300,
-         "sqlite-vec": 5_000, "milvus": 5_000}
+         "sqlite-vec": 5_000, "milvus": 5_000, "duckdb": 5_000}
 
 
 def make_model_and_rows(n, seed=0):
@@ -188,7 +188,7 @@ def resumed_in_time(text, n, full_s):
 def leftovers(backend, root):
     inv = backend.inventory(root)
     bad = [x for x in inv if any(w in x for w in ("partial", "journal", "lock", ".tmp-"))]
-    if backend.name in ("chroma", "pgvector", "sqlite-vec"):
+    if backend.name in ("chroma", "pgvector", "sqlite-vec", "duckdb"):
         bad += [x for x in inv if "skalign" in x and x not in bad]
     if backend.name == "chroma":  # a deleted collection's files left on the disk
         bad += [x for x in inv if x.startswith("orphan segment")]
@@ -345,7 +345,7 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=1, help="alternated translation/bulk-load "
                     "pairs per backend; the times and ratios are their medians (default 1)")
     ap.add_argument("--backends", default="npy,parquet,parquet-dir,lance,faiss,chroma,qdrant,"
-                    "pgvector,sqlite-vec,milvus")
+                    "pgvector,sqlite-vec,milvus,duckdb")
     ap.add_argument("--workdir", default=None,
                     help="where the stores are made (a temporary folder inside it, removed "
                     "at the end)")
