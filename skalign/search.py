@@ -199,7 +199,7 @@ class Searcher:
         Where the candidates of a store without an index of its own (``.npy``, Parquet) come
         from: an exact scan of every row (``"exact"``), or skalign's index kept beside the
         store (an inverted file, ``STORE.skalign-index``), checked against the store as it is
-        now. ``"auto"``: the exact scan below 100,000 rows, else the index, built when it is
+        now. ``"auto"``: the exact scan below 250,000 rows, else the index, built when it is
         missing and rebuilt when the store changed since; ``"build"``: the index built anew
         now, whatever the size; ``"existing"``: the index as it is, refused when it is missing
         or stale (a serving process that must not spend minutes building). A store with an

@@ -103,8 +103,14 @@ def test_searcher_results_with_the_index_equal_the_exact_ones(tmp_path, data):
     for a, b in zip(found.scores, exact.scores):
         np.testing.assert_allclose(a, b, rtol=1e-6)
     assert s.stats.written > 0
+    keys = [maker.key(i) for i in (0, 7, N - 1, 3, 7)]
     with open_live(address, **maker.options) as store:
+        plain = store.fetch(keys)
         assert ann.use_index(store, "existing") == "loaded"
+        # rows read through the index: the same vectors (the store's), texts and provenance
+        through = store.fetch(keys)
+        np.testing.assert_array_equal(through.vectors, plain.vectors)
+        assert (through.texts, through.provenance) == (plain.texts, plain.provenance)
         # the written rows hold Y: a query equal to a written row's Y finds that row first
         written = [i for i in range(N) if store.fetch([maker.key(i)]).provenance[0]][:20]
         ids, scores = store.top_k(Y[written], 1)
@@ -286,6 +292,15 @@ def test_pickled_or_forged_index_files_are_refused(tmp_path, data):
         path.write_bytes(bytes(forged))
         with pytest.raises(StoreError, match="each row of the store once"):
             ann.use_index(store, "existing")
+        # a row's slot pointing at another row's vector: caught when the row is read
+        at = index._at["slots"]
+        forged = bytearray(good)
+        forged[at + 8 * 5:at + 8 * 6] = forged[at + 8 * 6:at + 8 * 7]
+        path.write_bytes(bytes(forged))
+        assert ann.use_index(store, "existing") == "loaded"
+        with pytest.raises(StoreError, match="its slot of row 5 does not hold that row"):
+            store.fetch([5])
+        np.testing.assert_array_equal(store.fetch([6]).vectors[0], X[6])
     # another store's index under this store's stamp
     other = FileStore("npy", tmp_path / "o")
     (tmp_path / "o").mkdir()

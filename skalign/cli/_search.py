@@ -36,7 +36,7 @@ NORMALIZE:
   it too: SPEC?normalize=yes. Query vectors given as .npy are used as they are.
 INDEX (--index):
   where the candidates of an .npy or Parquet store come from: auto (default) scans every row
-  below 100,000 rows, else uses skalign's index kept in STORE.skalign-index beside the store
+  below 250,000 rows, else uses skalign's index kept in STORE.skalign-index beside the store
   (built when missing, rebuilt when the store changed since it was built); exact: every row;
   build: the index built anew now; existing: the index as it is, refused when missing or
   stale. Stores with their own index (LanceDB, FAISS, databases) are searched by it.

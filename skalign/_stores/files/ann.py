@@ -15,8 +15,10 @@ guide has the figures: ``python benchmarks/bench_search.py --scale``).
 File. ``STORE.skalign-index/ivf-<metric>-<digest of the vector column>.bin`` beside the store
 (the folder's name is the store's own name plus :data:`INDEX_SUFFIX`, so no name a store may
 have reaches out of its folder), one file: a magic line, a JSON header, then the centroids,
-the lists' offsets, each slot's row in the store, each slot's squared norm and each slot's
-vector (a copy of the store's row, float32), list after list. Searching reads the lists it
+the lists' offsets, each slot's row in the store, each row's slot, each slot's squared norm and
+each slot's vector (a copy of the store's row, float32), list after list: the searcher reads
+its candidates' vectors here too, by row, rather than from the store (a Parquet file decodes a
+whole page for one row). Searching reads the lists it
 probes with ``pread``: nothing but the centroids stays in memory, whatever the store's size.
 Building streams the store window by window three times (a sample, the assignment, the
 writing) and holds a sample of at most :data:`SAMPLE_BYTES` and one list number per row.
@@ -62,11 +64,12 @@ INDEX_SUFFIX = ".skalign-index"
 #: exactly (``"exact"``); the index built anew now and used (``"build"``); the index used as
 #: it is, refused when missing or stale (``"existing"``)
 INDEX_MODES = ("auto", "exact", "build", "existing")
-#: stores with fewer rows are ranked exactly under ``"auto"``: measured on 384-d rows (2 busy
-#: cores), an exact scan of 20,000 rows was as fast as the index (6 against 9 ms a query in
-#: batches of 32), of 100,000 rows 3 to 50 times slower (15 against 6 ms in batches, 135
-#: against 3 ms alone) for an index built in 5 s (benchmarks/bench_search.py --scale)
-INDEX_MIN_ROWS = 100_000
+#: stores with fewer rows are ranked exactly under ``"auto"``. Measured on 384-d rows (2 busy
+#: cores, benchmarks/bench_search.py --scale): a query alone took 62 ms by an exact scan of
+#: 10^5 rows and 603 ms of 10^6 (linear in the rows), 10 and 31 ms by the index, whose build took
+#: 18 s and 118 s; a build pays for itself after a few hundred single queries at either size,
+#: so the threshold is where a scan stops being fast enough to serve: about 150 ms a query
+INDEX_MIN_ROWS = 250_000
 #: bytes of rows the k-means sample may take
 SAMPLE_BYTES = 128 << 20
 #: bytes at each end of each of the store's files that the stamp digests
@@ -158,7 +161,7 @@ def store_stamp(store):
 def _layout(n, d, lists):
     """Byte offsets of the sections after a header of ``start`` bytes, and the file's size."""
     sizes = {"centroids": 4 * lists * d, "offsets": 8 * (lists + 1), "positions": 8 * n,
-             "norms": 4 * n, "vectors": 4 * n * d}
+             "slots": 8 * n, "norms": 4 * n, "vectors": 4 * n * d}
 
     def place(start):
         out, at = {}, start
@@ -349,6 +352,24 @@ class IvfIndex:
             at += hi - lo
         return P, V, N
 
+    def vectors_of(self, positions):
+        """The vectors of the store's rows ``positions`` (an array of int64), as the index
+        holds them (the store's rows as float32): each row's slot read, checked to hold that
+        row, and its vector read."""
+        positions = np.asarray(positions, dtype=np.int64)
+        out = np.empty((len(positions), self.dim), np.float32)
+        if len(positions) and (positions.min() < 0 or positions.max() >= self.rows):
+            raise StoreError(f"{self.path}: rows outside the index asked for.")
+        for j, p in enumerate(positions.tolist()):
+            slot = int(self._array("slots", p, 1, np.int64)[0])
+            if not 0 <= slot < self.rows or self._array("positions", slot, 1, np.int64)[0] != p:
+                self._refuse(f"its slot of row {p} does not hold that row")
+            view = memoryview(out[j]).cast("B")
+            if os.preadv(self._fd, [view], self._at["vectors"] + slot * 4 * self.dim) \
+                    != len(view):
+                self._refuse("it is truncated")
+        return out
+
     def close(self):
         self._file.close()
 
@@ -454,14 +475,17 @@ def build_index(store, path, *, random_state=0, progress=False):
                 groups, first = np.unique(a[order], return_index=True)
                 bounds = np.r_[first, len(order)]
                 norms = np.einsum("ij,ij->i", V, V)
+                slots = np.empty(len(V), np.int64)
                 for g, lo, hi in zip(groups, bounds[:-1], bounds[1:]):
                     rows = order[lo:hi]
                     slot = int(cursor[g])
+                    slots[rows] = np.arange(slot, slot + hi - lo)
                     os.pwrite(fd, (rows + start).astype(np.int64).tobytes(),
                               at["positions"] + 8 * slot)
                     os.pwrite(fd, norms[rows].tobytes(), at["norms"] + 4 * slot)
                     os.pwrite(fd, V[rows].tobytes(), at["vectors"] + 4 * d * slot)
                     cursor[g] += hi - lo
+                os.pwrite(fd, slots.tobytes(), at["slots"] + 8 * start)
             if not np.array_equal(cursor, offsets[1:]) or store_stamp(store) != stamp:
                 raise StoreError(f"{store.path}: the store changed while its index was "
                                  "built; search it again.")

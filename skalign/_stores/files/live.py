@@ -221,6 +221,12 @@ class FileLiveStore(LiveStore):
         """``(vectors, texts)`` of the store's own rows at ``positions`` (texts ``None``
         where ``text_field`` is ``None``)."""
 
+    def _row_texts(self, positions, text_field):
+        """The texts of the store's rows at ``positions`` (``None`` where ``text_field`` is
+        ``None``): :meth:`_rows`' by default; a store whose vectors cost more to read than its
+        texts reads the texts alone."""
+        return self._rows(positions, text_field)[1]
+
     def text_source(self, text_field=None):
         field = text_field if text_field is not None else self.text_field
         if field is None:
@@ -316,7 +322,9 @@ class FileLiveStore(LiveStore):
         pos = self._ids.positions(ids, self.address)
         text_field = text_field if text_field is not None else self.text_field
         state = self.overlay.refresh()
-        if len(pos):
+        if len(pos) and self.ann is not None:  # the index holds the rows' vectors too
+            vectors, texts = self.ann.vectors_of(pos), self._row_texts(pos, text_field)
+        elif len(pos):
             vectors, texts = self._rows(pos, text_field)
             vectors = np.array(vectors, dtype=np.float32).reshape(len(pos), self.dim)
         else:

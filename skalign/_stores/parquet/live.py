@@ -80,9 +80,11 @@ class ParquetLive(FileLiveStore):
             order = np.argsort(positions)
             vectors = np.empty((len(positions), self.dim), np.float32)
             vectors[order] = np.asarray(self._reader.take(positions[order], len(positions))[0])
+        return vectors, self._row_texts(positions, text_field)
+
+    def _row_texts(self, positions, text_field):
         if text_field is None:
-            return vectors, None
+            return None
         if text_field != self.text_field:
             text_column(self._pa, self._reader.schema, text_field, self.path)
-        texts = self._column(text_field).take(self._pa.array(positions)).to_pylist()
-        return vectors, texts
+        return self._column(text_field).take(self._pa.array(positions)).to_pylist()
