@@ -253,6 +253,7 @@ KIND_NAMES_ALLOWED = {
     ("skalign._stores.address", "COLLECTION_KINDS"): "the scheme table (KIND:DIR/COLLECTION)",
     ("skalign._stores.address", "NAMED_VECTOR_KINDS"): "the scheme table (?vector=NAME)",
     ("skalign._stores.address", "FILE_TABLE_KINDS"): "the scheme table (SCHEME:PATH?table=)",
+    ("skalign._stores.address", "SERVER_SCHEMES"): "the scheme table (SCHEME://HOST/NAME)",
 }
 
 
