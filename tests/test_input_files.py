@@ -15,7 +15,8 @@ from skalign._stores.address import parse_address
 from skalign._stores.provenance import read_stamp
 from skalign.cli import main
 from skalign.exceptions import StoreError
-from skalign.plan._judged import ndcg_per_query, read_qrels
+from skalign.plan._inputs import read_qrels
+from skalign.plan._recommend import ndcg_per_query
 from skalign.utils._input_files import InputFileError, json_depth, loads_bounded
 from skalign.utils._terminal import escape_control
 

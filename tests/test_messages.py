@@ -232,7 +232,7 @@ def test_judged_verdict_names_the_tie_rule_when_it_decides():
     """The issue's case: re-embedding 0.379 against staying's 0.373. Staying is chosen by the
     tie rule, and the text says so instead of "nothing beats staying"; it also says the
     judged queries override the verdict on recall."""
-    from skalign.plan._judged import judged_choice, judged_reasons
+    from skalign.plan._recommend import judged_choice, judged_reasons
 
     judged = _judged(0.373, 0.379, translate=0.30)
     choice = judged_choice(judged)

@@ -168,18 +168,19 @@ def _priced(estimates, stay=0.3, stay_ci=(0.28, 0.32), store_size=2000, min_reca
     """The stages a recommendation is made on, from estimates given by hand."""
     from types import SimpleNamespace
 
-    from skalign.plan._estimate import Estimates
-    from skalign.plan._options import options
-    from skalign.plan._result import best_estimate
+    from skalign.plan._estimate import Estimates, best_estimate
+    from skalign.plan._recommend import options
 
     est = Estimates(estimates=estimates, stay={"recall": stay, "recall_ci": stay_ci},
                     rerank=rerank or {}, ceiling={"recall": 0.8}, learning_curve={},
-                    curve_store_size=0, written=None, notes=(),
+                    curve_store_size=0, budget_store=None, notes=(),
                     best={side: best_estimate(estimates, side) for side in ("document",
                                                                             "query")})
+    candidates = {e.method: SimpleNamespace(learns=e.method == "bootstrap") for e in estimates}
     inputs = SimpleNamespace(k=10, min_recall=min_recall, store_size=store_size, n_pairs=2000,
                              row_norms={"source": 1.0, "target": 1.0}, normalize=True,
-                             sides=("document", "query"), qrels=None, budget=budget)
+                             sides=("document", "query"), qrels=None, budget=budget,
+                             candidates=candidates)
     opts = SimpleNamespace(options=options(est, store_size), budget=curve or {}, notes=())
     return inputs, est, opts
 

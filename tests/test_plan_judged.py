@@ -60,7 +60,7 @@ def test_stay_and_reembed_ndcg_match_sklearn(judged_set):
 
 
 def test_ndcg_by_hand():
-    from skalign.plan._judged import ndcg_per_query
+    from skalign.plan._recommend import ndcg_per_query
 
     # ranked: d2 (rel 1), d0 (rel 3), d5 (unjudged); ideal 3, 1
     got = ndcg_per_query([[2, 0, 5]], {7: {0: 3.0, 2: 1.0}}, [7], k=3)[0]

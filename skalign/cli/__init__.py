@@ -549,7 +549,7 @@ def cmd_plan(args, out):
                            "--queries-target and --qrels.")
     qrels = None
     if all(judged):
-        from ..plan._judged import read_qrels
+        from ..plan._inputs import read_qrels
 
         qrels = read_qrels(args.qrels)
     X, Y = _pairs(args, out, "plan", min_pairs=2)

@@ -79,10 +79,12 @@ issued as a ``UserWarning``.
 
 How the plan runs
 -----------------
-:func:`plan_migration` is a pipeline of stages, each a function of the stages before it, one
-module each: the inputs checked, the evaluation store, the held-out fits, the estimates (the
-store-size law inside), the options, the recommendation (judged queries included), and the
-:class:`MigrationPlan`, built once at the end and not changed after.
+:func:`plan_migration` is a pipeline of stages, each a function of the stages before it: the
+inputs checked (the candidates built once, the judged queries checked), the evaluation store and
+the held-out fits (every fit made once, the judged queries' included), the estimates (the
+store-size law inside), the options and the recommendation (judged queries included), and the
+:class:`MigrationPlan`, built once at the end and not changed after. The stages live in four
+modules, one per kind of work: checking, fitting, estimating, choosing.
 """
 
 from __future__ import annotations
@@ -91,20 +93,17 @@ import time
 import warnings
 
 # MAP_ROUNDS ... STORE_PARTS, the constants the docstring names, live with the stage that uses them
-from ._candidates import MAP_ROUNDS as MAP_ROUNDS
-from ._candidates import RIDGE_ALPHAS as RIDGE_ALPHAS
-from ._candidates import candidate_methods, make_candidate
-from ._estimate import estimates
+from ._estimate import Estimate, estimates
 from ._fits import CURVE_COUNTS as CURVE_COUNTS
+from ._fits import MIN_CERTIFICATE as MIN_CERTIFICATE
 from ._fits import STORE_PARTS as STORE_PARTS
-from ._fits import held_out_fits
-from ._inputs import check_inputs
-from ._options import price_options
-from ._recommend import recommend
+from ._fits import evaluation_store, held_out_fits
+from ._inputs import MAP_ROUNDS as MAP_ROUNDS
+from ._inputs import RIDGE_ALPHAS as RIDGE_ALPHAS
+from ._inputs import candidate_methods, check_inputs, make_candidate
+from ._recommend import price_options, recommend
 from ._report import write_report
-from ._result import Estimate, MigrationPlan
-from ._store import MIN_CERTIFICATE as MIN_CERTIFICATE
-from ._store import evaluation_store
+from ._result import MigrationPlan
 
 __all__ = ["Estimate", "MigrationPlan", "candidate_methods", "make_candidate", "plan_migration",
            "write_report"]
@@ -206,7 +205,7 @@ def plan_migration(X, Y, *, unpaired=None, methods=None, sides=("document", "que
     fits = held_out_fits(inputs, store)
     est = estimates(inputs, fits)
     opts = price_options(inputs, est)
-    rec = recommend(inputs, est, opts)
+    rec = recommend(inputs, est, opts, fits)
     notes = list(inputs.notes + store.notes + est.notes + opts.notes)
     for note in notes:
         warnings.warn(note, UserWarning, stacklevel=2)

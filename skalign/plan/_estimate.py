@@ -1,12 +1,12 @@
-"""Stage 4 of :mod:`skalign.plan`: the estimates, carried to the store size.
+r"""Stage 4 of :mod:`skalign.plan`: the estimates, carried to the store size by the store-size
+law.
 
 :func:`estimate` scores one evaluation store (every item translated by a fit that never saw
-it) and carries recall@k and nDCG@k to the user's store size by the law of
-:mod:`skalign.plan._law`; :func:`bridged` derives the query side from the document side and the
-two sides measured on the same held-out folds. :func:`estimates` makes every estimate of a plan
-from the fits: each method on each side, staying on the old model, translate + rerank, the
-ceiling, the budget curve carried to the store size and, with a budget, the store ``skalign
-migrate --budget`` writes (see the module docstring of :mod:`skalign.plan`).
+it) and carries recall@k and nDCG@k to the user's store size by the law below;
+:func:`bridged` derives the query side from the document side and the two sides measured on the
+same held-out folds. :func:`estimates` makes every estimate of a plan from the fits: each method
+on each side, staying on the old model, translate + rerank, the ceiling and the budget curve
+carried to the store size (see the module docstring of :mod:`skalign.plan`).
 
 *Stay* is the old model's own top-``k`` (old queries on the old store) against the new
 model's, measured on the pairs (no fit, so every pair is an evaluation item). *Rerank* is the
@@ -14,32 +14,131 @@ translated store's top-``K`` re-scored with the new encoder's vectors of those `
 candidates: it finds exactly the true top-``k`` items that are among the candidates, so its
 recall@k is the share of the true top-``k`` inside the translated top-``K``, carried to the
 store size by the same law with ``K`` in the place of ``k`` (chance ``K / (N - 1)``).
+
+The store-size law
+------------------
+The statistics of the estimates of :mod:`skalign.plan`: the percentile interval and the
+store-size law, which carries retention measured on a small store to a larger one.
+
+The sub-stores are drawn by :func:`substores`, scored by :func:`substore_draws` and the result
+carried on by :func:`project`, with the percentile interval of :func:`percentile_ci`.
+
+A top-``k`` search gets harder as the store grows: the items that make the true top-``k`` of a
+store of ``N`` are ever more extreme, and a map's errors move more of them out. A random ranking
+keeps ``c_N = k / (N - 1)`` of the top-``k``; the part above chance,
+
+.. math::
+
+    \rho(N) = \frac{r(N) - c_N}{1 - c_N},
+
+falls as a **power of the store size**, :math:`\rho(N) = \rho(m)\,(N/m)^{b}` with
+:math:`b \le 0`: steeply for a poor map and hardly for a good one, while staying on the old
+model hardly decays at all (measured on the development data: :doc:`/developers/studies`).
+``b`` is fitted by least squares on :math:`\log \rho` against :math:`\log m` over nested
+random sub-stores of the evaluation store (``m_max, m_max / 2, ...`` down to
+``MIN_STORE_K * k`` items), and the prediction is anchored at the full evaluation store.
+(Without the chance correction the slope measured on small stores overstates the decay: chance
+inflates the small stores.)
+
+The interval adds, in log space, the spread of the anchor (over queries, and over which items
+make up the store: the spread of random half-stores), the slope's spread
+across the sub-store draws and a model term ``LAW_SPREAD`` per unit of :math:`\log(N/m_{max})`
+for the law itself. With fewer than two sub-store sizes the slope cannot be measured: the
+estimate is then **unsupported** and its interval runs from chance to the anchor's upper bound
+(retention does not grow with the store).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from ._candidates import unit
-from ._law import MIN_STORE_K, SUBSTORE_DRAWS, chance, percentile_ci, project, substores
-from ._result import Estimate, best_estimate
+from ._inputs import unit
 
-__all__ = ["Estimates", "RERANK_KS", "estimates"]
+__all__ = ["Estimate", "Estimates", "RERANK_KS", "estimates"]
+
+#: smallest sub-store the slope is measured on, in multiples of k (below it chance dominates)
+MIN_STORE_K = 4
+#: random sub-stores drawn per size
+SUBSTORE_DRAWS = 6
+#: model spread of the law, in log retention per unit of log(N / m_max)
+LAW_SPREAD = 0.04
+
 
 #: candidate counts the rerank option tries, cheapest first
 RERANK_KS = (20, 50, 100, 200, 500, 1000, 2000)
 
 
 @dataclass(frozen=True)
+class Estimate:
+    """Retention of one method on one side (see :class:`MigrationPlan`).
+
+    Parameters
+    ----------
+    method : str
+        The option's method (``"procrustes"``, ``"linear"``, ...; ``"stay"``, ``"rerank"``).
+    side : str
+        Which embeddings are translated: ``"document"`` (the store's) or ``"query"`` (mapped
+        back by ``inverse_transform``).
+    how : str
+        What the option does, in words (e.g. ``"translate the stored documents"``).
+    recall : float
+        Recall@k against re-embedding, for a store of ``store_size`` items.
+    recall_ci : tuple of float
+        Its interval ``(low, high)`` at the plan's confidence.
+    ndcg : float
+        The nDCG@k against re-embedding, for ``store_size`` items.
+    ndcg_ci : tuple of float
+        Its interval.
+    store_size : int
+        Store size the estimate is for.
+    extrapolated : bool
+        Whether ``store_size`` is larger than the evaluation store (the store-size law used).
+    fit_seconds : float
+        Seconds one fit took.
+    supported : bool, default=True
+        ``False`` when the pairs were too few to measure it (the interval then runs from chance
+        to the measured upper bound).
+    measured_size : int, default=0
+        Items of the evaluation store it was measured on.
+    measured_recall : float, default=nan
+        Recall@k measured on that store.
+    slope : float, default=0.0
+        Exponent of the store-size law.
+    """
+
+    method: str
+    side: str
+    how: str
+    recall: float
+    recall_ci: tuple
+    ndcg: float
+    ndcg_ci: tuple
+    store_size: int
+    extrapolated: bool
+    fit_seconds: float
+    supported: bool = True
+    measured_size: int = 0
+    measured_recall: float = float("nan")
+    slope: float = 0.0
+
+
+def best_estimate(estimates, side=None):
+    """The estimate of ``estimates`` with the highest recall@k, on ``side`` or on either
+    (``None`` when none is on that side)."""
+    pool = [e for e in estimates if side is None or e.side == side]
+    return max(pool, key=lambda e: e.recall, default=None)
+
+
+@dataclass(frozen=True)
 class Estimates:
     """Every estimate of a plan (the fields of :class:`~skalign.plan.MigrationPlan` of the same
-    names), the document side's evaluation store of each method (``doc_stores``), and the
-    store ``migrate --budget`` writes priced on the best method's (``written``: the chosen
-    store's and every row translated's :func:`~skalign._migrate.calibration.price_written`
-    estimates, or ``None``); ``best`` the estimate with the highest recall@k on each side
-    (``None`` for a side not estimated)."""
+    names); ``best`` the estimate with the highest recall@k on each side (``None`` for a side
+    not estimated); ``budget_store`` the best document-side method's evaluation store ``(new
+    vectors, cross-fitted translations)``, on which the options stage prices the store
+    ``skalign migrate --budget`` writes (``None`` without a budget below the store size or a
+    budget curve of that method)."""
 
     estimates: list
     stay: dict
@@ -47,7 +146,7 @@ class Estimates:
     ceiling: dict
     learning_curve: dict
     curve_store_size: int
-    written: object
+    budget_store: object
     notes: tuple
     best: dict
 
@@ -80,7 +179,7 @@ def estimates(inputs, fits):
     curves = scale_curves(fits.curves, out)
     ceiling = _ceiling(inputs, fits.oracles)
     best_doc = best_estimate(out, "document")
-    rerank, written = {}, None
+    rerank, budget_store = {}, None
     if best_doc is not None:
         test, index, queries = fits.doc_stores[best_doc.method]
         rerank = rerank_option(Y_eval[test], index, queries, k, size,
@@ -88,17 +187,11 @@ def estimates(inputs, fits):
                                np.random.default_rng([rs, 4]))
         budget = None if inputs.budget is None else int(inputs.budget)
         if budget is not None and best_doc.method in curves and budget < size:
-            written = written_store(Y_eval[test], index, budget / size, size, k, rs)
-    return Estimates(estimates=out, stay=_as_dict(stay), rerank=rerank, ceiling=ceiling,
+            budget_store = (Y_eval[test], index)
+    return Estimates(estimates=out, stay=asdict(stay), rerank=rerank, ceiling=ceiling,
                      learning_curve=curves, curve_store_size=fits.curve_store_size,
-                     written=written, notes=_notes(out, inputs),
+                     budget_store=budget_store, notes=_notes(out, inputs),
                      best={side: best_estimate(out, side) for side in ("document", "query")})
-
-
-def _as_dict(e):
-    from dataclasses import asdict
-
-    return asdict(e)
 
 
 def _notes(out, inputs):
@@ -116,17 +209,6 @@ def _notes(out, inputs):
     return tuple(notes)
 
 
-def _drawn(score, m, sizes, subs):
-    """``score`` of the whole store and of every drawn sub-store, as
-    :func:`~skalign.plan._law.substore_draws` returns them."""
-    draws = np.zeros((SUBSTORE_DRAWS, len(sizes), 2))
-    draws[:, -1] = score(np.arange(m))
-    for j, per_size in enumerate(subs):
-        for d, idx in enumerate(per_size):
-            draws[d, j] = score(idx)
-    return draws
-
-
 def estimate(name, side, Y, index, queries, k, store_size, n_resamples, confidence, rng,
              fit_seconds, how):
     """Retention on one evaluation store (rows of ``Y``, ``index``, ``queries`` aligned),
@@ -140,8 +222,8 @@ def estimate(name, side, Y, index, queries, k, store_size, n_resamples, confiden
 
     per = retrieval_retention(Y, index, Y, queries, k=k, exclude_self=True, per_query=True)
     m = len(Y)
-    sizes, subs = substores(m, k, rng)
-    draws = _drawn(score, m, sizes, subs)
+    sizes, draws = substore_draws(score, m, k, rng,
+                                  full=(float(per["recall"].mean()), float(per["ndcg"].mean())))
     out = []
     for col, key in enumerate(("recall", "ndcg")):
         ci = percentile_ci(per[key], n_resamples, confidence, rng)
@@ -260,7 +342,7 @@ def rerank_option(Y, index, queries, k, store_size, target, n_resamples, confide
 
     The share of the true top-``k`` inside the top-``K`` is measured, like every estimate, on
     nested sub-stores (those of at least ``MIN_STORE_K * K`` items) and carried to the store
-    size by :func:`skalign.plan._law.project` with ``K`` in the place of ``k``.
+    size by :func:`project` with ``K`` in the place of ``k``.
 
     Returns
     -------
@@ -280,8 +362,7 @@ def rerank_option(Y, index, queries, k, store_size, target, n_resamples, confide
         ranks[len(idx)] = ranks.get(len(idx), []) + [r]
         return 0.0, 0.0
 
-    sizes, subs = substores(m, ks[0], rng)
-    _drawn(score, m, sizes, subs)
+    sizes, _ = substore_draws(score, m, ks[0], rng)
     full = ranks[m][0]
     best = None
     for K in ks:
@@ -299,15 +380,170 @@ def rerank_option(Y, index, queries, k, store_size, target, n_resamples, confide
     return best
 
 
-def written_store(Y, index, share, store_size, k, random_state):
-    """The store ``skalign migrate --budget B`` writes (:mod:`skalign._migrate.calibration`:
-    the ``B`` encoded rows' exact vectors among calibrated translations, or translations only),
-    priced on the plan's own evaluation store (``Y`` and its cross-fitted translations
-    ``index``) with a share ``B / store_size`` of its rows exact, beside every row translated,
-    priced the same way on the same store: ``(chosen, every)`` estimates."""
-    from .._migrate.calibration import price_written
+def chance(k, m):
+    """What a random ranking keeps of the top-``k`` in a store of ``m`` (leave-one-out)."""
+    return min(k / max(m - 1, 1), 1.0)
 
-    chosen = price_written(index, Y, share, store_size, k=k, random_state=random_state).estimate
-    every = price_written(index, Y, share, store_size, k=k, random_state=random_state,
-                          option=("translate all", "none", 1.0)).estimate
-    return chosen, every
+
+def percentile_ci(values, n_resamples, confidence, rng):
+    """Percentile bootstrap interval of the mean of ``values`` (``n_resamples`` resamples)."""
+    n = len(values)
+    means = np.empty(n_resamples)
+    for start in range(0, n_resamples, 256):
+        stop = min(start + 256, n_resamples)
+        means[start:stop] = values[rng.integers(0, n, (stop - start, n))].mean(axis=1)
+    tail = (1 - confidence) / 2 * 100
+    lo, hi = np.percentile(means, [tail, 100 - tail])
+    return float(lo), float(hi)
+
+
+def substores(m_max, k, rng):
+    """Nested random sub-stores of an evaluation store of ``m_max`` items.
+
+    Parameters
+    ----------
+    m_max : int
+        Items in the evaluation store.
+    k : int
+        Neighbourhood size.
+    rng : numpy.random.Generator
+
+    Returns
+    -------
+    sizes : ndarray of int
+        Sub-store sizes, increasing, the last ``m_max`` (the whole store, not drawn).
+    draws : list of list of ndarray
+        ``draws[j][d]``: the sorted item rows of draw ``d`` at ``sizes[j]``, for every size but
+        the last (``SUBSTORE_DRAWS`` draws each).
+    """
+    sizes = []
+    m = m_max
+    while m >= MIN_STORE_K * k:
+        sizes.append(m)
+        m //= 2
+    sizes = np.array(sizes[::-1] or [m_max])
+    draws = [[np.sort(rng.choice(m_max, m, replace=False)) for _ in range(SUBSTORE_DRAWS)]
+             for m in sizes[:-1]]
+    return sizes, draws
+
+
+def substore_draws(score, m_max, k, rng, full=None):
+    """Mean retention on nested random sub-stores (:func:`substores`) of an evaluation store
+    of ``m_max`` items.
+
+    Parameters
+    ----------
+    score : callable
+        ``score(idx) -> (recall, ndcg)`` of the sub-store ``idx``, each of its items a query
+        against the others.
+    m_max : int
+        Items in the evaluation store.
+    k : int
+        Neighbourhood size.
+    rng : numpy.random.Generator
+    full : (float, float), default=None
+        ``score`` of the whole store where it is known already (it is not scored again).
+
+    Returns
+    -------
+    sizes : ndarray of int
+        Sub-store sizes, increasing, the last ``m_max``.
+    draws : ndarray of shape (SUBSTORE_DRAWS, n_sizes, 2)
+        Recall and nDCG of each draw at each size (the full store scored once, repeated).
+    """
+    sizes, subs = substores(m_max, k, rng)
+    draws = np.zeros((SUBSTORE_DRAWS, len(sizes), 2))
+    draws[:, -1] = score(np.arange(m_max)) if full is None else full
+    for j, per_size in enumerate(subs):
+        for d, idx in enumerate(per_size):
+            draws[d, j] = score(idx)
+    return sizes, draws
+
+
+def _slope(sizes, values, k, corrected):
+    if corrected:
+        values = [(v - chance(k, m)) / (1 - chance(k, m)) for v, m in zip(values, sizes)]
+    y = np.log(np.maximum(np.asarray(values, dtype=float), 1e-3))
+    return min(float(np.polyfit(np.log(sizes), y, 1)[0]), 0.0)
+
+
+def _carry(value, m, store_size, k, slope, corrected):
+    """``value`` measured on ``m`` items carried to ``store_size`` by one of the two laws."""
+    if not corrected:
+        return max(value, 1e-3) * (store_size / m) ** slope
+    c_m, c_n = chance(k, m), chance(k, store_size)
+    rho = max((value - c_m) / (1 - c_m), 1e-3)
+    return c_n + (1 - c_n) * rho * (store_size / m) ** slope
+
+
+def project(sizes, draws, anchor_ci, store_size, k, confidence):
+    """Carry a retention measured on ``sizes[-1]`` items to a store of ``store_size``.
+
+    Parameters
+    ----------
+    sizes : ndarray of int
+        Nested sub-store sizes, increasing.
+    draws : ndarray of shape (n_draws, n_sizes)
+        Mean retention of each draw at each size (one metric).
+    anchor_ci : (float, float)
+        Interval of the retention on the full evaluation store, over queries.
+    store_size : int
+        Store size to predict for.
+    k : int
+        Neighbourhood size.
+    confidence : float
+        Coverage of the interval.
+
+    Returns
+    -------
+    projection : dict
+        ``{"value", "ci", "slope", "supported"}``; ``slope`` is ``b`` of the law.
+    """
+    from scipy.stats import norm
+
+    m = int(sizes[-1])
+    anchor = float(draws[0, -1])
+    means = draws.mean(axis=0)
+    z = norm.ppf(0.5 + confidence / 2)
+    if len(sizes) > 1 and 2 * sizes[-2] >= m - 1:
+        # which items make up the store matters beyond the query sampling (near-duplicate
+        # texts share neighbours): random half-stores vary as much as independent stores of m
+        # items would, so their spread widens the anchor's interval
+        comp = z * float(np.std(draws[:, -2], ddof=1))
+        half = np.hypot((anchor_ci[1] - anchor_ci[0]) / 2, comp)
+        centre = (anchor_ci[0] + anchor_ci[1]) / 2
+        anchor_ci = (max(centre - half, 0.0), min(centre + half, 1.0))
+    if store_size <= m:
+        # a store no larger than the one measured: read between the sub-stores
+        value = float(np.interp(np.log(store_size), np.log(sizes), means))
+        shift = value - anchor
+        return {"value": value, "ci": (max(anchor_ci[0] + shift, 0.0),
+                                       min(anchor_ci[1] + shift, 1.0)),
+                "slope": 0.0, "supported": True}
+    c_n = chance(k, store_size)
+    if len(sizes) < 2:
+        return {"value": float(_carry(anchor, m, store_size, k, 0.0, True)),
+                "ci": (float(c_n), float(min(anchor_ci[1], 1.0))), "slope": 0.0,
+                "supported": False}
+    dist = np.log(store_size / m)
+    # the two laws: on the recall as measured (steeper: chance inflates the small sub-stores)
+    # and above chance (flatter); the estimate is their geometric mean, the gap part of the
+    # interval
+    ends, spreads = [], []
+    for corrected in (False, True):
+        slope = _slope(sizes, means, k, corrected)
+        slopes = [_slope(sizes, d, k, corrected) for d in draws]
+        spreads.append(float(np.std(slopes, ddof=1)))
+        ends.append((slope, [np.log(_carry(v, m, store_size, k, slope, corrected))
+                             for v in (anchor_ci[0], anchor, anchor_ci[1])]))
+    (s_raw, raw), (_, cor) = ends
+    centre = (raw[1] + cor[1]) / 2
+    spread = np.sqrt(max(spreads) ** 2 + LAW_SPREAD ** 2) * z * dist
+    lo = min(raw[0], cor[0]) - spread
+    hi = max(raw[2], cor[2]) + spread
+
+    def back(v):
+        return float(min(max(np.exp(v), c_n), 1.0))
+
+    return {"value": back(centre), "ci": (back(lo), back(hi)), "slope": s_raw,
+            "supported": True}

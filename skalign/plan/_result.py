@@ -1,10 +1,13 @@
-"""What :func:`skalign.plan.plan_migration` returns: the plan and its estimates, as text too."""
+"""What :func:`skalign.plan.plan_migration` returns: the plan, built once at the end, as text too
+(its estimates are :class:`~skalign.plan.Estimate`)."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-__all__ = ["Estimate", "MigrationPlan"]
+from ._estimate import best_estimate
+
+__all__ = ["MigrationPlan"]
 
 
 def _is_unit(norm):
@@ -13,67 +16,6 @@ def _is_unit(norm):
 
 def _norm(norm):
     return f"{norm:.3g}" + (" (unit vectors)" if _is_unit(norm) else " (not unit vectors)")
-
-
-def best_estimate(estimates, side=None):
-    """The estimate of ``estimates`` with the highest recall@k, on ``side`` or on either
-    (``None`` when none is on that side)."""
-    pool = [e for e in estimates if side is None or e.side == side]
-    return max(pool, key=lambda e: e.recall, default=None)
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """Retention of one method on one side (see :class:`MigrationPlan`).
-
-    Parameters
-    ----------
-    method : str
-        The option's method (``"procrustes"``, ``"linear"``, ...; ``"stay"``, ``"rerank"``).
-    side : str
-        Which embeddings are translated: ``"document"`` (the store's) or ``"query"`` (mapped
-        back by ``inverse_transform``).
-    how : str
-        What the option does, in words (e.g. ``"translate the stored documents"``).
-    recall : float
-        Recall@k against re-embedding, for a store of ``store_size`` items.
-    recall_ci : tuple of float
-        Its interval ``(low, high)`` at the plan's confidence.
-    ndcg : float
-        The nDCG@k against re-embedding, for ``store_size`` items.
-    ndcg_ci : tuple of float
-        Its interval.
-    store_size : int
-        Store size the estimate is for.
-    extrapolated : bool
-        Whether ``store_size`` is larger than the evaluation store (the store-size law used).
-    fit_seconds : float
-        Seconds one fit took.
-    supported : bool, default=True
-        ``False`` when the pairs were too few to measure it (the interval then runs from chance
-        to the measured upper bound).
-    measured_size : int, default=0
-        Items of the evaluation store it was measured on.
-    measured_recall : float, default=nan
-        Recall@k measured on that store.
-    slope : float, default=0.0
-        Exponent of the store-size law.
-    """
-
-    method: str
-    side: str
-    how: str
-    recall: float
-    recall_ci: tuple
-    ndcg: float
-    ndcg_ci: tuple
-    store_size: int
-    extrapolated: bool
-    fit_seconds: float
-    supported: bool = True
-    measured_size: int = 0
-    measured_recall: float = float("nan")
-    slope: float = 0.0
 
 
 @dataclass(frozen=True)
