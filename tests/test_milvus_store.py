@@ -346,3 +346,53 @@ def test_database_created_only_when_the_translation_starts(tmp_path, data):
         with pytest.raises(StoreError, match=match):
             translate(model, src, f"milvus:{path}/out?vector=emb")
     assert os.listdir(tmp_path / "busy.db") == ["notes.txt"] and not (tmp_path / "no").exists()
+
+
+def test_schema_kept_partition_key_nullable_json_array_auto_id(tmp_path, data):
+    """A collection with an auto-id key, a partition key, nullable and defaulted fields, JSON
+    and ARRAY fields: the output has the same schema (the vector at its new width), every
+    entity keeps its key and fields, its partition key (which routes it) included."""
+    from pymilvus import DataType, MilvusClient
+
+    X, model = data
+    c = MilvusClient(str(tmp_path / "milvus.db"))
+    s = MilvusClient.create_schema(auto_id=True, enable_dynamic_field=False)
+    s.add_field("pk", DataType.INT64, is_primary=True)
+    s.add_field("cat", DataType.VARCHAR, max_length=16, is_partition_key=True)
+    s.add_field("note", DataType.VARCHAR, max_length=64, nullable=True)
+    s.add_field("n", DataType.INT32, default_value=7)
+    s.add_field("meta", DataType.JSON, nullable=True)
+    s.add_field("tags", DataType.ARRAY, element_type=DataType.INT64, max_capacity=4)
+    s.add_field("vec", DataType.FLOAT_VECTOR, dim=X.shape[1])
+    index = c.prepare_index_params()
+    index.add_index("vec", index_type="IVF_FLAT", metric_type="IP", params={"nlist": 4})
+    c.create_collection("typed", schema=s, index_params=index)
+    rows = [{"cat": f"c{i % 3}", "note": None if i % 4 == 0 else f"note {i}",
+             "meta": None if i % 5 == 0 else {"i": i, "s": [1, "x"]}, "tags": list(range(i % 4)),
+             "vec": x.tolist(), **({} if i % 2 else {"n": i})} for i, x in enumerate(X)]
+    keys = c.insert("typed", rows)["ids"]
+    src = f"milvus:{tmp_path / 'milvus.db'}/typed"
+    out = src.replace("/typed", "/typed_out")
+    assert translate(model, src, out, batch_size=16) == len(X)
+    target = c.describe_alias("typed_out")["collection_name"]
+
+    def fields(name):
+        return {f["name"]: {k: v for k, v in f.items() if k != "params" or f["name"] != "vec"}
+                for f in c.describe_collection(name)["fields"]}
+
+    assert fields(target) == fields("typed")
+    assert c.describe_collection(target)["auto_id"] is True
+    assert c.describe_collection(target)["fields"][-1]["params"]["dim"] == 24
+    assert c.describe_index(target, "vec")["index_type"] == "IVF_FLAT"
+    got = {e["pk"]: e for e in c.query("typed_out", filter="", output_fields=["*"], limit=100)}
+    was = {e["pk"]: e for e in c.query("typed", filter="", output_fields=["*"], limit=100)}
+    assert sorted(got) == sorted(keys)
+    T = model.transform(X)
+    for k, x in zip(keys, T):
+        np.testing.assert_allclose(got[k].pop("vec"), x, atol=1e-5)
+        was[k].pop("vec")
+        assert got[k] == was[k]
+    for cat in ("c0", "c1", "c2"):  # found by its partition key
+        assert sorted(e["pk"] for e in c.query("typed_out", filter=f'cat == "{cat}"',
+                                               output_fields=["pk"], limit=100)) == sorted(
+            k for k, r in zip(keys, rows) if r["cat"] == cat)
