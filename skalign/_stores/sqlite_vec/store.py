@@ -227,10 +227,12 @@ class Writer(StoreWriter):
     def publish(self, replace, stamp=None):
         """In one transaction: an existing output renamed to its backup, the shadow's stamp
         (marked :data:`PUBLISHING`), the shadow renamed into place, and the renamed table's
-        row count read back."""
+        row count and first vector read back."""
         conn, name = self.conn, self.address.name
         backup = None
+        first = f"SELECT {ident(self.src.column)} FROM {{}} LIMIT 1"
         rows = conn.execute(f"SELECT count(*) FROM {ident(self.shadow)}").fetchone()[0]
+        vector = conn.execute(first.format(ident(self.shadow))).fetchone()
         with writing(conn):
             if table_type(conn, name) is not None:
                 if not replace:
@@ -244,7 +246,8 @@ class Writer(StoreWriter):
                 _set_stamp(conn, self.shadow, pending_stamp(stamp, backup is not None))
             kill_point("publishing")  # (rolled back with the transaction)
             rename(conn, self.shadow, name)
-            if conn.execute(f"SELECT count(*) FROM {ident(name)}").fetchone()[0] != rows:
+            if conn.execute(f"SELECT count(*) FROM {ident(name)}").fetchone()[0] != rows \
+                    or conn.execute(first.format(ident(name))).fetchone() != vector:
                 raise StoreError(f"{self.display}: the renamed translation does not read back "
                                  "(this sqlite-vec renames its tables otherwise); nothing was "
                                  "published.")
