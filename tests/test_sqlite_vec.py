@@ -315,3 +315,28 @@ def test_a_database_file_replaced_in_the_process_is_opened_again(tmp_path, model
     translate(model, src, b.output(first, "again"))
     np.testing.assert_allclose(b.read(b.output(first, "again"))[1],
                                model.transform(X[::-1].copy()), atol=1e-5)
+
+
+def test_fetch_of_many_ids_scans_and_gives_the_same_rows(tmp_path, model_and_X):
+    """Many ids are read in one scan, few by point queries: the same rows, texts and marks in
+    the order asked, and an unknown id refused either way."""
+    from skalign._stores.sqlite_vec import live
+    from skalign.exceptions import StoreNotFoundError
+
+    _, X = model_and_X
+    b = SqliteVec()
+    address = b.make(tmp_path, X)
+    ids = [3 * i + 1 for i in np.random.default_rng(1).permutation(len(X))]
+    with open_live(address, text_field="doc") as store:
+        store.write_back(ids[:3], X[:3] + 1, "encoded:x")
+        assert len(ids) * live.SCAN_RATIO >= store.n_rows  # scanned
+        many = store.fetch(ids)
+        few = [store.fetch([i]) for i in ids[:20]]  # point queries
+        with pytest.raises(StoreNotFoundError, match="no row with id 2"):
+            store.fetch(ids + [2])
+    assert many.ids == ids
+    assert many.provenance[:3] == ["encoded:x"] * 3 and set(many.provenance[3:]) == {None}
+    for k, one in enumerate(few):
+        np.testing.assert_array_equal(one.vectors[0], many.vectors[k])
+        assert one.texts == [many.texts[k]] and one.provenance == [many.provenance[k]]
+    np.testing.assert_array_equal(many.vectors[3:], X[[(i - 1) // 3 for i in ids[3:]]])

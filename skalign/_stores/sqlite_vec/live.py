@@ -34,6 +34,9 @@ __all__ = ["SqliteVecLive"]
 TEXT_COLUMNS = ("text", "document")
 #: sqlite-vec's largest ``k``
 MAX_K = 4096
+#: ``fetch`` scans the table instead of looking ids up one by one where it is given more than
+#: one id in this many of the table's rows
+SCAN_RATIO = 16
 #: the vector column's metric -> the similarity ranked by
 METRICS = {"cosine": "cosine", "l2": "l2"}
 
@@ -132,11 +135,16 @@ class SqliteVecLive(LiveStore):
         return [r[0] for r in self.conn.execute(
             f"SELECT {ident(self.id_name)} FROM {ident(self.table)}")]
 
-    def _marks(self, ids):
-        """The provenance of ``ids`` (``None`` where a row has none)."""
+    def _marks(self, ids, scan=False):
+        """The provenance of ``ids`` (``None`` where a row has none): looked up one by one,
+        or with ``scan`` every mark of the key read at once."""
         tid = token(self.conn, self.table)
         if tid is None or table_type(self.conn, MARKS) is None:
             return [None] * len(ids)
+        if scan:
+            found = dict(self.conn.execute(f"SELECT id, mark FROM {ident(MARKS)} WHERE tid = ? "
+                                           "AND key = ?", (tid, self.provenance_key)))
+            return [found.get(_key(i)) for i in ids]
         sql = f"SELECT mark FROM {ident(MARKS)} WHERE tid = ? AND key = ? AND id = ?"
         out = []
         for i in ids:
@@ -144,21 +152,39 @@ class SqliteVecLive(LiveStore):
             out.append(row[0] if row is not None else None)
         return out
 
+    def _rows(self, ids, cols):
+        """``{id: (vector, text)}`` of ``ids``: one point query each, or, for many ids, one
+        scan of the table kept to those ids (a point query costs about what a scan of a few
+        hundred rows does)."""
+        keys = [_key(i) for i in ids]
+        if len(ids) * SCAN_RATIO < self.n_rows:
+            sql = (f"SELECT {', '.join(ident(c) for c in cols)} FROM {ident(self.table)} WHERE "
+                   f"{ident(self.id_name)} = ?")
+            got = {}
+            for k in keys:
+                row = self.conn.execute(sql, (k,)).fetchone()
+                if row is not None:
+                    got[k] = row
+            return got, False
+        wanted = set(keys)
+        sql = (f"SELECT {ident(self.id_name)}, {', '.join(ident(c) for c in cols)} FROM "
+               f"{ident(self.table)}")
+        return {r[0]: r[1:] for r in self.conn.execute(sql) if r[0] in wanted}, True
+
     def fetch(self, ids, text_field=None):
         ids = check_ids(ids, self.address)
         text = self._text_column(text_field)
         cols = [self.column] + ([text] if text is not None else [])
-        sql = (f"SELECT {', '.join(ident(c) for c in cols)} FROM {ident(self.table)} WHERE "
-               f"{ident(self.id_name)} = ?")
         vectors, texts = [], []
         with self.conn:  # one read transaction: the vectors and marks of one moment
+            got, scanned = self._rows(ids, cols)
             for i in ids:
-                row = self.conn.execute(sql, (_key(i),)).fetchone()
+                row = got.get(_key(i))
                 if row is None:
                     raise missing_id(self.address, i)
                 vectors.append(row[0])
                 texts.append(row[1] if text is not None and isinstance(row[1], str) else None)
-            marks = self._marks(ids)
+            marks = self._marks(ids, scan=scanned)
         V = np.frombuffer(b"".join(vectors), "<f4").reshape(len(ids), self.dim).astype(
             np.float32) if ids else np.empty((0, self.dim), np.float32)
         return LiveRows(ids, V, texts, marks)
