@@ -374,3 +374,47 @@ def test_stamps_guard_replace_twice_and_follow_restore(tmp_path):
     restore(out)
     assert read_stamp(parse_address(out)) == first
     assert read_stamp(parse_address(backup)) == second
+
+
+def test_into_another_file_keeps_types_and_indexes(tmp_path, model):
+    m, _ = model
+    a, b = tmp_path / "a.duckdb", tmp_path / "b.duckdb"
+    X = _make(a, "src", index="by emb", hnsw="WITH (metric = 'ip', M = 6)")
+    conn = DuckDB.connect(a)
+    conn.execute("ALTER TABLE src ADD COLUMN meta JSON")
+    conn.execute("ALTER TABLE src ADD COLUMN seen TIMESTAMP")
+    conn.execute("UPDATE src SET meta = json_object('k', id), "
+                 "seen = TIMESTAMP '2024-01-02 03:04:05'")
+    conn.close()
+    assert translate(m, _address(a, "src"), _address(b, "out")) == N
+    np.testing.assert_allclose(_rows(b, "out")[2], m.transform(X), atol=1e-5)
+    types = "SELECT column_name, data_type FROM duckdb_columns() WHERE table_name = ? ORDER BY 1"
+    src_types = dict(_catalog(a, types, ["src"]))
+    assert dict(_catalog(b, types, ["out"])) == {**src_types, "emb": f"FLOAT[{D_OUT}]"}
+    assert _catalog(b, "SELECT metric FROM pragma_hnsw_index_info()") == [("ip",)]
+    assert _catalog(b, "SELECT count(*) FROM out WHERE meta->>'k' = id::VARCHAR") == [(N,)]
+
+
+def test_a_crash_after_a_commit_is_replayed_with_its_hnsw_index(tmp_path, model):
+    """A process that built an HNSW index and was killed before any checkpoint leaves it in
+    the write-ahead log only; skalign, which loads vss before it attaches a file, replays it:
+    the table and its index are there, and searched."""
+    from skalign._stores import open_live
+
+    path = tmp_path / "x.duckdb"
+    code = ("import os, signal, sys; sys.path.insert(0, sys.argv[2]); "
+            "from store_backends import DuckDB; c = DuckDB.connect(sys.argv[1]); "
+            "c.execute('SET wal_autocheckpoint = \\'1TB\\''); "
+            "c.execute('CREATE TABLE t (id BIGINT PRIMARY KEY, text VARCHAR, emb FLOAT[4])'); "
+            "c.execute('INSERT INTO t SELECT i, \\'doc \\' || i, [i, 1, 2, 3] FROM range(200) "
+            "r(i)'); c.execute('CREATE INDEX h ON t USING HNSW (emb) WITH (metric = \\'l2sq\\')');"
+            " os.kill(os.getpid(), signal.SIGKILL)")
+    from pathlib import Path
+
+    done = subprocess.run([sys.executable, "-c", code, str(path), str(Path(__file__).parent)])
+    assert done.returncode == -9
+    assert path.with_name("x.duckdb.wal").exists()  # the commit is in the log only
+    with open_live(_address(path, "t")) as store:
+        assert store.metric == "l2" and store.n_rows == 200
+        ids, _ = store.top_k(np.array([[7, 1, 2, 3]], np.float32), 3)
+        assert ids == [[7, 6, 8]] or ids == [[7, 8, 6]]

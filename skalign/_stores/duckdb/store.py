@@ -164,7 +164,6 @@ class Reader(StoreReader):
             row = cur.execute(f"SELECT len({ident(wanted)}) FROM {qualified(table)} "
                               "LIMIT 1").fetchone()
             self.dim = int(row[0] or 0) if row else 0
-        self.schema = cur.execute(self._select() + " LIMIT 0").to_arrow_table().schema
 
     def _select(self):
         return (f"SELECT {', '.join(ident(n) for n in self.names)} FROM "
@@ -326,25 +325,18 @@ class Writer(StoreWriter):
         return 0
 
     def _create(self, cur):
+        """The shadow: the source's columns with their types (the source's file is attached to
+        the same DuckDB instance, the same file or another), the vector column ``FLOAT[d_out]``,
+        the source's ``NOT NULL`` columns and primary key, and the comment that marks it."""
         src, d = self.src, int(self.job.d_out)
-        same_file = self.address.identity[1] == src.address.identity[1]
         replace = f"CAST(NULL AS FLOAT[{d}]) AS {ident(src.column)}"
         cols = ", ".join(ident(n) for n in src.names)
+        source = open_database(src.address)
         cur.execute("BEGIN")
         try:
-            if same_file:
-                cur.execute(f"CREATE TABLE {qualified(self.shadow)} AS SELECT * REPLACE "
-                            f"({replace}) FROM (SELECT {cols} FROM "
-                            f"{qualified(src.address.name)}) LIMIT 0")
-            else:
-                empty = src.schema.empty_table()
-                view = f"skalign_schema_{next(_NAMES)}"
-                cur.register(view, empty)
-                try:
-                    cur.execute(f"CREATE TABLE {qualified(self.shadow)} AS SELECT * REPLACE "
-                                f"({replace}) FROM {ident(view)} LIMIT 0")
-                finally:
-                    cur.unregister(view)
+            cur.execute(f"CREATE TABLE {qualified(self.shadow)} AS SELECT * REPLACE "
+                        f"({replace}) FROM (SELECT {cols} FROM {ident(source.alias)}.main."
+                        f"{ident(src.address.name)}) LIMIT 0")
             for name in src.not_null:
                 cur.execute(f"ALTER TABLE {qualified(self.shadow)} ALTER COLUMN {ident(name)} "
                             "SET NOT NULL")
@@ -357,6 +349,8 @@ class Writer(StoreWriter):
         except BaseException:
             cur.execute("ROLLBACK")
             raise
+        finally:
+            source.close()
 
     def write_unit(self, out, rb, shard, start):
         """One ``INSERT`` of the batch (its own transaction): the rows as read, the vector
