@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import functools
+import inspect
 import json
 import logging
 import re
@@ -112,10 +113,6 @@ def _errors(address):
 def _edge(function):
     """:meth:`EngineEdge.edge`, the engine's loggers silenced inside."""
     inner = _EDGE.edge(function)
-    if inner is function:
-        return inner
-    import inspect
-
     if inspect.isgeneratorfunction(function):
         @functools.wraps(function)
         def generator(*args, **kwargs):
@@ -132,8 +129,6 @@ def _edge(function):
 
 def _edges(cls):
     """:func:`_edge` on every public method of ``cls`` (and ``__init__``)."""
-    import inspect
-
     for name, value in list(vars(cls).items()):
         if inspect.isfunction(value) and (name == "__init__" or not name.startswith("_")):
             setattr(cls, name, _edge(value))
