@@ -396,3 +396,37 @@ def test_schema_kept_partition_key_nullable_json_array_auto_id(tmp_path, data):
         assert sorted(e["pk"] for e in c.query("typed_out", filter=f'cat == "{cat}"',
                                                output_fields=["pk"], limit=100)) == sorted(
             k for k, r in zip(keys, rows) if r["cat"] == cat)
+
+
+def test_engine_exceptions_are_one_line_store_errors(tmp_path, capsys, data, monkeypatch):
+    """An engine's exception while writing (injected into the real client's insert): one
+    StoreError line naming the output, nothing printed by the engine's loggers, the shadow
+    dropped; an engine message quoting the password is masked."""
+    from pymilvus import MilvusClient
+    from pymilvus.exceptions import MilvusException
+
+    from skalign._stores.milvus import names
+
+    X, model = data
+    b = Milvus()
+    src = b.make(tmp_path, X)
+
+    def fail(self, *a, **k):
+        raise MilvusException(code=1, message="the disk said\nno")
+
+    monkeypatch.setattr(MilvusClient, "insert", fail)
+    with pytest.raises(StoreError) as info:
+        translate(model, src, b.output(tmp_path))
+    assert type(info.value).__module__ == "skalign.exceptions"
+    assert "the disk said no" in str(info.value) and "\n" not in str(info.value)
+    assert str(parse_address(b.output(tmp_path))) in str(info.value)
+    monkeypatch.undo()
+    assert [x for x in b.inventory(tmp_path) if "skalign" in x] == []
+    assert capsys.readouterr().err == ""
+    address = parse_address("milvus://alice:s3cretpw@h.example:1/docs")
+    with pytest.raises(StoreError) as info, names._EDGE.errors(address):
+        raise MilvusException(code=2, message="connect alice:s3cretpw@h.example:1 failed")
+    assert "s3cretpw" not in str(info.value) and "alice:***@" in str(info.value)
+    assert info.value.__suppress_context__
+    status, err = _cli(capsys, "restore", "milvus://alice:s3cretpw@127.0.0.1:9/out")
+    assert status == 2 and len(err) == 1 and "s3cretpw" not in err[0], err
