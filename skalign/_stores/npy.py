@@ -254,12 +254,15 @@ class NpyLive(FileLiveStore):
         order = np.argsort(positions)
         vectors = np.empty((len(positions), self.dim), np.float32)
         vectors[order] = self._reader.take(positions[order], len(positions))[0]
+        return vectors, self._row_texts(positions, text_field)
+
+    def _row_texts(self, positions, text_field):
         if text_field is None:
-            return vectors, None
+            return None
         key = str(text_field)
         if key not in self._texts:
             self._texts[key] = LineTexts(text_field, self.n_rows, self.path)
-        return vectors, self._texts[key].get(positions)
+        return self._texts[key].get(positions)
 
     def close(self):
         self._reader.close()
