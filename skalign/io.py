@@ -356,7 +356,8 @@ def translate(model, input, output, *, column=None, batch_size=None, progress=Fa
         or a database address: ``postgresql://USER@HOST:PORT/DB?table=TABLE&column=COLUMN``,
         ``chroma:DIR/COLLECTION``, ``chroma+http://HOST:PORT/COLLECTION``,
         ``qdrant:DIR/COLLECTION``, ``qdrant+http://HOST:PORT/COLLECTION`` (``?vector=NAME``),
-        ``sqlite:PATH?table=TABLE&column=COLUMN`` (a sqlite-vec ``vec0`` table).
+        ``sqlite:PATH?table=TABLE&column=COLUMN`` (a sqlite-vec ``vec0`` table),
+        ``duckdb:PATH?table=TABLE&column=COLUMN`` (a DuckDB table).
         A database or FAISS input is written to the same engine.
     column : str, default=None
         The vector column (input and output). ``None`` picks the only column of numeric lists,

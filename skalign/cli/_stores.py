@@ -35,6 +35,9 @@ STORES (INPUT and OUTPUT):
                              vec0 table (same columns) in that file or another
   milvus:PATH.db/COLLECTION  Milvus Lite; milvus://HOST:PORT/COLLECTION (a server);
                              ?vector=FIELD for one of several vector fields
+  duckdb:PATH?table=TABLE&column=COLUMN
+                             a FLOAT[n] column of a DuckDB file (vss HNSW indexes rebuilt);
+                             OUTPUT: a new table in that file or another
   A database or FAISS INPUT is written to the same engine. Passwords are masked in messages.
 
 SAFETY:
