@@ -28,6 +28,19 @@ HOSTILE_KEYS = ['a"b', "c'd", "e\\f", "x]) or true or ([", "n\nl", "ctl\x01", "Ã
 BAD_NAMES = ["a b", "a-b", "1abc", "a'b", "Ã¼", "x;y", "x" * 235]
 
 
+@pytest.fixture(autouse=True)
+def _release_databases():
+    """After each test, this process's clients closed and Milvus Lite servers stopped (each
+    database's server keeps its threads until then)."""
+    yield
+    from milvus_lite.server_manager import server_manager_instance
+
+    from skalign._stores.milvus.names import close_all
+
+    close_all()
+    server_manager_instance.release_all()
+
+
 @pytest.fixture(scope="module")
 def data():
     rng = np.random.default_rng(3)
