@@ -33,6 +33,25 @@ Figures, per new encoder and number of candidates ``K``:
   re-encoded (``rescore="all"``) or scored by their stored vectors (the default).
 
 Latencies depend on the machine's load; the run prints the load average it started with.
+
+``python benchmarks/bench_search.py --scale [--sizes 100000,1000000] [--formats npy,parquet]``
+
+Search at scale, exact scan against skalign's index beside the store (``Searcher(index=...)``,
+:mod:`skalign._stores.files.ann`): synthetic stores of 384-d float32 rows with cluster structure
+(1,000 centres on a random 32-d subspace, each row a centre plus N(0, I) noise: the clusters
+overlap, so that an approximate index has something to find and to miss), an id column and
+texts ``t<i>`` (Parquet) or a text file (``.npy``); 100 queries drawn the same way. The "new
+encoder" is a stand-in that costs no model time (a seeded vector per text). Each step runs in
+its own process, whose peak resident memory (``VmHWM``) is reported:
+
+* ``build``: the index built (``index="build"``), seconds;
+* ``exact`` / ``index``: the candidate step (``store.top_k``, ``K`` = 100) per query, in the
+  searcher's batches of 32 queries and one query at a time, and a whole ``Searcher.search``
+  per query (candidates, rows and texts read, re-scored; no write-back);
+* ``recall@100``: the share of the exact scan's 100 candidates that the index's 100 hold, over
+  the 100 queries.
+
+10^7 rows of 384-d are 15 GB: on this 2-core machine, 10^7 rows ran at ``--dim 64`` (2.6 GB).
 """
 
 import argparse
@@ -97,6 +116,167 @@ def mixed_check(store, texts_path, encoder, K, R, truth):
     return recall_at_10(found["translated"], truth), same
 
 
+def scale_store(folder, fmt, n, d=384, seed=0):
+    """A synthetic store of ``n`` clustered rows (see the module docstring), written in chunks;
+    returns ``(address, text_field, queries)``."""
+    rng = np.random.default_rng(seed)
+    # centres on a 32-d subspace, rows spread around them as far as the centres lie apart
+    # (squared distances within a cluster ~ 768, between centres ~ 768): clusters overlap
+    A = rng.standard_normal((32, d)).astype(np.float32) / np.sqrt(32)
+    centres = rng.standard_normal((1000, 32)).astype(np.float32) @ A
+
+    def draw(m):
+        return centres[rng.integers(0, len(centres), m)] + \
+            rng.standard_normal((m, d), dtype=np.float32)
+
+    queries = draw(100)
+    step = 65536
+    if fmt == "npy":
+        from numpy.lib.format import open_memmap
+
+        path = folder / f"s{n}.npy"
+        out = open_memmap(path, mode="w+", dtype=np.float32, shape=(n, d))
+        for lo in range(0, n, step):
+            out[lo:lo + step] = draw(min(step, n - lo))
+        out.flush()
+        del out
+        texts = folder / f"s{n}.txt"
+        with open(texts, "w") as f:
+            for lo in range(0, n, step):
+                f.write("".join(f"t{i}\n" for i in range(lo, min(n, lo + step))))
+        return str(path), str(texts), queries
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = folder / f"s{n}.parquet"
+    writer = None
+    for lo in range(0, n, step):
+        m = min(step, n - lo)
+        table = pa.table({"id": np.arange(lo, lo + m), "text": [f"t{i}" for i in range(lo, lo + m)],
+                          "vector": pa.FixedSizeListArray.from_arrays(
+                              pa.array(draw(m).reshape(-1)), d)})
+        if writer is None:
+            writer = pq.ParquetWriter(path, table.schema, compression="none")
+        writer.write_table(table)
+    writer.close()
+    return str(path), "text", queries
+
+
+def stand_in(d):
+    """The new encoder's stand-in: a seeded ``d``-wide vector per text, no model time."""
+
+    def encode(texts):
+        return np.stack([np.random.default_rng(int(t[1:])).standard_normal(d, dtype=np.float32)
+                         for t in texts])
+
+    encode.fingerprint = f"bench-stand-in-{d}"
+    return encode
+
+
+def peak_gb(field="VmHWM"):
+    """This process's peak resident memory (``VmHWM``: Linux keeps ``ru_maxrss`` across
+    ``exec``, so a child would report its parent's peak), or another field of its status
+    (``RssAnon``: its own memory now, without the pages of files it maps)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 2 ** 20
+    return float("nan")
+
+
+def scale_worker(spec):
+    """One step in this process (``spec``: JSON), printing its figures as one JSON line."""
+    from skalign._stores import open_live
+    from skalign._stores.files.ann import use_index
+
+    spec = json.loads(spec)
+    Q = np.load(spec["queries"])
+    out = {"base_gb": peak_gb()}
+    t0 = time.perf_counter()
+    with open_live(spec["store"], text_field=spec["texts"]) as store:
+        mode = "exact" if spec["step"] == "exact" else "build" if spec["step"] == "build" \
+            else "existing"
+        out["how"] = use_index(store, mode)
+        out["open_s"] = time.perf_counter() - t0
+        if spec["step"] != "build":
+            t0 = time.perf_counter()
+            ids = []
+            batches = Q if spec["step"] == "index" else Q[:64]
+            for lo in range(0, len(batches), 32):
+                ids += store.top_k(batches[lo:lo + 32], 100)[0]
+            out["batched_ms"] = 1000 * (time.perf_counter() - t0) / len(batches)
+            singles = Q[:20] if spec["step"] == "index" else Q[:3]
+            t0 = time.perf_counter()
+            for q in singles:
+                store.top_k(q[None, :], 100)
+            out["single_ms"] = 1000 * (time.perf_counter() - t0) / len(singles)
+            out["ids"] = [[int(i) for i in row] for row in ids]
+    if spec["step"] != "build":
+        searched = Q[:64] if spec["step"] == "exact" else Q
+        with Searcher(spec["store"], stand_in(Q.shape[1]), k_candidates=100,
+                      text_field=spec["texts"], write_back=False, index=mode) as s:
+            t0 = time.perf_counter()
+            s.search(searched, k=10)
+            out["searcher_ms"] = 1000 * (time.perf_counter() - t0) / len(searched)
+    out["seconds"] = time.perf_counter() - t0 if spec["step"] == "build" else None
+    out["peak_gb"] = peak_gb()
+    out["anon_gb"] = peak_gb("RssAnon")
+    print(json.dumps(out))
+
+
+def scale_main(args):
+    import subprocess
+    import sys
+
+    sizes = [int(x) for x in args.sizes.split(",")]
+    formats = args.formats.split(",")
+    load = os.getloadavg()[0]
+    work = Path(tempfile.mkdtemp(prefix="bench_search_scale_"))
+    rows = []
+    try:
+        for fmt in formats:
+            for n in sizes:
+                t0 = time.perf_counter()
+                store, texts, Q = scale_store(work, fmt, n, d=args.dim)
+                made = time.perf_counter() - t0
+                np.save(work / "q.npy", Q)
+                res = {}
+                for step in ("exact", "build", "index"):
+                    spec = json.dumps({"store": store, "texts": texts, "step": step,
+                                       "queries": str(work / "q.npy")})
+                    t0 = time.perf_counter()
+                    run = subprocess.run([sys.executable, __file__, "--scale-worker", spec],
+                                         capture_output=True, text=True, check=True)
+                    res[step] = json.loads(run.stdout.strip().splitlines()[-1])
+                    res[step]["wall"] = time.perf_counter() - t0
+                exact, index = res["exact"]["ids"], res["index"]["ids"]
+                recall = float(np.mean([len(set(a) & set(b)) / 100
+                                        for a, b in zip(exact, index)]))
+                rows.append((fmt, n, made, res, recall))
+                print(f"{fmt} {n}: made in {made:.0f} s; " + "; ".join(
+                    f"{k}: " + ", ".join(f"{a}={b:.3g}" for a, b in v.items()
+                                         if isinstance(b, float)) for k, v in res.items()) +
+                    f"; recall@100 {recall:.3f}", flush=True)
+                for p in work.iterdir():
+                    if p.name != "q.npy":
+                        shutil.rmtree(p) if p.is_dir() else p.unlink()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"{args.dim}-d clustered rows, K = 100; load average at start {load:.1f} on "
+          f"{os.cpu_count()} cores")
+    print("format | rows | exact ms/q (batch 32, single, searcher) | exact peak GB | "
+          "build s | build peak GB | index ms/q (batch 32, single, searcher) | "
+          "index peak GB | recall@100 (peak GB: the process's, after imports "
+          f"{rows[0][3]['exact']['base_gb']:.2f} GB)" if rows else "")
+    for fmt, n, _, r, recall in rows:
+        e, b, i = r["exact"], r["build"], r["index"]
+        print(f"{fmt} | {n:,} | {e['batched_ms']:.1f}, {e['single_ms']:.0f}, "
+              f"{e['searcher_ms']:.1f} | {e['peak_gb']:.2f} | {b['seconds']:.1f} | "
+              f"{b['peak_gb']:.2f} | {i['batched_ms']:.1f}, {i['single_ms']:.1f}, "
+              f"{i['searcher_ms']:.1f} | {i['peak_gb']:.2f} | {recall:.3f}")
+    return rows
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("npz", nargs="?", default=str(DEFAULT_NPZ))
@@ -104,7 +284,17 @@ def main(argv=None):
     p.add_argument("--serve", type=int, default=1000, help="queries served one at a time")
     p.add_argument("--candidates", default="50,100,200")
     p.add_argument("--quick", action="store_true", help="200 queries served, K = 50 only")
+    p.add_argument("--scale", action="store_true", help="exact scan against the index on "
+                   "synthetic stores of --sizes rows")
+    p.add_argument("--sizes", default="100000,1000000")
+    p.add_argument("--formats", default="parquet,npy")
+    p.add_argument("--dim", type=int, default=384, help="width of the synthetic rows")
+    p.add_argument("--scale-worker", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.scale_worker:
+        return scale_worker(args.scale_worker)
+    if args.scale:
+        return scale_main(args)
     if args.quick:
         args.serve, args.candidates = 200, "50"
     Ks = [int(k) for k in args.candidates.split(",")]

@@ -1,6 +1,6 @@
 """Search a translated store with the new encoder in the loop: candidates from the store's own
-index, re-scored exactly by the new encoder's vectors, which are written back as the rows' final
-vectors.
+index (or from skalign's index beside a file store without one), re-scored exactly by the new
+encoder's vectors, which are written back as the rows' final vectors.
 
 A translated store ranks new-model queries well enough to *find* the right rows, not always to
 *order* them: a query's top-100 in the translated store holds far more of its top-10 in the
