@@ -120,17 +120,22 @@ class Database:
     def close(self):
         """One user less; the last one checkpoints the file and detaches it (the file is then
         free for other processes)."""
+        import duckdb
+
         with _GUARD:
             self.users -= 1
             if self.users > 0:
                 return
-            _OPEN.pop(self.key, None)
             conn = _INSTANCE[0]
             try:
                 conn.execute(f"CHECKPOINT {ident(self.alias)}")
-            except Exception:  # a broken file: detaching is all that is left
+            except duckdb.Error:  # a broken file, or a transaction still open: detach anyway
                 pass
-            conn.execute(f"DETACH {ident(self.alias)}")
+            try:
+                conn.execute(f"DETACH {ident(self.alias)}")
+            except duckdb.Error:  # still in use (a cursor not closed): kept attached, reused
+                return
+            _OPEN.pop(self.key, None)
 
 
 def _instance(address):

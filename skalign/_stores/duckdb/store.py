@@ -179,6 +179,7 @@ class Reader(StoreReader):
         less) from row ``start`` on, ``rows`` an Arrow record batch with every column."""
         pa = self._pa
         db = open_database(self.address)
+        cur = None
         try:
             cur = db.cursor()
             reader = cur.execute(self._select() + f" OFFSET {int(start)}").to_arrow_reader(
@@ -194,8 +195,9 @@ class Reader(StoreReader):
                     pending, held = rest.to_batches(), rest.num_rows
             if held:
                 yield from self._batch(self._pa.Table.from_batches(pending).combine_chunks())
-            cur.close()
         finally:
+            if cur is not None:
+                cur.close()
             db.close()
 
     def _batch(self, table):
@@ -458,8 +460,11 @@ class Writer(StoreWriter):
 
     def close(self):
         if self.db is not None:
-            db, self.db, self.cur = self.db, None, None
-            db.close()
+            db, cur, self.db, self.cur = self.db, self.cur, None, None
+            try:
+                cur.close()
+            finally:
+                db.close()
 
 
 def read_stamp(address):
