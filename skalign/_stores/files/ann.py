@@ -64,11 +64,12 @@ INDEX_SUFFIX = ".skalign-index"
 #: exactly (``"exact"``); the index built anew now and used (``"build"``); the index used as
 #: it is, refused when missing or stale (``"existing"``)
 INDEX_MODES = ("auto", "exact", "build", "existing")
-#: stores with fewer rows are ranked exactly under ``"auto"``. Measured on 384-d rows (2 busy
-#: cores, benchmarks/bench_search.py --scale): a query alone took 62 ms by an exact scan of
-#: 10^5 rows and 603 ms of 10^6 (linear in the rows), 10 and 31 ms by the index, whose build took
-#: 18 s and 118 s; a build pays for itself after a few hundred single queries at either size,
-#: so the threshold is where a scan stops being fast enough to serve: about 150 ms a query
+#: stores with fewer rows are ranked exactly under ``"auto"``. Measured on 384-d ``.npy`` rows
+#: (2 cores, load 14; benchmarks/bench_search.py --scale): a query alone took 141 ms by an
+#: exact scan of 10^5 rows and 1.5 s of 10^6 (linear in the rows), 11 and 24 ms by the index,
+#: built in 14 s and 146 s; through the searcher (rows and texts read, re-scored) 48 against
+#: 43 ms at 10^5 but 192 against 56 ms at 10^6. Below a few 10^5 rows a scan serves as fast
+#: as the index does, and a build costs more than hundreds of queries save
 INDEX_MIN_ROWS = 250_000
 #: bytes of rows the k-means sample may take
 SAMPLE_BYTES = 128 << 20
