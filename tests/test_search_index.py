@@ -173,6 +173,33 @@ def test_tiny_stores_build_an_index_that_finds_every_row(tmp_path, n):
     assert all(sorted(row) == list(range(n)) for row in ids)
 
 
+def test_a_build_waits_for_another_and_uses_its_index(tmp_path, data, monkeypatch):
+    """While another holds the folder's lock (building), a searcher waits, then loads the
+    index the other built instead of building it again."""
+    import fcntl
+    import threading
+
+    X, _, _ = data
+    monkeypatch.setattr(ann, "INDEX_MIN_ROWS", 1)
+    address = FileStore("npy", tmp_path).make(X)
+    path = ann.index_path(address, "cosine", None)
+    path.parent.mkdir()
+    lock = os.open(path.parent / ".lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    got = {}
+    with open_live(address) as store, open_live(address) as other:
+        waiting = threading.Thread(target=lambda: got.update(how=ann.use_index(store, "auto")))
+        waiting.start()
+        waiting.join(1.0)
+        assert waiting.is_alive() and not path.exists()  # it waits for the lock
+        ann.build_index(other, path).close()  # the other process's build
+        os.close(lock)
+        waiting.join(60)
+        assert got == {"how": "loaded"}
+        ids, _ = store.top_k(X[:5], 1)
+    assert [row[0] for row in ids] == [0, 1, 2, 3, 4]
+
+
 def test_existing_refuses_a_missing_index(tmp_path, data):
     X, _, _ = data
     address = FileStore("npy", tmp_path).make(X)
@@ -195,6 +222,7 @@ def test_hostile_store_names_keep_the_index_in_the_store_folder(tmp_path, data, 
     assert re.fullmatch(r"ivf-cosine-[0-9a-f]{16}\.bin", where.name)
     assert sorted(p.name for p in tmp_path.iterdir()) == before
     assert sorted(p.name for p in folder.iterdir()) == sorted([name, name + ann.INDEX_SUFFIX])
+    assert sorted(p.name for p in where.parent.iterdir()) == [".lock", where.name]
 
 
 def test_hostile_column_name_stays_a_digest(tmp_path, data):
@@ -226,7 +254,8 @@ def test_the_index_never_replaces_a_users_file(tmp_path, data):
             with pytest.raises(StoreError, match="never overwritten|did not write"):
                 ann.use_index(store, mode)
         assert path.read_bytes() == b"my own notes\n"
-        assert os.listdir(path.parent) == [path.name]  # no temporary file left
+        # no temporary file left
+        assert sorted(os.listdir(path.parent)) == sorted([path.name, ".lock"])
         shutil.rmtree(path.parent)
         (tmp_path / "elsewhere").mkdir()
         os.symlink(tmp_path / "elsewhere", path.parent)

@@ -498,19 +498,8 @@ def build_index(store, path, *, random_state=0, progress=False):
 def _publishing(path, store_path, size):
     """A descriptor of a new file of ``size`` bytes beside ``path``; on leaving, fsynced and
     renamed to ``path`` (refused when ``path`` holds anything but an index of skalign's)."""
-    folder = path.parent
-    file_mode, dir_mode = output_modes(store_path)
-    try:
-        os.mkdir(folder, dir_mode)
-    except FileExistsError:
-        pass
-    except OSError as exc:
-        raise StoreError(f"{folder}: cannot create the folder of the store's index "
-                         f"({exc.strerror}); search with index='exact'.") from None
-    st = os.lstat(folder)
-    if not stat.S_ISDIR(st.st_mode):
-        raise StoreError(f"{folder}: skalign keeps the store's index in this folder, but "
-                         "something else is there (a file or a link); move it away.")
+    folder = _index_folder(path, store_path)
+    file_mode, _ = output_modes(store_path)
     tmp = folder / f".{path.name}.{secrets.token_hex(6)}.tmp"
     fd = create_file(tmp, file_mode)
     try:
@@ -524,6 +513,43 @@ def _publishing(path, store_path, size):
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    finally:
+        os.close(fd)
+
+
+def _index_folder(path, store_path):
+    """The folder of the index file ``path``, created (with the store's permission bits) where
+    it is missing; anything but a folder at its name (a file, a link) is refused."""
+    folder = path.parent
+    try:
+        os.mkdir(folder, output_modes(store_path)[1])
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise StoreError(f"{folder}: cannot create the folder of the store's index "
+                         f"({exc.strerror}); search with index='exact'.") from None
+    if not stat.S_ISDIR(os.lstat(folder).st_mode):
+        raise StoreError(f"{folder}: skalign keeps the store's index in this folder, but "
+                         "something else is there (a file or a link); move it away.")
+    return folder
+
+
+@contextlib.contextmanager
+def _build_lock(path, store_path):
+    """An exclusive ``flock`` on ``.lock`` in the index's folder, waited for: one process
+    builds an index at a time, the others then find it built."""
+    import fcntl
+
+    folder = _index_folder(path, store_path)
+    try:
+        fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0),
+                     output_modes(store_path)[0])
+    except OSError as exc:
+        raise StoreError(f"{folder / '.lock'}: cannot open the lock of the store's index "
+                         f"({exc.strerror}).") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
     finally:
         os.close(fd)
 
@@ -568,28 +594,41 @@ def open_index(store, mode="auto", *, progress=False):
             or store.n_rows == 0:
         return None, "exact"
     path = index_path(store.path, store.metric, store.vector_column())
-    how = "built"
-    if mode != "build" and os.path.lexists(path):
-        index = IvfIndex(path)
-        try:
-            index.check(store)
-            return index, "loaded"
-        except IndexStaleError as exc:
-            index.close()
-            if mode == "existing":
-                raise IndexStaleError(f"{exc} Build it again: index='build' (skalign search "
-                                      "--index build).") from None
-            how = "rebuilt"
-        except BaseException:
-            index.close()
-            raise
-    elif mode == "existing":
+    if mode == "existing" and not os.path.lexists(path):
         raise StoreError(f"{store.path}: no index beside the store ({path} is missing); build "
                          "it with index='build' (skalign search --index build).")
-    elif os.path.lexists(path):
-        _check_replaceable(path)
-        how = "rebuilt"
-    return build_index(store, path, progress=progress), how
+    if mode != "build" and os.path.lexists(path):
+        index, how = _current(store, path, mode)
+        if index is not None or mode == "existing":
+            return index, how
+    with _build_lock(path, store.path):
+        how = "built"
+        if os.path.lexists(path):
+            if mode != "build":  # built by another process while this one waited
+                index, how = _current(store, path, mode)
+                if index is not None:
+                    return index, how
+            _check_replaceable(path)
+            how = "rebuilt"
+        return build_index(store, path, progress=progress), how
+
+
+def _current(store, path, mode):
+    """``(index, "loaded")`` for the index at ``path`` when it is current, ``(None,
+    "rebuilt")`` when it is stale (refused under ``"existing"``)."""
+    index = IvfIndex(path)
+    try:
+        index.check(store)
+        return index, "loaded"
+    except IndexStaleError as exc:
+        index.close()
+        if mode == "existing":
+            raise IndexStaleError(f"{exc} Build it again: index='build' (skalign search "
+                                  "--index build).") from None
+        return None, "rebuilt"
+    except BaseException:
+        index.close()
+        raise
 
 
 def use_index(store, mode="auto", progress=False):
