@@ -132,6 +132,9 @@ def choose_lists(n):
 
 
 def _edges_digest(path):
+    """SHA-256 of the first and last :data:`EDGE_BYTES` of each file of the store at ``path``
+    (an ``.npy`` header, a Parquet footer: what changes with the data even when a file's size
+    and time are put back)."""
     h = hashlib.sha256()
     paths = [path] if not os.path.isdir(path) else sorted(
         os.path.join(root, f) for root, _, files in os.walk(path) for f in files)
@@ -449,7 +452,10 @@ def build_index(store, path, *, random_state=0, progress=False):
     lists, probes = choose_lists(n)
     stamp = store_stamp(store)
     rng = np.random.default_rng(random_state)
-    with stage(f"building the index of {path.parent.name[:-len(INDEX_SUFFIX)]} "
+    from ..live_input import shown
+
+    # the store's name as repr shows it: no control character reaches the terminal
+    with stage(f"building the index of {shown(path.parent.name[:-len(INDEX_SUFFIX)])} "
                f"({n} rows, {lists} lists)", progress):
         size = min(n, max(lists, min(SAMPLE_BYTES // (4 * max(d, 1)), 32 * lists)))
         C = _kmeans(_prepare(_sample(store, size, rng), metric), lists, metric, rng) \
