@@ -340,3 +340,52 @@ def test_fetch_of_many_ids_scans_and_gives_the_same_rows(tmp_path, model_and_X):
         np.testing.assert_array_equal(one.vectors[0], many.vectors[k])
         assert one.texts == [many.texts[k]] and one.provenance == [many.provenance[k]]
     np.testing.assert_array_equal(many.vectors[3:], X[[(i - 1) // 3 for i in ids[3:]]])
+
+
+def test_rollback_journal_database_with_another_writer(tmp_path, model_and_X):
+    """SQLite's default rollback journal: the translation's read holds the file's read lock,
+    so another program that begins writing the file cannot commit until it gives up (its own
+    busy timeout, then a rollback); the translation's writes, refused at once meanwhile, ask
+    again until then, and the translation finishes."""
+    import threading
+    import time
+
+    import apsw
+
+    model, X = model_and_X
+    X = np.tile(X, (20, 1))
+    b = SqliteVec()
+    src = b.make(tmp_path, X)
+    conn = b.connect(tmp_path / "vec.db")
+    conn.execute("CREATE TABLE app (x integer)")
+    conn.close()
+    stop, started, counts = threading.Event(), threading.Event(), {"commits": 0, "refused": 0}
+
+    def app():
+        mine = b.connect(tmp_path / "vec.db")
+        mine.setbusytimeout(200)
+        while not stop.is_set():
+            try:
+                mine.execute("BEGIN IMMEDIATE")
+                mine.execute("INSERT INTO app VALUES (1)")
+                mine.execute("COMMIT")
+                counts["commits"] += 1
+                started.set()
+            except apsw.BusyError:
+                counts["refused"] += 1
+                if not mine.getautocommit():
+                    mine.execute("ROLLBACK")
+            time.sleep(0.002)
+        mine.close()
+
+    thread = threading.Thread(target=app)
+    thread.start()
+    try:
+        assert started.wait(30)  # the other program writes from before the translation on
+        translate(model, src, b.output(tmp_path), batch_size=256)
+    finally:
+        stop.set()
+        thread.join()
+    assert counts["refused"] > 0  # the two writers met
+    np.testing.assert_allclose(b.read(b.output(tmp_path))[1][:200], model.transform(X[:200]),
+                               atol=1e-5)

@@ -279,8 +279,25 @@ def writing(conn):
     """A write transaction on ``conn``, its write lock taken first (``BEGIN IMMEDIATE``):
     one that read first and then asked for it could meet another connection waiting for its
     read lock to go, and SQLite answers that with "database is locked" at once, without
-    waiting (its busy handler would wait for ever)."""
-    conn.execute("BEGIN IMMEDIATE")
+    waiting (its busy handler would wait for ever).
+
+    The same answer comes where ``conn`` holds the file's read lock itself (a translation's
+    read statement, in a rollback-journal database) and another program has begun writing:
+    that program cannot commit before the read ends, so ``conn`` asks again, up to
+    :data:`BUSY_MS`, until the program gives up its transaction."""
+    import time
+
+    import apsw
+
+    deadline = time.monotonic() + BUSY_MS / 1000
+    while True:
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            break
+        except apsw.BusyError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.001)
     try:
         yield conn
     except BaseException:
