@@ -34,7 +34,8 @@ Figures, per new encoder and number of candidates ``K``:
 
 Latencies depend on the machine's load; the run prints the load average it started with.
 
-``python benchmarks/bench_search.py --scale [--sizes 100000,1000000] [--formats npy,parquet]``
+``python benchmarks/bench_search.py --scale [--sizes 100000,1000000] [--formats npy,parquet]
+[--dim 384] [--noise 1.0]``
 
 Search at scale, exact scan against skalign's index beside the store (``Searcher(index=...)``,
 :mod:`skalign._stores.files.ann`): synthetic stores of 384-d float32 rows with cluster structure
@@ -51,7 +52,9 @@ its own process, whose peak resident memory (``VmHWM``) is reported:
 * ``recall@100``: the share of the exact scan's 100 candidates that the index's 100 hold, over
   the 100 queries.
 
-10^7 rows of 384-d are 15 GB: on this 2-core machine, 10^7 rows ran at ``--dim 64`` (2.6 GB).
+``--noise 1.5`` spreads the rows further around their centres (the clusters overlap more):
+the index's recall then falls below 1 and shows what its probes miss. 10^7 rows of 384-d are
+15 GB: on this 2-core machine, 10^7 rows ran at ``--dim 64`` (2.6 GB).
 """
 
 import argparse
@@ -116,7 +119,7 @@ def mixed_check(store, texts_path, encoder, K, R, truth):
     return recall_at_10(found["translated"], truth), same
 
 
-def scale_store(folder, fmt, n, d=384, seed=0):
+def scale_store(folder, fmt, n, d=384, seed=0, noise=1.0):
     """A synthetic store of ``n`` clustered rows (see the module docstring), written in chunks;
     returns ``(address, text_field, queries)``."""
     rng = np.random.default_rng(seed)
@@ -127,7 +130,7 @@ def scale_store(folder, fmt, n, d=384, seed=0):
 
     def draw(m):
         return centres[rng.integers(0, len(centres), m)] + \
-            rng.standard_normal((m, d), dtype=np.float32)
+            noise * rng.standard_normal((m, d), dtype=np.float32)
 
     queries = draw(100)
     step = 65536
@@ -237,7 +240,7 @@ def scale_main(args):
         for fmt in formats:
             for n in sizes:
                 t0 = time.perf_counter()
-                store, texts, Q = scale_store(work, fmt, n, d=args.dim)
+                store, texts, Q = scale_store(work, fmt, n, d=args.dim, noise=args.noise)
                 made = time.perf_counter() - t0
                 np.save(work / "q.npy", Q)
                 res = {}
@@ -262,8 +265,8 @@ def scale_main(args):
                         shutil.rmtree(p) if p.is_dir() else p.unlink()
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"{args.dim}-d clustered rows, K = 100; load average at start {load:.1f} on "
-          f"{os.cpu_count()} cores")
+    print(f"{args.dim}-d clustered rows, noise {args.noise}, K = 100; load average at start "
+          f"{load:.1f} on {os.cpu_count()} cores")
     print("format | rows | exact ms/q (batch 32, single, searcher) | exact peak GB | "
           "build s | build peak GB | index ms/q (batch 32, single, searcher) | "
           "index peak GB | recall@100 (peak GB: the process's, after imports "
@@ -289,6 +292,8 @@ def main(argv=None):
     p.add_argument("--sizes", default="100000,1000000")
     p.add_argument("--formats", default="parquet,npy")
     p.add_argument("--dim", type=int, default=384, help="width of the synthetic rows")
+    p.add_argument("--noise", type=float, default=1.0, help="the rows' spread around their "
+                   "centres (1.5: clusters that overlap more, a harder recall)")
     p.add_argument("--scale-worker", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.scale_worker:
