@@ -23,6 +23,18 @@ that size: one seeded permutation, the pairs its first rows, the stores nested a
 after the first 2,000 (after the first 1,000 for the 3,000-item store). A row is ``ok`` when the
 prediction is within 0.05 of the measurement or its interval covers it; staying is also checked
 against +-0.03.
+
+``--judged`` times instead a judged-query plan as ``skalign plan --queries-source QA
+--queries-target QB --qrels FILE`` runs it (the default candidates, both sides, the budget curve):
+7,245 pairs and 500 judged queries, MiniLM -> MPNet. The user's 7,245-document collection is not
+in the repository; the stand-in is built from real sentence embeddings: the 500 queries are
+docstrings of ``docstrings_en.npz``, the pairs the other 3,500 docstrings, the 2,897 English
+gettext messages of ``data/crosslingual_de.npz`` and 848 copies of docstring pairs with Gaussian
+noise of 0.05 x the mean row norm (as the store samples above); a pair is relevant (1) to a query
+when its docstring comes from the query's module (the gettext messages are judged irrelevant).
+It prints the CPU seconds of this process and its children (``resource.getrusage``) and the
+wall time; ``--profile N`` also prints the N most expensive functions (cProfile, cumulative).
+Target (issue 57): <= 60 s of CPU.
 """
 
 import argparse
@@ -52,9 +64,13 @@ def main(argv=None):
     p.add_argument("--validate", action="store_true", help="print the validation table")
     p.add_argument("--combos", nargs="*", default=None, help="SRC:TGT encoder pairs (validate)")
     p.add_argument("--counts", nargs="*", type=int, default=[25, 200, 2000])
+    p.add_argument("--judged", action="store_true", help="time a judged-query plan instead")
+    p.add_argument("--profile", type=int, default=0, help="with --judged: top N of cProfile")
     args = p.parse_args(argv)
     if args.validate:
         return validate(args)
+    if args.judged:
+        return judged(args)
     if args.quick:
         args.pairs, args.store_rows = 500, 10000
     Z = np.load(args.npz)
@@ -108,6 +124,87 @@ def main(argv=None):
     if not args.workdir:
         shutil.rmtree(work)
     return secs
+
+
+#: the judged-query plan's stand-in collection: pairs, queries, noisy copies among the pairs
+JUDGED_PAIRS, JUDGED_QUERIES, JUDGED_COPIES = 7245, 500, 848
+CROSSLINGUAL_NPZ = Path(__file__).resolve().parent / "data" / "crosslingual_de.npz"
+
+
+def judged_collection(npz):
+    """``(X, Y, QA, QB, qrels)`` of the stand-in collection (see the module docstring)."""
+    import gzip
+
+    Z = np.load(npz)
+    C = np.load(CROSSLINGUAL_NPZ)
+    meta = json.load(gzip.open(Path(npz).with_suffix(".texts.json.gz"), "rt"))
+    labels = np.array(meta["label"])
+    A, B = Z["minilm_l6"].astype(np.float32), Z["mpnet_base"].astype(np.float32)
+    rng = np.random.default_rng(0)
+    perm = rng.permutation(len(A))
+    q, docs = perm[:JUDGED_QUERIES], perm[JUDGED_QUERIES:]
+    copies = rng.choice(docs, JUDGED_COPIES, replace=False)
+
+    def noisy(M):
+        scale = 0.05 * np.linalg.norm(M, axis=1).mean() / np.sqrt(M.shape[1])
+        return M[copies] + scale * rng.standard_normal((len(copies), M.shape[1]),
+                                                       dtype=np.float32)
+
+    X = np.concatenate([A[docs], C["en_minilm_l6"].astype(np.float32), noisy(A)])
+    Y = np.concatenate([B[docs], C["en_mpnet_base"].astype(np.float32), noisy(B)])
+    doc_labels = np.concatenate([labels[docs], np.full(len(C["en_minilm_l6"]), -1),
+                                 labels[copies]])
+    assert len(X) == JUDGED_PAIRS, len(X)
+    qrels = {i: {int(d): 1.0 for d in np.flatnonzero(doc_labels == labels[row])}
+             for i, row in enumerate(q)}
+    return X, Y, A[q], B[q], qrels
+
+
+def judged(args):
+    """Time a judged-query plan on the stand-in collection (``--judged``)."""
+    import resource
+    import warnings
+
+    from skalign.plan import plan_migration
+
+    X, Y, QA, QB, qrels = judged_collection(args.npz)
+
+    def cpu():
+        return sum(getattr(resource.getrusage(who), f)
+                   for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+                   for f in ("ru_utime", "ru_stime"))
+
+    prof = None
+    if args.profile:
+        import cProfile
+
+        prof = cProfile.Profile()
+    c0, t0 = cpu(), time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        if prof is not None:
+            prof.enable()
+        plan = plan_migration(X, Y, queries=(QA, QB), qrels=qrels)
+        if prof is not None:
+            prof.disable()
+    secs, cpu_s = time.perf_counter() - t0, cpu() - c0
+    rec = plan.recommendation
+    print(f"judged-query plan: {len(X):,} pairs, {len(QA)} queries ({plan.judged['n_queries']} "
+          f"judged): {cpu_s:.1f} s CPU, {secs:.1f} s wall (OMP_NUM_THREADS="
+          f"{os.environ.get('OMP_NUM_THREADS', 'unset')}, {os.cpu_count()} CPUs, load average "
+          f"{os.getloadavg()[0]:.1f})")
+    print(f"recommendation: {rec['action']} with {rec['method']} ({rec['side']} side); "
+          + ", ".join(f"{o['option']}{' (' + o['method'] + ')' if o['method'] else ''} nDCG@10 "
+                      f"{o['ndcg']:.3f}" for o in plan.judged["options"]))
+    if prof is not None:
+        import pstats
+
+        pstats.Stats(prof).sort_stats("cumulative").print_stats(args.profile)
+    if args.csv:
+        write_figures(args.csv, [("pairs", len(X)), ("queries", len(QA)), ("cpu_s", cpu_s),
+                                 ("wall_s", secs), ("cpu_count", os.cpu_count()),
+                                 ("load_avg_1min_end", os.getloadavg()[0])])
+    return cpu_s
 
 
 def _unit(M):

@@ -66,6 +66,10 @@ SUBSTORE_DRAWS = 6
 LAW_SPREAD = 0.04
 
 
+#: depth of the rankings kept per item, in multiples of k: every sub-store's top-k is read off
+#: them (a sub-store of a share 1/s of the store holds about 32 k / s of a ranking's first 32 k
+#: items; a smaller one is ranked on its own)
+RANK_DEPTH_K = 32
 #: candidate counts the rerank option tries, cheapest first
 RERANK_KS = (20, 50, 100, 200, 500, 1000, 2000)
 
@@ -156,11 +160,23 @@ def estimates(inputs, fits):
     k, size, rs = inputs.k, inputs.store_size, inputs.random_state
     n_resamples, confidence, rng = inputs.n_resamples, inputs.confidence, inputs.rng
     Y_eval = fits.Y_eval
+    # the new model's own rankings of a store, shared by every estimate on it: rows of Y_eval
+    # (keyed by the store's rows) or the pairs
+    truth = {}
+
+    def true_of(rows):
+        key = rows.tobytes()
+        if key not in truth:
+            store = Y_eval[rows]
+            truth[key] = _ranked(store, store, _depth(len(rows), k))
+        return truth[key]
+
     out = []
     for name, folds in fits.folds.items():
         test, index, queries = fits.doc_stores[name]
         doc = estimate(name, "document", Y_eval[test], index, queries, k, size, n_resamples,
-                       confidence, rng, fits.fit_seconds[name], fits.how[name]["document"])
+                       confidence, rng, fits.fit_seconds[name], fits.how[name]["document"],
+                       true_of(test))
         if "document" in inputs.sides:
             out.append(doc)
         if "query" in inputs.sides and "query" in folds:
@@ -168,23 +184,25 @@ def estimates(inputs, fits):
                 test, index, queries = folds["query"][0]
                 out.append(estimate(name, "query", Y_eval[test], index, queries, k, size,
                                     n_resamples, confidence, rng, fits.fit_seconds[name],
-                                    fits.how[name]["query"]))
+                                    fits.how[name]["query"], true_of(test)))
             else:
                 out.append(bridged(doc, name, Y_eval, folds["document"], folds["query"], k,
                                    n_resamples, confidence, rng, fits.fit_seconds[name],
-                                   fits.how[name]["query"]))
+                                   fits.how[name]["query"], true_of))
+    pairs_truth = _ranked(inputs.Y, inputs.Y, _depth(inputs.n_pairs, k))
     stay = estimate("stay", "stay", inputs.Y, inputs.X, inputs.X, k, size, n_resamples,
                     confidence, np.random.default_rng([rs, 3]), 0.0,
-                    "old queries on the old store: the old model's own top-k, no migration")
+                    "old queries on the old store: the old model's own top-k, no migration",
+                    pairs_truth)
     curves = scale_curves(fits.curves, out)
-    ceiling = _ceiling(inputs, fits.oracles)
+    ceiling = _ceiling(inputs, fits.oracles, pairs_truth)
     best_doc = best_estimate(out, "document")
     rerank, budget_store = {}, None
     if best_doc is not None:
         test, index, queries = fits.doc_stores[best_doc.method]
         rerank = rerank_option(Y_eval[test], index, queries, k, size,
                                max(inputs.min_recall, stay.recall), n_resamples, confidence,
-                               np.random.default_rng([rs, 4]))
+                               np.random.default_rng([rs, 4]), true_of(test))
         budget = None if inputs.budget is None else int(inputs.budget)
         if budget is not None and best_doc.method in curves and budget < size:
             budget_store = (Y_eval[test], index)
@@ -210,20 +228,33 @@ def _notes(out, inputs):
 
 
 def estimate(name, side, Y, index, queries, k, store_size, n_resamples, confidence, rng,
-             fit_seconds, how):
+             fit_seconds, how, truth=None):
     """Retention on one evaluation store (rows of ``Y``, ``index``, ``queries`` aligned),
-    carried to ``store_size``."""
-    from ..metrics import retrieval_retention
+    carried to ``store_size``.
+
+    Each item ranks the others once, by the new model (``truth``, :func:`_ranked` of ``Y``,
+    when given) and by the migrated setup, to a depth of ``RANK_DEPTH_K * k``; every
+    sub-store's top-``k`` are read off those rankings (:func:`_within`), as
+    :func:`skalign.metrics.retrieval_retention` would rank the sub-store itself.
+    """
+    m = len(Y)
+    depth = _depth(m, k)
+    true = _ranked(Y, Y, depth) if truth is None else truth
+    pred = _ranked(queries, index, depth)
+    recall, ndcg = _retention(true[:, :k], pred[:, :k], k)
+    per = {"recall": recall, "ndcg": ndcg}
 
     def score(idx):
-        r = retrieval_retention(Y[idx], index[idx], Y[idx], queries[idx], k=k,
-                                exclude_self=True)
-        return r["recall"], r["ndcg"]
+        R, S = _within(true, idx, k), _within(pred, idx, k)
+        if R is None or S is None:  # too small a share of the store: ranked on its own
+            Ys = Y[idx]
+            R = _ranked(Ys, Ys, k)
+            S = _ranked(queries[idx], index[idx], k)
+        r, n = _retention(R, S, k)
+        return float(r.mean()), float(n.mean())
 
-    per = retrieval_retention(Y, index, Y, queries, k=k, exclude_self=True, per_query=True)
-    m = len(Y)
     sizes, draws = substore_draws(score, m, k, rng,
-                                  full=(float(per["recall"].mean()), float(per["ndcg"].mean())))
+                                  full=(float(recall.mean()), float(ndcg.mean())))
     out = []
     for col, key in enumerate(("recall", "ndcg")):
         ci = percentile_ci(per[key], n_resamples, confidence, rng)
@@ -236,20 +267,19 @@ def estimate(name, side, Y, index, queries, k, store_size, n_resamples, confiden
 
 
 def bridged(doc, name, Y, doc_folds, query_folds, k, n_resamples, confidence, rng, fit_seconds,
-            how):
+            how, true_of):
     """The query side from the document side ``doc``: both sides are measured on the same
     held-out folds (leak-free, but small); the ratio of their retentions above chance
-    multiplies the document side's carried to the store size."""
-    from ..metrics import retrieval_retention
-
+    multiplies the document side's carried to the store size. ``true_of(rows)`` is the new
+    model's ranking of the store ``Y[rows]`` (:func:`_ranked`)."""
     vals = {"document": ([], []), "query": ([], [])}
     sizes = []
     for side, folds in (("document", doc_folds), ("query", query_folds)):
         for test, index, queries in folds:
-            per = retrieval_retention(Y[test], index, Y[test], queries, k=k, exclude_self=True,
-                                      per_query=True)
-            vals[side][0].append(per["recall"])
-            vals[side][1].append(per["ndcg"])
+            recall, ndcg = _retention(true_of(test)[:, :k],
+                                      _ranked(queries, index, k), k)
+            vals[side][0].append(recall)
+            vals[side][1].append(ndcg)
             if side == "document":
                 sizes.append(len(test))
     c_fold = chance(k, int(np.mean(sizes)))
@@ -306,12 +336,12 @@ def scale_curves(curves, estimates):
     return out
 
 
-def _ceiling(inputs, oracles):
+def _ceiling(inputs, oracles, truth):
     rng = np.random.default_rng([inputs.random_state, 2])
     best = None
     for name, index in oracles:
         e = estimate(name, "document", inputs.Y, index, inputs.Y, inputs.k, inputs.store_size,
-                     inputs.n_resamples, inputs.confidence, rng, 0.0, "")
+                     inputs.n_resamples, inputs.confidence, rng, 0.0, "", truth)
         if best is None or e.recall > best.recall:
             best = e
     return {"method": best.method, "recall": best.recall, "recall_ci": best.recall_ci,
@@ -320,23 +350,74 @@ def _ceiling(inputs, oracles):
                    "pairs and scored on the same pairs (in sample)"}
 
 
-def _ranks(Yn, In, Qn, k, block=512):
+def _depth(m, k):
+    """Depth of the rankings kept for a store of ``m`` items."""
+    return min(RANK_DEPTH_K * k, m - 1)
+
+
+def _ranked(Q, T, depth):
+    """The first ``depth`` rows of ``T`` by cosine to each row of ``Q``, best first, the two
+    the same items (row ``i`` never ranks itself); int32 array of shape (n, depth).
+
+    Similarities are computed a block of rows at a time (about 128 MiB of float32 each).
+    """
+    import torch
+
+    from ..utils._backend import row_normalize
+
+    Tt = row_normalize(torch.from_numpy(np.ascontiguousarray(T, dtype=np.float32)))
+    Qt = Tt if Q is T else row_normalize(torch.from_numpy(np.ascontiguousarray(Q,
+                                                                           dtype=np.float32)))
+    out = np.empty((len(Qt), depth), dtype=np.int32)
+    block = max(1, 2 ** 25 // max(len(Tt), 1))
+    for s in range(0, len(Qt), block):
+        S = Qt[s:s + block] @ Tt.T
+        rows = torch.arange(S.shape[0])
+        S[rows, rows + s] = -torch.inf
+        out[s:s + block] = torch.topk(S, depth, dim=1).indices.numpy()
+    return out
+
+
+def _within(ranking, idx, k):
+    """Each item's top-``k`` within the sub-store ``idx`` (sorted store rows), as sub-store
+    rows, read off the store's ``ranking`` (:func:`_ranked`); ``None`` when some item's ranking
+    holds fewer than ``k`` of the sub-store's items."""
+    where = np.full(len(ranking), -1, dtype=np.int64)
+    where[idx] = np.arange(len(idx))
+    sub = where[ranking[idx]]
+    inside = sub >= 0
+    first = inside & (np.cumsum(inside, axis=1) <= k)
+    if not (first.sum(axis=1) == k).all():
+        return None
+    return sub[first].reshape(len(idx), k)
+
+
+def _retention(R, S, k):
+    """Per item: recall@k and nDCG@k of the ranked top-``k`` ``S`` against the true top-``k``
+    ``R`` (the formulas of :func:`skalign.metrics.retrieval_retention`)."""
+    import torch
+
+    hit = (torch.from_numpy(np.asarray(S, dtype=np.int64)).unsqueeze(2)
+           == torch.from_numpy(np.asarray(R, dtype=np.int64)).unsqueeze(1)).any(dim=2).double()
+    discount = 1.0 / torch.log2(torch.arange(2, k + 2, dtype=torch.float64))
+    return (hit.sum(dim=1) / k).numpy(), ((hit * discount).sum(dim=1) / discount.sum()).numpy()
+
+
+def _ranks(true, In, Qn, block=512):
     """Per query (leave-one-out): the rank, in the ranking of the unit ``Qn`` against the unit
-    ``In``, of each item of its true top-``k`` (cosine in the unit ``Yn``); shape (n, k)."""
-    out = np.empty((len(Yn), k), dtype=np.int64)
-    for s in range(0, len(Yn), block):
-        rows = np.arange(s, min(s + block, len(Yn)))
-        St = Yn[rows] @ Yn.T
+    ``In``, of each item of its true top-``k`` (the rows ``true``, shape (n, k))."""
+    out = np.empty(true.shape, dtype=np.int64)
+    for s in range(0, len(true), block):
+        rows = np.arange(s, min(s + block, len(true)))
         Sc = Qn[rows] @ In.T
-        St[np.arange(len(rows)), rows] = -np.inf
         Sc[np.arange(len(rows)), rows] = -np.inf
-        true = np.argpartition(-St, k, axis=1)[:, :k]
-        score = np.take_along_axis(Sc, true, axis=1)
+        score = np.take_along_axis(Sc, true[rows].astype(np.int64), axis=1)
         out[rows] = (Sc[:, None, :] > score[:, :, None]).sum(axis=2)
     return out
 
 
-def rerank_option(Y, index, queries, k, store_size, target, n_resamples, confidence, rng):
+def rerank_option(Y, index, queries, k, store_size, target, n_resamples, confidence, rng,
+                  truth=None):
     """The smallest ``K`` of :data:`RERANK_KS` whose translated top-``K`` is predicted to hold
     ``target`` of the true top-``k`` in a store of ``store_size`` (or the largest measurable).
 
@@ -349,16 +430,24 @@ def rerank_option(Y, index, queries, k, store_size, target, n_resamples, confide
     rerank : dict or None
         ``{"k_candidates", "recall_at_10", "recall_ci", "supported", "encoded_per_query"}``;
         ``None`` when no ``K`` fits the evaluation store.
+
+    ``truth`` is the new model's ranking of the store (:func:`_ranked`), when made already.
     """
     m = len(Y)
     ks = [K for K in RERANK_KS if MIN_STORE_K * K <= m and K < store_size - 1]
     if not ks:
         return None
-    Yn, In, Qn = unit(Y), unit(index), unit(queries)
+    In, Qn = unit(index), unit(queries)
+    if truth is None:
+        truth = _ranked(Y, Y, _depth(m, k))
     ranks = {}
 
     def score(idx):
-        r = _ranks(Yn[idx], In[idx], Qn[idx], k)
+        true = _within(truth, idx, k)
+        if true is None:  # too small a share of the store: ranked on its own
+            Ys = Y[idx]
+            true = _ranked(Ys, Ys, k)
+        r = _ranks(true, In[idx], Qn[idx])
         ranks[len(idx)] = ranks.get(len(idx), []) + [r]
         return 0.0, 0.0
 
