@@ -450,3 +450,33 @@ def test_translate_direction_inverse(pair_files, tmp_path, capsys, docstring_pai
                            tmp_path / "q3.npy", "--direction", "inverse")
     assert status == 2 and len(err.strip().splitlines()) == 1
     assert "no inverse_transform" in err and not (tmp_path / "q3.npy").exists()
+
+
+def test_substores_read_off_the_rankings_match_ranking_each_substore(docstring_pair):
+    """Each sub-store's top-k read off the store's rankings gives the per-item recall and nDCG
+    that ranking the sub-store itself gives (skalign.metrics.retrieval_retention), down to the
+    sub-stores too small a share of the store to be read (those are ranked on their own)."""
+    from skalign.metrics import retrieval_retention
+    from skalign.plan._estimate import _depth, _ranked, _retention, _within
+
+    A, B, perm = docstring_pair
+    Y, X = B[perm[:600]], A[perm[:600]]
+    W = np.linalg.lstsq(X, Y, rcond=None)[0]
+    index = X @ W
+    k = 10
+    true, pred = _ranked(Y, Y, _depth(len(Y), k)), _ranked(Y, index, _depth(len(Y), k))
+    rng = np.random.default_rng(0)
+    read = 0
+    for size in (600, 300, 150, 40):
+        idx = np.sort(rng.choice(len(Y), size, replace=False))
+        R, S = _within(true, idx, k), _within(pred, idx, k)
+        if R is None or S is None:
+            assert size < 600  # the whole store is always read
+            continue
+        read += 1
+        recall, ndcg = _retention(R, S, k)
+        ref = retrieval_retention(Y[idx], index[idx], Y[idx], Y[idx], k=k, exclude_self=True,
+                                  per_query=True)
+        np.testing.assert_array_equal(recall, ref["recall"])
+        np.testing.assert_array_equal(ndcg, ref["ndcg"])
+    assert read >= 3
