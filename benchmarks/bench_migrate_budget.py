@@ -13,6 +13,10 @@ encoder pair and seeded split, a store of ``--store`` random texts of the develo
   the old unit vectors; the budget shared among clusters by size, drawn uniformly within each;
 * ``centres``: mini-batch k-means with one cluster per encoded row, the row nearest each centre
   (``O(n · budget · d)`` per pass: a large store needs a subsample);
+* ``sample centres``: what ``skalign migrate`` does (``skalign._migrate.choice``): a k-means
+  with one cluster per encoded row on a uniform sample of at most 20 rows per encoded row, in
+  the sample's 64 leading principal directions, from uniform first centres, three Lloyd rounds,
+  the sample row nearest each centre (``O(budget² · 64)`` per round, whatever the store's size);
 * ``hubs``: the rows most often among the other rows' old-space cosine top-10;
 * ``centres+hubs``: half the budget ``centres``, the other half ``hubs``;
 * ``uncertain``: half ``random``; two ridge maps fitted on halves of those pairs translate the
@@ -110,6 +114,15 @@ def choose_centres(store, budget, rng):
     return np.flatnonzero(taken)
 
 
+def choose_sample_centres(store, budget, rng):
+    from skalign._migrate.choice import centre_rows, choose_rows, rows_to_cluster
+
+    pool = rows_to_cluster(len(store.X), budget, random_state=store.seed)
+    if not len(pool):
+        return choose_rows(len(store.X), budget, random_state=store.seed)
+    return pool[centre_rows(store.X[pool], budget, random_state=store.seed)]
+
+
 def choose_hubs(store, budget, rng, exclude=()):
     deg = store.in_degree().astype(float)
     deg[np.asarray(exclude, dtype=int)] = -1
@@ -131,7 +144,8 @@ def choose_uncertain(store, budget, rng):
 
 
 STRATEGIES = {"random": choose_random, "stratified": choose_stratified,
-              "centres": choose_centres, "hubs": choose_hubs,
+              "centres": choose_centres,
+              "sample centres": choose_sample_centres, "hubs": choose_hubs,
               "centres+hubs": choose_centres_hubs, "uncertain": choose_uncertain}
 
 

@@ -53,6 +53,8 @@ __all__ = ["Migration", "MigrationResult", "count_provenance", "migrate_store",
 
 #: rows per read and write-back batch
 BATCH = 2048
+#: encoded pairs the plan chooses the map on at most (a seeded sample of more)
+PLAN_PAIRS = 2000
 
 
 @dataclass
@@ -538,9 +540,15 @@ def _plan_and_fit(X, Y, n_rows, *, min_recall, anyway, methods, random_state,
     from ..plan import plan_migration
     from ..plan._candidates import make_candidate
 
+    # the plan's cost grows with the square of its pairs, and a --continue step's pairs with
+    # every step: it chooses the method on a seeded sample of PLAN_PAIRS; the map is fitted on
+    # every pair
+    keep = np.arange(len(X)) if len(X) <= PLAN_PAIRS else np.sort(
+        np.random.default_rng([random_state, 57]).choice(len(X), PLAN_PAIRS, replace=False))
     try:
-        plan = plan_migration(X, Y, store_size=n_rows, sides=("document",), methods=methods,
-                              curve=False, min_recall=min_recall, random_state=random_state)
+        plan = plan_migration(X[keep], Y[keep], store_size=n_rows, sides=("document",),
+                              methods=methods, curve=False, min_recall=min_recall,
+                              random_state=random_state)
     except ValueError as exc:
         if "pairs" not in str(exc):
             raise
