@@ -325,6 +325,31 @@ def test_ridge_svd_matches_closed_form(rng):
     np.testing.assert_allclose(W, np.linalg.solve(X.T @ X + 2.0 * np.eye(8), X.T @ Y), atol=1e-10)
 
 
+@pytest.mark.parametrize("shape", [(300, 20), (20, 300)], ids=["tall", "wide"])
+def test_ridge_svd_matches_scikit_learn_ridge_tall_and_wide(rng, shape):
+    from sklearn.linear_model import Ridge
+
+    X, Y = rng.standard_normal(shape), rng.standard_normal((shape[0], 4))
+    W = ridge_svd(torch.as_tensor(X), torch.as_tensor(Y), alpha=0.5).numpy()
+    ref = Ridge(alpha=0.5, fit_intercept=False, solver="svd").fit(X, Y).coef_.T
+    np.testing.assert_allclose(W, ref, atol=1e-9)
+
+
+def test_ridge_svd_falls_back_to_the_svd_where_cholesky_fails(rng):
+    # rank 2 at scale 1e9 with alpha 1: the rounding of XᵀX (~1e4) leaves XᵀX + αI without a
+    # Cholesky factor; the fitted values XW = U diag(s² / (s² + α)) UᵀY are well defined (the
+    # coefficients along the noise directions are not: compare the fit, not W)
+    X = 1e9 * (rng.standard_normal((60, 2)) @ rng.standard_normal((2, 10)))
+    Y = rng.standard_normal((60, 3))
+    gram = torch.as_tensor(X.T @ X) + torch.eye(10, dtype=torch.float64)
+    assert int(torch.linalg.cholesky_ex(gram)[1]) != 0  # the case the fallback is for
+    W = ridge_svd(torch.as_tensor(X), torch.as_tensor(Y), alpha=1.0).numpy()
+    U, s, _ = np.linalg.svd(X, full_matrices=False)
+    fit = U @ ((s * s / (s * s + 1.0))[:, None] * (U.T @ Y))
+    np.testing.assert_allclose(X @ W, fit, atol=1e-6)
+    assert np.abs(fit).max() > 0.5  # the projection on X's range is not trivially small
+
+
 @pytest.fixture
 def two_threads():
     before = torch.get_num_threads()
