@@ -19,6 +19,7 @@ from store_backends import (
     SqliteVec,
     serve_postgres,
 )
+from store_capabilities import kinds
 
 from skalign import ProcrustesAligner
 from skalign._stores.address import parse_address
@@ -35,8 +36,8 @@ def postgres(tmp_path_factory):
     yield from serve_postgres(tmp_path_factory)
 
 
-@pytest.fixture(params=["faiss", "chroma", "qdrant", "pgvector", "sqlite-vec", "milvus",
-                        "duckdb"])
+@pytest.fixture(params=kinds("translate",
+                             "test_connectors.py::test_round_trip_keeps_ids_fields_and_source"))
 def backend(request):
     name = request.param
     pytest.importorskip({"faiss": "faiss", "chroma": "chromadb", "qdrant": "qdrant_client",

@@ -5,6 +5,7 @@ import json
 
 import numpy as np
 import pytest
+from store_capabilities import kinds
 
 from skalign._migrate import calibration as mc
 from skalign._migrate.choice import SAMPLE_PER_ROW, centre_rows, choose_rows, rows_to_cluster
@@ -426,7 +427,8 @@ def make_duckdb(root, texts, old):
     return address + "docs", address + "docs_new", read, [10 * i for i in range(len(texts))]
 
 
-@pytest.mark.parametrize("engine", ["qdrant", "pgvector", "sqlite-vec", "milvus", "duckdb"])
+@pytest.mark.parametrize("engine", kinds(
+    "migrate", "test_migrate.py::test_engine_migration_to_the_end"))
 def test_engine_migration_to_the_end(engine, corpus, tmp_path, request, monkeypatch):
     import tempfile
 

@@ -29,6 +29,7 @@ from store_backends import (
     SqliteVec,
     serve_postgres,
 )
+from store_capabilities import kinds
 
 from skalign import ProcrustesAligner
 from skalign._stores.base import ENCODE_DEPTH
@@ -122,9 +123,9 @@ def postgres(tmp_path_factory):
     yield from serve_postgres(tmp_path_factory)
 
 
-BACKENDS = [b.name for b in FILE_BACKENDS] + ["faiss", "chroma", "qdrant", "pgvector",
-                                               "pgvector-keyless", "milvus", "sqlite-vec",
-                                               "duckdb", "duckdb-keyless"]
+BACKENDS = kinds("translate",
+                 "test_resume.py::test_sigkill_then_same_command_resumes_to_an_identical_result"
+                 ) + ["pgvector-keyless", "duckdb-keyless"]
 #: the backends whose shadow is a table or collection with "skalign" in its name
 NAMED_SHADOWS = ("chroma", "pgvector", "pgvector-keyless", "sqlite-vec", "duckdb",
                  "duckdb-keyless")

@@ -12,15 +12,16 @@ import tempfile
 
 import numpy as np
 import pytest
+from store_capabilities import kinds
 
 from skalign._stores import open_live
 from skalign._stores.live import similarity
-from skalign._stores.registry import BACKENDS
 from skalign.encoders import CachedEncoder
 from skalign.search import Searcher, candidates_from_plan, search
 
 N, D = 300, 16
-LIVE_KINDS = sorted(kind for kind, entry in BACKENDS.items() if entry.get("live"))
+LIVE_KINDS = kinds("search write-back",
+                   "test_search.py::test_written_back_vectors_equal_the_encoder_output")
 
 
 @pytest.fixture(autouse=True)
