@@ -128,13 +128,7 @@ def private_module_messages(root=PACKAGE):
 
 def test_no_message_names_a_private_module():
     found = private_module_messages()
-    others = [f for f in found if not f[0].startswith("skalign/plan/")]
-    assert others == [], "\n".join(f"{p}:{line}: {name}" for p, line, name in others)
-    if found:
-        # TODO(issue 59): remove once the plan's own part of issue 59 lands (its store-size
-        # note names skalign.plan._law); everything else is held strictly above
-        pytest.xfail("skalign.plan's messages still name a private module (the plan's part of "
-                     "issue 59): " + ", ".join(f"{p}:{line}: {name}" for p, line, name in found))
+    assert found == [], "\n".join(f"{p}:{line}: {name}" for p, line, name in found)
 
 
 def test_the_message_search_finds_a_private_module(tmp_path):

@@ -84,7 +84,7 @@ tried therefore stop at 0.97. The best scale drifts towards 1 as the store grows
 check on a few thousand pairs can see.
 
 The chosen store's retention is then measured at the migration's own share of exact rows and
-carried to the store's size by the law of :mod:`skalign.plan._law`, with its interval: the
+carried to the store's size by the law of :mod:`skalign.plan._estimate`, with its interval: the
 estimate ``migrate`` prints and stamps.
 
 "Translate all" is a store of translations only: the budget rows' exact vectors are not
@@ -292,7 +292,7 @@ def _proto(method, model, n_pairs, random_state):
     """A fresh estimator of ``method`` with the penalty ``model`` chose fixed (the penalty
     search is the slow part of a ridge fit, and the map ``migrate`` writes chose it on all
     pairs)."""
-    from ..plan._candidates import make_candidate
+    from ..plan._inputs import make_candidate
 
     proto = make_candidate(method, n_pairs, random_state)
     if getattr(proto, "alpha", None) == "auto" and hasattr(model, "alpha_"):
@@ -518,7 +518,7 @@ def price_written(T_cross, Y, share, store_size, *, k=10, modes=(MIXED, ALL), ra
     choice : StoreChoice
         With a calibration of the chosen kind and scale fitted on all pairs.
     """
-    from ..plan._law import percentile_ci, project, substore_draws
+    from ..plan._estimate import percentile_ci, project, substore_draws
 
     Y = np.asarray(Y, dtype=np.float64)
     T_cross = np.asarray(T_cross, dtype=np.float64)

@@ -483,7 +483,7 @@ class Migration:
         """The map of the previous step, fitted again on its own rows ``X``, ``Y``
         (deterministic); after a step that left no translated row (rows have gone stale since:
         their texts changed), the linear map."""
-        from ..plan._candidates import make_candidate
+        from ..plan._inputs import make_candidate
 
         model = make_candidate(self.record.get("method") or "linear", n_pairs=len(X),
                                random_state=self.random_state).fit(X, Y)
@@ -538,7 +538,7 @@ def _plan_and_fit(X, Y, n_rows, *, min_recall, anyway, methods, random_state,
     """``(method, model, estimate)``: the plan's best map for the pairs, fitted, and the store
     written with it (:func:`~skalign._migrate.calibration.choose_store`) with its estimate."""
     from ..plan import plan_migration
-    from ..plan._candidates import make_candidate
+    from ..plan._inputs import make_candidate
 
     # the plan's cost grows with the square of its pairs, and a --continue step's pairs with
     # every step: it chooses the method on a seeded sample of PLAN_PAIRS; the map is fitted on

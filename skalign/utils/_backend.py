@@ -644,39 +644,34 @@ def pinv_svd(A: torch.Tensor, rtol: float | None = None):
 def ridge_svd(X: torch.Tensor, Y: torch.Tensor, alpha: float, rtol: float | None = None):
     """Ridge / minimum-norm least-squares coefficients ``W`` minimising ‖XW − Y‖² + α‖W‖².
 
-    For α > 0, solved in float64 through the Cholesky factor of the smaller regularised Gram
-    matrix: ``W = (XᵀX + αI)⁻¹ XᵀY`` for tall ``X``, ``W = Xᵀ (XXᵀ + αI)⁻¹ Y`` for wide ``X``
-    (scikit-learn's ``Ridge(solver="cholesky")``); forming the Gram matrix is one product, several
-    times cheaper than an SVD of ``X`` when one side is much longer than the other. Where the
-    factorisation fails (a Gram matrix too ill-conditioned for α), and for α = 0, it goes through
-    the SVD of ``X``, ``W = V diag(s / (s² + α)) Uᵀ Y``; for α = 0, singular values below
-    ``rtol * s_max`` are dropped, which gives the minimum-norm solution on rank-deficient ``X``.
+    For α > 0, in float64 through the Cholesky factor of the smaller regularised Gram matrix,
+    ``(XᵀX + αI)⁻¹ XᵀY`` or ``Xᵀ (XXᵀ + αI)⁻¹ Y`` (scikit-learn's ``solver="cholesky"``, several
+    times cheaper than an SVD of a tall or wide ``X``); for α = 0 and where that factor fails,
+    through the SVD ``W = V diag(s / (s² + α)) Uᵀ Y``, dropping for α = 0 the singular values
+    below ``rtol * s_max`` (the minimum-norm solution on rank-deficient ``X``).
     """
     import torch
 
     X64, Y64 = X.to(torch.float64), Y.to(torch.float64)
-    if alpha > 0:
-        W = _ridge_cholesky(X64, Y64, alpha)
-        if W is not None:
-            check_finite(W, what="the least-squares solution", hint="Increase alpha.")
-            return W
-    with lapack_threads(X):
-        U, s, Vh = torch.linalg.svd(X64, full_matrices=False)
-    if alpha > 0:
-        d = s / (s * s + alpha)
-    else:
-        if rtol is None:
-            rtol = max(X.shape) * torch.finfo(torch.float64).eps
-        keep = s > rtol * (s.max() if s.numel() else 0.0)
-        d = torch.where(keep, 1.0 / torch.where(keep, s, torch.ones_like(s)), torch.zeros_like(s))
-    W = Vh.mT @ (d.unsqueeze(-1) * (U.mT @ Y64))
+    W = _ridge_cholesky(X64, Y64, alpha) if alpha > 0 else None
+    if W is None:
+        with lapack_threads(X):
+            U, s, Vh = torch.linalg.svd(X64, full_matrices=False)
+        if alpha > 0:
+            d = s / (s * s + alpha)
+        else:
+            if rtol is None:
+                rtol = max(X.shape) * torch.finfo(torch.float64).eps
+            keep = s > rtol * (s.max() if s.numel() else 0.0)
+            d = torch.where(keep, 1.0 / torch.where(keep, s, torch.ones_like(s)),
+                            torch.zeros_like(s))
+        W = Vh.mT @ (d.unsqueeze(-1) * (U.mT @ Y64))
     check_finite(W, what="the least-squares solution", hint="Increase alpha.")
     return W
 
 
 def _ridge_cholesky(X64, Y64, alpha):
-    """Ridge coefficients through the Cholesky factor of the smaller of ``XᵀX + αI`` and
-    ``XXᵀ + αI``; ``None`` where that matrix is not numerically positive definite."""
+    """:func:`ridge_svd` by Cholesky; ``None`` where the Gram matrix has no factor."""
     import torch
 
     tall = X64.shape[0] >= X64.shape[1]
