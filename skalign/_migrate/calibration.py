@@ -225,8 +225,11 @@ def _pad_direction(Yu, Tu):
     of the translations ``Tu``."""
     from scipy.linalg import eigh
 
+    from ..utils._backend import work_threads
+
     M = Yu.T @ Yu / len(Yu) + 1e-3 * (Tu.T @ Tu) / len(Tu)
-    z = eigh(M, subset_by_index=[0, 0])[1][:, 0]
+    with work_threads(len(M) ** 3):  # 768 x 768 beside the suite: 0.77 s on 2 threads, 0.02 on 1
+        z = eigh(M, subset_by_index=[0, 0])[1][:, 0]
     # a fixed sign, so that the same pairs always give the same rows
     return z if z[np.argmax(np.abs(z))] > 0 else -z
 
