@@ -85,3 +85,26 @@ def test_file_store_pairs_by_id(tmp_path, spaces, kind):
     got_x, got_y = read_pairs(source, str(tmp_path / "new.parquet"), id_column="id")
     np.testing.assert_array_equal(got_x, X[rows])
     np.testing.assert_array_equal(got_y, Y[rows])
+
+
+@pytest.mark.parametrize("kind", ["npy", "parquet"])
+def test_continue_encodes_no_earlier_row_again_without_a_cache(tmp_path, spaces, kind):
+    """Without an encode cache, a ``--continue`` step reads the rows the earlier steps encoded
+    back from the output (marked encoded for their text) instead of encoding them again: the
+    encoder sees each text once over three steps, and the refitted map is the same."""
+    X, Y = spaces
+    store = FileStore(kind, tmp_path)
+    source = store.make(X)
+    out = _output(tmp_path, kind)
+    seen = []
+    enc = CallableEncoder(lookup_encoder(Y, seen), fingerprint="lookup-Y")
+    text = store.options["text_field"]
+    migrate_store(source, out, enc, 100, text_field=text, anyway=True)
+    second = migrate_store(source, out, enc, 100, text_field=text, anyway=True,
+                           continue_=True)
+    assert second.n_encoded_rows == 200 and sum(seen) == 200  # not 100 + 200
+    migrate_store(source, out, enc, 100, text_field=text, anyway=True, continue_=True)
+    assert sum(seen) == N
+    with open_live(out) as written:
+        np.testing.assert_allclose(written.fetch([store.key(i) for i in range(N)]).vectors, Y,
+                                   rtol=1e-5, atol=1e-6)

@@ -263,6 +263,20 @@ class Migration:
         X = np.concatenate(X).astype(np.float32, copy=False)
         return (X, _texts_or_refuse(ids, got, self.src, self.text_field)) if texts else X
 
+    def _new_vectors(self, ids, texts, held):
+        """The new encoder's vectors of the rows ``ids``: read back from the output where it
+        holds them already (``held``: marked encoded by this encoder, for the text it holds
+        now), encoded only for the others — an earlier step's rows are never encoded again,
+        with or without an encode cache."""
+        new, kept = np.flatnonzero(~held), np.flatnonzero(held)
+        parts = [(new, self.enc.encode([texts[j] for j in new]))] if len(new) else []
+        parts += [(kept[lo:lo + BATCH], self.output.fetch([ids[j] for j in kept[lo:lo + BATCH]])
+                   .vectors) for lo in range(0, len(kept), BATCH)]
+        Y = np.empty((len(ids), parts[0][1].shape[1]), dtype=np.float32)
+        for rows, V in parts:
+            Y[rows] = V
+        return Y
+
     def _choose(self, budget, random_state):
         """Positions of the ``budget`` rows to encode: nearest the k-means centres of the old
         vectors (read here), or drawn uniformly (:mod:`skalign._migrate.choice`)."""
@@ -389,8 +403,8 @@ class Migration:
         # the texts as the output holds them now (the scan's); the old vectors from the source
         enc_texts = _texts_or_refuse(enc_ids, [texts[i] for i in encoded], self.out,
                                      self.text_field)
-        X, Y = self._read(enc_ids, texts=False), enc.encode(enc_texts)
         was = np.isin(encoded, done)  # rows of X and Y encoded by the earlier steps
+        X, Y = self._read(enc_ids, texts=False), self._new_vectors(enc_ids, enc_texts, was)
         old = np.isin(encoded, np.union1d(done, held))  # the previous step's pairs
         new = np.flatnonzero(~was)  # rows of X and Y encoded now: marked by this step
         rest = np.setdiff1d(np.arange(n), encoded)
