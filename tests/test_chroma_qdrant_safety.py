@@ -123,6 +123,23 @@ def test_replace_twice_is_a_noop(tmp_path, backend, data):
     np.testing.assert_array_equal(after[2][1], before[2][1])
 
 
+def test_qdrant_replace_forced_by_the_same_job_writes_a_new_collection(tmp_path, data):
+    """``--replace --force`` with the same model and source: the output and its backup are two
+    collections (the job's shadow name is taken by the served output, so the run writes under
+    another); one collection under both aliases would make removing the backup, as the next
+    run's message asks, remove the output too."""
+    X, model = data
+    backend = Qdrant()
+    src, out = backend.make(tmp_path, X[:ROWS["qdrant"]]), backend.output(tmp_path)
+    translate(model, src, out)
+    assert translate(model, src, out, replace=True, force=True).backup is not None
+    inventory = backend.inventory(tmp_path)
+    assert {"alias out", "alias out_skalign_backup"} <= set(inventory)
+    assert len([c for c in inventory if c.startswith("out_skalign_")]) == 2, inventory
+    np.testing.assert_array_equal(backend.read(out)[1], backend.read(_backup(backend,
+                                                                              tmp_path))[1])
+
+
 def test_backup_as_input_refused_and_stamps_follow_replace_and_restore(tmp_path, backend,
                                                                          data):
     X, model = data

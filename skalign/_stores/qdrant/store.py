@@ -460,7 +460,11 @@ class Writer(StoreWriter):
                 self.client.delete_collection(c.name)
 
     def begin(self, fp):
-        self.shadow = shadow_name(self.address.name, fp)
+        # the job's shadow, unless an alias names that collection: the output the same job
+        # published before (``--replace --force``), or its backup, is not a leftover to resume
+        live = set(_aliases(self.client).values())
+        self.shadow = next(s for s in (shadow_name(self.address.name, fp[at:])
+                                       for at in (0, 12, 20)) if s not in live)
         self._drop_leftovers(keep=self.shadow)
         if self.client.collection_exists(self.shadow):
             count = self.client.count(self.shadow, exact=True).count
