@@ -321,8 +321,8 @@ def read_vectors(path, *, column=None):
     return open_reader(path, column=column).read_all()
 
 
-def translate(model, input, output, *, column=None, batch_size=None, progress=False,
-              replace=False, force=False):
+def translate(model, input, output=None, *, column=None, batch_size=None, progress=False,
+              replace=False, force=False, into=None):
     """Translate every vector of a store with a fitted aligner, streaming in batches.
 
     Peak memory is bounded by ``batch_size`` (and, for Parquet, the input's row-group size),
@@ -380,6 +380,13 @@ def translate(model, input, output, *, column=None, batch_size=None, progress=Fa
         Translate even a store that is named as a backup or whose provenance stamp says it is
         already this model's output (refused otherwise with
         :class:`~skalign.exceptions.UnsafeOperationError`), or again an output that holds it.
+    into : str, default=None
+        Write the translation into a new vector field of ``input`` itself, named ``into``
+        (``output`` left out): a pgvector column with an index like the old one's, a LanceDB or
+        Parquet column, ... The old field, the rows and their other fields are never changed;
+        each row of the new field is marked ``translated:<model>`` under the key
+        ``skalign_vector_<into>``, so a call killed part-way and run again writes only the
+        rows left. A store whose engine holds one vector field only (Chroma) is refused.
 
     Returns
     -------
@@ -394,13 +401,22 @@ def translate(model, input, output, *, column=None, batch_size=None, progress=Fa
 
     if isinstance(model, (str, Path)):
         model = load(model)
+    if into is not None or output is None:
+        if output is not None or into is None:
+            raise ValueError("give an output store, or into=FIELD for a new field of the "
+                             "input itself (not both).")
+        from ._stores.address import parse_address
+        from ._stores.fields import translate_into
+
+        return translate_into(model, parse_address(input), into, column=column,
+                              batch_size=batch_size, progress=progress)
     return translate_store(model, input, output, column=column, batch_size=batch_size,
                            progress=progress, replace=replace, force=force)
 
 
 def migrate(source, output, encoder, budget, *, text_field=None, column=None,
             min_recall=0.0, anyway=False, random_state=0, cache=None, continue_=False,
-            progress=False, batch_size=None, provenance_key=None):
+            progress=False, batch_size=None, provenance_key=None, into=None):
     """Migrate a store to a new encoder: encode ``budget`` rows' texts, translate the rest.
 
     The rows are chosen from their old vectors: those nearest the centres of a seeded k-means,
@@ -454,6 +470,11 @@ def migrate(source, output, encoder, budget, *, text_field=None, column=None,
         The column, metadata or payload key of each row's mark in ``output`` (default
         ``skalign_vector``); a key holding values skalign did not write is refused before any
         text is encoded.
+    into : str, default=None
+        Migrate into a new vector field of ``source`` itself, named ``into`` (``output``
+        ``None``), instead of a second store: the old field, rows and payloads untouched, every
+        row of the new field written in place and marked under ``skalign_vector_<into>`` (see
+        :func:`translate`'s ``into``); ``continue_`` goes on with that field.
 
     Returns
     -------
@@ -463,6 +484,16 @@ def migrate(source, output, encoder, budget, *, text_field=None, column=None,
         (the map and its recall@10 estimate at the store's size), ``translated`` (rows
         translated by this call) and ``action``; ``to_dict()`` gives them as a dict.
     """
+    if into is not None or output is None:
+        if output is not None or into is None or provenance_key is not None:
+            raise ValueError("give an output store, or into=FIELD for a new field of the "
+                             "source itself (not both; a field's provenance key is its own).")
+        from ._migrate.into import migrate_into
+
+        return migrate_into(source, into, encoder, budget, text_field=text_field,
+                            column=column, min_recall=min_recall, anyway=anyway,
+                            random_state=random_state, cache=cache, continue_=continue_,
+                            progress=progress, batch_size=batch_size)
     from ._migrate.migration import migrate_store
 
     return migrate_store(source, output, encoder, budget, text_field=text_field, column=column,

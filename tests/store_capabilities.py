@@ -27,6 +27,9 @@ _MIGRATE = {
                                                           "milvus", "duckdb"),
 }
 
+#: the kinds whose ``--into FIELD`` tests/test_into.py runs (its makers)
+_INTO = ("pgvector", "qdrant")
+
 #: column -> {test: the kinds it runs}
 TESTS = {
     "translate": {
@@ -38,7 +41,11 @@ TESTS = {
     "search write-back": {
         "test_search.py::test_written_back_vectors_equal_the_encoder_output": ENGINES,
     },
-    "--into FIELD": {},
+    "--into FIELD": {
+        "test_into.py::test_migrate_into_a_field_to_the_end": _INTO,
+        "test_into.py::test_translate_into_resumes_after_a_kill": _INTO,
+        "test_into.py::test_search_field_and_info_show_both_fields": _INTO,
+    },
     "pairs by id": {
         "test_pairs_io.py::test_chroma_old_vectors_and_parquet_new_vectors_keyed_by_id":
             ("chroma", "parquet"),
@@ -55,7 +62,7 @@ TESTS = {
 #: (column, kind) -> its cell where no test of the column runs the kind
 OTHERWISE = {
     ("pairs by id", "npy"): "row order (no ids)",
-    **{("--into FIELD", k): "not yet" for k in ENGINES if k != "chroma"},
+    **{("--into FIELD", k): "not yet" for k in ENGINES if k not in (*_INTO, "chroma")},
     ("--into FIELD", "chroma"): "no: one embedding per collection",
 }
 

@@ -128,3 +128,64 @@ class Engine:
         """A context manager: finish a publish of ``address`` that a killed run left (see
         :func:`skalign._stores.files.shadow.recover_publish`)."""
         raise NotImplementedError
+
+    # ------------------------------------------------------------------------ a second field
+    #: why ``--into FIELD`` cannot be done on this kind's stores (``None``: it can, where
+    #: :meth:`add_field` is implemented); said as the refusal's reason
+    into_refusal = None
+
+    def check_into(self, address):
+        """Refuse (:class:`~skalign.exceptions.StoreError`) ``--into`` on a kind whose stores
+        hold one vector field only, or whose engine does not implement it."""
+        from ..exceptions import StoreError
+
+        if self.into_refusal is not None:
+            raise StoreError(f"{address}: --into FIELD is not possible: {self.into_refusal}")
+        if type(self).add_field is Engine.add_field:
+            raise StoreError(f"{address}: --into FIELD is not supported for {self.kind} "
+                             "stores; translate or migrate into a second store instead.")
+
+    def vector_fields(self, address):
+        """Every vector field of the store: ``{name: width}`` in the store's order (a store of
+        one unnamed array: ``{None: width}``)."""
+        raise NotImplementedError
+
+    def field_state(self, address, field):
+        """The width of the vector field ``field`` where skalign added it (:meth:`add_field`),
+        ``None`` where the store has no field, column or key of that name; a name the store
+        holds otherwise (the user's own column, another type) raises
+        :class:`~skalign.exceptions.StoreError` naming it."""
+        raise NotImplementedError
+
+    def add_field(self, address, field, dim, like):
+        """Add the empty vector field ``field`` of width ``dim`` to the store, beside its
+        vector field ``like`` (never touched): every row without a value there (SQL ``NULL``,
+        absent), an index of ``like``'s kind, metric and parameters where ``like`` has one, and
+        the engine's mark that skalign added it (what :meth:`field_state` reads). Called only
+        where :meth:`field_state` said ``None``; atomic (a kill leaves the field or nothing)."""
+        raise NotImplementedError
+
+    def open_field(self, address, field, *, text_field=None, **options):
+        """The field ``field`` as a :class:`~skalign._stores.live.LiveStore` where the engine
+        opens it its own way; ``None`` (the default): the store's live store on the column
+        ``field`` with the provenance key of the field (:func:`skalign._stores.fields.
+        open_field`, which every caller goes through)."""
+        return None
+
+    def read_field_stamp(self, address, field):
+        """The provenance stamp of the field ``field`` as parsed, unchecked (``None``: none)."""
+        raise NotImplementedError
+
+    def write_field_stamp(self, address, field, stamp):
+        """Record ``stamp`` as the provenance of the field ``field``."""
+        raise NotImplementedError
+
+    def finish_field(self, address, field):
+        """After a step wrote rows of ``field`` through :meth:`open_field` (closed since),
+        make them the store's own where the live store kept them beside it (a file rewritten
+        once); databases wrote them in place already."""
+
+    def drop_field_command(self, address, field):
+        """The user's own command that drops the vector field ``field`` (said in the guide
+        and by ``skalign info``; skalign never drops a field)."""
+        raise NotImplementedError

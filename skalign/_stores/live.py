@@ -40,13 +40,16 @@ import numpy as np
 from ..exceptions import StoreError
 from .live_input import check_write, shown
 
-__all__ = ["METRICS", "PROVENANCE_KEY", "TEXT_FIELDS", "LiveRows", "LiveStore", "check_key_name",
-           "encoded_mark", "field_token", "first_text_field", "is_mark", "mark_state",
-           "owned_key_or_refuse", "parse_mark", "similarity", "text_digest", "translated_mark",
-           "without_marks"]
+__all__ = ["FIELD_KEY_PREFIX", "METRICS", "PROVENANCE_KEY", "TEXT_FIELDS", "LiveRows",
+           "LiveStore", "check_key_name", "encoded_mark", "field_key", "field_token",
+           "first_text_field", "is_mark", "mark_state", "owned_key_or_refuse", "parse_mark",
+           "similarity", "text_digest", "translated_mark", "without_marks"]
 
 #: the metadata/payload key or column name that holds a row's provenance
 PROVENANCE_KEY = "skalign_vector"
+#: a vector field's provenance key is this prefix and the field's name (``--into FIELD``,
+#: :func:`field_key`)
+FIELD_KEY_PREFIX = PROVENANCE_KEY + "_"
 #: the similarities a live store ranks by (:func:`similarity`)
 METRICS = ("cosine", "ip", "l2")
 
@@ -90,6 +93,13 @@ def similarity(queries, vectors, metric, sq_norms=None):
         return 2 * dots - q_sq[:, None] - sq_norms[None, :]
     qn, vn = np.sqrt(q_sq), np.sqrt(sq_norms)
     return dots / np.where(qn > 0, qn, 1)[:, None] / np.where(vn > 0, vn, 1)[None, :]
+
+
+def field_key(field):
+    """The provenance key (column, payload or metadata key) of the rows of the vector field
+    ``field`` that ``--into`` added: ``skalign_vector_FIELD``, never the store's default
+    :data:`PROVENANCE_KEY`."""
+    return FIELD_KEY_PREFIX + field
 
 
 def translated_mark(fingerprint):
@@ -285,6 +295,15 @@ class LiveStore(ABC):
     provenance_key = PROVENANCE_KEY
     #: whether the provenance is kept in the rows (under :attr:`provenance_key`)
     in_row_provenance = False
+
+    @property
+    def vector_field(self):
+        """The name of the vector field (column, named vector) the store reads; ``None`` for a
+        store of one unnamed array."""
+        column = getattr(self, "column", None)
+        if column is None and hasattr(self, "vector_column"):
+            column = self.vector_column()
+        return column
 
     def text_source(self, text_field=None):
         """The text field, as marks name it, that :meth:`fetch` reads with ``text_field``

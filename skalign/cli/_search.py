@@ -74,6 +74,8 @@ def add_search_command(sub, positive_int):
                    help="replace RESULTS if it exists (default: refuse)")
     p.add_argument("--text-field", metavar="NAME", help="where each row's text is (see TEXTS)")
     p.add_argument("--column", metavar="NAME", help="vector column or named vector")
+    p.add_argument("--field", metavar="FIELD", help="search the vector field FIELD that "
+                   "`skalign migrate/translate --into FIELD` added (written back there)")
     p.add_argument("--id-field", metavar="NAME", help="id column of a Parquet or LanceDB store "
                    "(default: id)")
     p.add_argument("--metric", choices=("cosine", "ip", "l2"),
@@ -241,6 +243,36 @@ def _migration(address):
     return migration if isinstance(migration, dict) else None
 
 
+def _use_field(args):
+    """Point ``args`` at the field ``--field`` names: its column, its provenance key, its
+    stamp's migration (for --normalize auto)."""
+    import dataclasses
+
+    from .._stores.fields import check_field_name, field_key, read_field_stamp
+    from .._stores.registry import engine
+    from ..exceptions import StoreError
+
+    if args.column is not None or args.provenance_key is not None:
+        raise ValueError("--field names the vector field and its provenance key: leave out "
+                         "--column and --provenance-key.")
+    address, field = args.store, check_field_name(args.field, args.store)
+    eng = engine(address)
+    eng.check_into(address)
+    try:
+        state = eng.field_state(address, field)
+    except StoreError:
+        raise StoreError(f"{address}: {field!r} is one of the store's own fields, not one "
+                         "skalign added: search it with --column.") from None
+    if state is None:
+        raise StoreError(f"{address}: no field {field!r}; add it with `skalign migrate STORE "
+                         f"--into {field}` (or translate --into).")
+    stamp = read_field_stamp(address, field) or {}
+    args.field_migration = stamp.get("migration") if isinstance(
+        stamp.get("migration"), dict) else None
+    args.store = dataclasses.replace(address, column=None)
+    args.column, args.provenance_key = field, field_key(field)
+
+
 def cmd_search(args, out):
     from ..encoders import CachedEncoder, EncodeCache, load_encoder
     from ..search import Searcher
@@ -258,10 +290,13 @@ def cmd_search(args, out):
     if not isinstance(candidates, int):
         candidates = read_candidates(candidates)
     queries = read_queries(args.queries)
+    if args.field is not None:
+        _use_field(args)
     options = {k: v for k, v in (("id_field", args.id_field), ("metric", args.metric))
                if v is not None}
-    spec, unit, _, why = choose_normalize(args, args.store, "STORE", options,
-                                          migration=_migration(args.store))
+    spec, unit, _, why = choose_normalize(
+        args, args.store, "STORE", options, migration=getattr(
+            args, "field_migration", None) if args.field else _migration(args.store))
     progress = not args.quiet
     with stage(f"loading the encoder {spec}", progress):
         encoder = CachedEncoder(load_encoder(spec, normalize=unit),

@@ -51,6 +51,14 @@ SAFETY:
   Every output carries a provenance stamp (`skalign info OUTPUT`): translating a backup or a
   store that is already this model's output is refused (--force overrides), and --replace run
   again with the same model and input does nothing.
+
+INTO (--into FIELD):
+  skalign translate MODEL STORE --into FIELD writes the translation into a new vector field of
+  STORE (a pgvector column with an index like the old one's, a LanceDB or Parquet column): the
+  old field, the rows and their other fields are never changed, old queries keep working, and
+  each row of FIELD is marked translated:<model> under skalign_vector_FIELD. Killed part-way?
+  The same command writes the rows left. Query it with `skalign search --field FIELD`; drop
+  the old field with your engine's own command once you have switched (the guide gives it).
 """
 
 
@@ -74,8 +82,12 @@ def add_store_commands(sub):
     tr.add_argument("model", metavar="MODEL", help="model file written by `skalign fit` (.skops)")
     tr.add_argument("input", metavar="INPUT", help="store to translate (never modified): a file "
                     "path or an address, see STORES below")
-    tr.add_argument("output", metavar="OUTPUT", help="store to write, same forms; written in the "
-                    "shadow and published when complete and verified")
+    tr.add_argument("output", metavar="OUTPUT", nargs="?", help="store to write, same forms; "
+                    "written in the shadow and published when complete and verified (left out "
+                    "with --into)")
+    tr.add_argument("--into", metavar="FIELD", help="write the translation into a new vector "
+                    "field FIELD of INPUT itself, beside its old one (never touched), no OUTPUT: "
+                    "see INTO below")
     tr.add_argument("--column", metavar="NAME", help="vector column of a Parquet/LanceDB input "
                     "(default: the only list-of-floats column, or vector/embedding)")
     tr.add_argument("--batch-size", type=_positive_int, metavar="N",
@@ -104,6 +116,8 @@ def add_store_commands(sub):
     info = sub.add_parser("info", help="the provenance stamp of a store skalign wrote")
     info.add_argument("address", metavar="ADDRESS", help="a store: a file path or an address")
     info.add_argument("--json", action="store_true", help="print one JSON object")
+    info.add_argument("--column", metavar="NAME", help="the vector field to describe, where the "
+                      "store has several (each field skalign added is listed after it)")
 
 
 def parse_store_args(args):
@@ -141,6 +155,8 @@ def cmd_translate(args, out):
 
         model = inverse_model(model)
     t0 = time.perf_counter()
+    if args.into is not None or args.output is None:
+        return _translate_into(args, model, out, t0)
     if args.scheduler:
         from ..parallel import translate_parquet
 
@@ -169,6 +185,27 @@ def cmd_translate(args, out):
     return 0
 
 
+def _translate_into(args, model, out, t0):
+    """``skalign translate MODEL STORE --into FIELD``."""
+    from ..io import output_dim, translate
+
+    if args.into is None or args.output is not None:
+        raise ValueError("give OUTPUT, or --into FIELD for a new field of INPUT itself (not "
+                         "both).")
+    for flag in ("replace", "force", "scheduler"):
+        if getattr(args, flag):
+            raise ValueError(f"--{flag} does not apply to --into: the field is written in "
+                             "place, row by row, and the old field never changes.")
+    n = translate(model, args.input, into=args.into, column=args.column,
+                  batch_size=args.batch_size, progress=not args.quiet)
+    secs = time.perf_counter() - t0
+    if not args.quiet:
+        out(f"translated {n} rows {model.n_features_in_}-d -> {output_dim(model)}-d into the "
+            f"field {args.into} of {args.input} in {secs:.2f} s"
+            + (f"; {n.resumed_from} rows held it already" if n.resumed_from else ""))
+    return 0
+
+
 def cmd_restore(args, out):
     from ..io import restore
 
@@ -183,9 +220,10 @@ def cmd_info(args, out):
     from ..utils._terminal import escape_control
 
     stamp = read_stamp(args.address)
-    reader = open_reader(args.address)
+    reader = open_reader(args.address, column=args.column)
     info = {"store": str(args.address), "kind": args.address.kind, "rows": int(reader.n_rows),
-            "dim": int(reader.dim) if reader.n_rows else None, "stamp": stamp}
+            "dim": int(reader.dim) if reader.n_rows else None, "stamp": stamp,
+            "fields": fields_info(args.address)}
     if stamp is not None:
         from .._migrate.migration import count_provenance
 
@@ -201,6 +239,8 @@ def cmd_info(args, out):
         out(escape_control(line))
 
     say(f"{info['store']}: {info['kind']}, {info['rows']} rows of {info['dim']}-d vectors")
+    for line in _field_lines(info["fields"]):
+        say(line)
     if stamp is None:
         say("no provenance stamp: not written by skalign (or by a version before 0.x stamps)")
         return 0
@@ -228,6 +268,65 @@ def cmd_info(args, out):
         say(f"migrated: the other rows translated by {migration['method']}, estimated "
             f"recall@10 {est.get('recall_at_10')} at {est.get('store_size')} rows")
     return 0
+
+
+def fields_info(address):
+    """The store's vector fields, each ``{"field", "dim", "added"}`` and, for a field skalign
+    added (``--into``), its ``stamp``, row ``vectors`` (:func:`~skalign._migrate.into.
+    field_counts`) and the ``drop`` command of the fields it replaces; ``None`` for a kind
+    without named fields."""
+    from .._migrate.into import field_counts
+    from .._stores.fields import read_field_stamp
+    from .._stores.registry import engine
+    from ..exceptions import StoreError
+
+    eng = engine(address)
+    try:
+        fields = eng.vector_fields(address)
+    except (NotImplementedError, StoreError):
+        return None
+    out = []
+    for name, dim in fields.items():
+        item = {"field": name, "dim": dim, "added": False}
+        try:
+            added = eng.field_state(address, name) is not None
+        except StoreError:  # the user's own field
+            added = False
+        if added:
+            item.update(added=True, stamp=read_field_stamp(address, name),
+                        vectors=field_counts(address, name))
+        out.append(item)
+    for item in out:
+        if not item["added"] and any(o["added"] for o in out):
+            item["drop"] = eng.drop_field_command(address, item["field"])
+    return out
+
+
+def _field_lines(fields):
+    """What ``skalign info`` says of the vector fields (one line per field, then the drop
+    command of the old ones)."""
+    if not fields or len(fields) < 2 and not any(f["added"] for f in fields):
+        return []
+    lines = ["vector fields: " + ", ".join(
+        f"{f['field']} ({f['dim']}-d{', added by skalign' if f['added'] else ''})"
+        for f in fields)]
+    for f in fields:
+        stamp, rows = f.get("stamp") or {}, f.get("vectors")
+        if not f["added"]:
+            continue
+        how = "migrated" if isinstance(stamp.get("migration"), dict) else "translated"
+        line = (f"field {f['field']}: {how} from {stamp.get('from_field')} by skalign "
+                f"{stamp.get('skalign')} on {stamp.get('written')}, model {stamp.get('model')}")
+        if stamp.get("filling"):
+            line += "; a step was interrupted: run the same command again to finish it"
+        if rows:
+            line += (f"; {rows['encoded']} of {rows['rows']} rows hold their text's vector by "
+                     f"the new encoder, {rows['translated']} translations, {rows['stale']} "
+                     f"stale, {rows['empty']} not written")
+        lines.append(line)
+    lines += [f"once your queries use the new field, drop {f['field']} yourself: {f['drop']}"
+              for f in fields if f.get("drop")]
+    return lines
 
 
 #: rows read to measure the vectors' lengths in ``skalign info``

@@ -256,7 +256,8 @@ class PgvectorLive(LiveStore):
         query = sql.SQL(
             "SELECT skalign_q.n, skalign_s.id, skalign_s.d FROM unnest(%s::vector[]) WITH "
             "ORDINALITY AS skalign_q(v, n) CROSS JOIN LATERAL (SELECT skalign_t.{key} AS id, "
-            "{col} {op} skalign_q.v AS d FROM {table} AS skalign_t ORDER BY {col} {op} "
+            "{col} {op} skalign_q.v AS d FROM {table} AS skalign_t WHERE {col} IS NOT NULL "
+            "ORDER BY {col} {op} "
             "skalign_q.v LIMIT %s) AS skalign_s ORDER BY skalign_q.n, skalign_s.d").format(
                 key=self._ident(self.key), col=col, op=op, table=self._reader.ident)
         ids, dist = [[] for _ in Q], [[] for _ in Q]
@@ -349,8 +350,10 @@ class PgvectorLive(LiveStore):
             if pos not in got:
                 raise missing_id(self.address, ident)
         rows = [got[pos] for pos in range(len(ids))]
-        return LiveRows(ids, _stack([r[0] for r in rows]), [r[1] for r in rows],
-                        [r[2] for r in rows])
+        # a row of a field not written yet (--into) holds NULL: read as zeros, unmarked
+        zero = np.zeros(self.dim, np.float32)
+        vectors = _stack([zero if r[0] is None else r[0] for r in rows])
+        return LiveRows(ids, vectors, [r[1] for r in rows], [r[2] for r in rows])
 
     def _not_a_key(self, exc):
         """The error for ids that are not values of the key's type (PostgreSQL could not cast

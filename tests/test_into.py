@@ -1,0 +1,357 @@
+"""--into FIELD: migration into a second vector field of the same store, against the real engines.
+
+Each engine has a maker (:data:`MAKERS`): it builds a store of M rows (id, text, n, the old
+vectors in ``emb``) and returns an :class:`Engine` that reads a field back and measures the
+store's size. Another engine plugs in by adding its maker and its kind to tests/
+store_capabilities.py's ``--into FIELD`` column.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import pytest
+from store_capabilities import kinds
+
+from skalign.encoders import CachedEncoder, CallableEncoder, EncodeCache
+from skalign.exceptions import StoreError
+from skalign.io import migrate, translate
+
+N = 600
+M = 160  # rows of each store
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    from skalign.datasets import load_docstring_embeddings
+
+    data = load_docstring_embeddings()
+    return (list(data.texts[:M]), data.embeddings["minilm_l6"][:M].astype(np.float32),
+            data.embeddings["mpnet_base"][:M].astype(np.float32))
+
+
+class Lookup:
+    """The "new encoder": the dev set's MPNet vector of each text; counts the texts it ran on."""
+
+    fingerprint = "mpnet-lookup"
+
+    def __init__(self, texts, new):
+        self.table = {t: v for t, v in zip(texts, new)}
+        self.seen = []
+
+    def __call__(self, texts):
+        self.seen.extend(texts)
+        return np.stack([self.table[t] for t in texts])
+
+
+def encoder_for(corpus, tmp_path):
+    texts, _, new = corpus
+    look = Lookup(texts, new)
+    return look, CachedEncoder(CallableEncoder(look, fingerprint=look.fingerprint),
+                               cache=EncodeCache(tmp_path / "cache.sqlite"))
+
+
+@dataclass
+class Engine:
+    """A store made for a test: its ``address``, the ``keys`` of its rows in order,
+    ``read(field)`` -> ``{key: (vector or None, {other columns})}`` and ``size()`` in bytes."""
+
+    address: str
+    keys: list
+    read: Callable
+    size: Callable
+    old: str = "emb"
+
+
+# ------------------------------------------------------------------------- the engines
+def make_pgvector(root, texts, old, request):
+    import psycopg
+    from pgvector.psycopg import register_vector
+
+    base = request.getfixturevalue("pg_base")
+    with psycopg.connect(base, autocommit=True) as conn:
+        register_vector(conn)
+        conn.execute("DROP TABLE IF EXISTS docs CASCADE")
+        conn.execute(f"CREATE TABLE docs (id bigint PRIMARY KEY, text text, n int, "
+                     f"emb vector({old.shape[1]}))")
+        with conn.cursor() as cur, cur.copy("COPY docs (id, text, n, emb) FROM STDIN") as copy:
+            for i, (t, x) in enumerate(zip(texts, old)):
+                copy.write_row([10 * i, t, i, x])
+        from store_backends import VECTOR_INDEXES
+
+        if VECTOR_INDEXES.get(base) is None:
+            conn.execute("CREATE INDEX docs_emb ON docs USING hnsw (emb vector_cosine_ops) "
+                         "WITH (m = 8, ef_construction = 32)")
+        conn.execute("VACUUM FULL docs")
+
+    def read(field):
+        from psycopg import sql
+
+        with psycopg.connect(base) as conn:
+            register_vector(conn)
+            names = [r[0] for r in conn.execute(
+                "SELECT attname FROM pg_attribute WHERE attrelid = 'docs'::regclass AND "
+                "attnum > 0 AND NOT attisdropped ORDER BY attnum")]
+            rows = conn.execute(sql.SQL("SELECT {} FROM docs").format(
+                sql.SQL(", ").join(map(sql.Identifier, names)))).fetchall()
+        at = names.index(field)
+        return {r[0]: (None if r[at] is None else np.asarray(r[at].to_numpy(), np.float32),
+                       {n: (v.to_numpy().tobytes() if hasattr(v, "to_numpy") else v)
+                        for n, v in zip(names, r) if n != field})
+                for r in rows}
+
+    def size():
+        """The table's bytes (its TOAST included) and its indexes', after ``VACUUM FULL``
+        (the dead row versions the updates leave are reused space, not data)."""
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute("VACUUM FULL docs")
+            return conn.execute("SELECT pg_table_size('docs'), pg_indexes_size('docs')"
+                                ).fetchone()
+
+    return Engine(f"{base}&table=docs&column=emb", [10 * i for i in range(len(texts))],
+                  read, size)
+
+
+def make_qdrant(root, texts, old, request):
+    """A local-mode collection ``docs``: point ids ``10 i``, the payload ``text`` and ``n``, the
+    old vectors under the named vector ``emb`` (cosine) beside a vector ``title``. Every read
+    closes skalign's client of the folder after it (one client per folder: the command line's
+    processes open it)."""
+    pytest.importorskip("qdrant_client")
+    import sqlite3
+
+    from qdrant_client import models
+
+    from skalign._stores.address import parse_address
+    from skalign._stores.qdrant import store as qdrant
+
+    folder = root / "qdrant"
+    folder.mkdir()
+    at = parse_address(f"qdrant:{folder}/docs")
+
+    def client():
+        return qdrant._client(at)
+
+    def release():
+        c = qdrant._CLIENTS.pop(qdrant._client_key(at), None)
+        if c is not None:
+            c.close()
+
+    client().create_collection("docs", vectors_config={
+        "emb": models.VectorParams(size=old.shape[1], distance=models.Distance.COSINE),
+        "title": models.VectorParams(size=2, distance=models.Distance.DOT)})
+    client().upsert("docs", points=models.Batch(
+        ids=[10 * i for i in range(len(texts))], vectors={
+            "emb": old.tolist(), "title": [[1.0, float(i)] for i in range(len(texts))]},
+        payloads=[{"text": t, "n": i} for i, t in enumerate(texts)]))
+    release()
+
+    def read(field):
+        points, _ = client().scroll("docs", limit=10 * len(texts), with_payload=True,
+                                    with_vectors=True)
+        release()
+        out = {}
+        for p in points:
+            vectors = dict(p.vector)
+            value = vectors.pop(field, None)
+            vectors.pop("new", None)
+            other = {**p.payload, **{f"vector {n}": np.asarray(v, np.float32).tobytes()
+                                     for n, v in vectors.items()}}
+            out[p.id] = (None if value is None else np.asarray(value, np.float32), other)
+        return out
+
+    def size():
+        """The collection's SQLite file after a ``VACUUM`` (qdrant-client's local mode keeps
+        each point as one pickled row, rewritten whole when a vector changes: the free pages
+        the old rows leave are reused space, not data); no index (the local mode has none)."""
+        release()
+        path = folder / "collection" / "docs" / "storage.sqlite"
+        with sqlite3.connect(path) as conn:
+            conn.execute("VACUUM")
+        conn.close()
+        return path.stat().st_size, 0
+
+    return Engine(f"qdrant:{folder}/docs?vector=emb", [10 * i for i in range(len(texts))],
+                  read, size)
+
+
+MAKERS = {"pgvector": make_pgvector, "qdrant": make_qdrant}
+
+
+def make(engine, tmp_path, corpus, request):
+    texts, old, _ = corpus
+    return MAKERS[engine](tmp_path, texts, old, request)
+
+
+def _other(row):
+    """A row's columns but skalign's per-field provenance and the new field."""
+    return {k: v for k, v in row.items() if not str(k).startswith("skalign_vector_")
+            and k != "new"}
+
+
+# ------------------------------------------------------------------------- the tests
+@pytest.mark.parametrize("engine", kinds(
+    "--into FIELD", "test_into.py::test_migrate_into_a_field_to_the_end"))
+def test_migrate_into_a_field_to_the_end(engine, corpus, tmp_path, request):
+    """migrate --into new, then --continue to the end: the old field bit for bit, the new one
+    equal to encoding every text, every other column untouched, growth ~ the new vectors."""
+    texts, old, new = corpus
+    store = make(engine, tmp_path, corpus, request)
+    before, size0 = store.read(store.old), store.size()
+    look, enc = encoder_for(corpus, tmp_path)
+    steps = [migrate(store.address, None, enc, 40, text_field="text", into="new")]
+    mid = store.read("new")
+    assert all(v is not None for v, _ in mid.values())  # every row filled by the first step
+    steps.append(migrate(store.address, None, enc, 60, text_field="text", into="new",
+                         continue_=True))
+    steps.append(migrate(store.address, None, enc, 60, text_field="text", into="new",
+                         continue_=True))
+    assert [s.n_encoded for s in steps] == [40, 60, 60]
+    assert [s.n_encoded_rows for s in steps] == [40, 100, 160] and steps[-1].action == "complete"
+    assert len(look.seen) == len(set(look.seen)) == M
+    after = store.read(store.old)
+    for k in store.keys:  # the old field and every other column, bit for bit
+        np.testing.assert_array_equal(after[k][0], before[k][0])
+        assert after[k][0].tobytes() == before[k][0].tobytes()
+        assert _other(after[k][1]) == _other(before[k][1])
+    got = store.read("new")
+    V = np.stack([got[k][0] for k in store.keys])
+    np.testing.assert_allclose(V, new, atol=1e-5, rtol=0)
+    marks = [got[k][1]["skalign_vector_new"] for k in store.keys]
+    assert all(m.startswith("encoded:mpnet-lookup:text:") for m in marks)
+    (data0, index0), (data1, index1) = size0, store.size()
+    # the rows grew by the new vectors and their marks, with the engine's own overhead per
+    # value (pgvector: 160 rows of 768-d, 491,520 bytes, grew the table by 671,744: TOAST
+    # chunks), never by a copy of the rows' other columns; the indexes by the new field's
+    # (an index like the old one's, on vectors twice as wide)
+    assert new.nbytes <= data1 - data0 < 1.4 * new.nbytes + 100 * M, (data0, data1)
+    assert index1 - index0 < 1.5 * index0 * new.shape[1] / old.shape[1] + 65536, \
+        (index0, index1)
+
+
+def test_into_is_refused_before_anything_is_written(corpus, tmp_path, request):
+    """Hostile and taken names, the old field itself, the provenance column, and a field of
+    another translation: each refused with one line, nothing written."""
+    store = make("pgvector", tmp_path, corpus, request)
+    _, enc = encoder_for(corpus, tmp_path)
+    for bad, said in [("a\"b", "letters, digits"), ("x\x1b[31m", "letters, digits"),
+                      ("", "letters, digits"), ("1st", "letters, digits"),
+                      ("skalign_vector", "skalign's own"), ("skalign_vector_new", "skalign's own"),
+                      ("emb", "own vector field"), ("text", "did not add"),
+                      ("n" * 49, "letters, digits")]:
+        with pytest.raises(StoreError, match=said) as info:
+            migrate(store.address, None, enc, 40, text_field="text", into=bad)
+        assert "\x1b" not in str(info.value)
+    with pytest.raises(StoreError, match="run skalign migrate STORE --into new first"):
+        migrate(store.address, None, enc, 40, text_field="text", into="new", continue_=True)
+    assert set(next(iter(store.read("emb").values()))[1]) == {"id", "text", "n"}
+    with pytest.raises(ValueError, match="not both"):
+        migrate(store.address, "elsewhere", enc, 40, into="new")
+
+
+def lookup_module(corpus, tmp_path, monkeypatch):
+    """``into_lookup:embed``: the lookup encoder as a module the command line loads."""
+    texts, _, new = corpus
+    np.save(tmp_path / "new.npy", new)
+    (tmp_path / "texts.json").write_text(json.dumps(texts))
+    (tmp_path / "into_lookup.py").write_text(
+        "import json, pathlib\nimport numpy as np\n"
+        "HERE = pathlib.Path(__file__).parent\n"
+        "TABLE = dict(zip(json.loads((HERE / 'texts.json').read_text()), "
+        "np.load(HERE / 'new.npy')))\n"
+        "def embed(texts):\n    return np.stack([TABLE[t] for t in texts])\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("SKALIGN_ENCODE_CACHE", str(tmp_path / "c.sqlite"))
+    return "into_lookup:embed"
+
+
+@pytest.mark.parametrize("engine", kinds(
+    "--into FIELD", "test_into.py::test_translate_into_resumes_after_a_kill"))
+def test_translate_into_resumes_after_a_kill(engine, corpus, tmp_path, request):
+    """translate --into, SIGKILLed after its second batch: the same command writes the rows
+    left only, and the field equals the model's translation of the old field; a second writer
+    is refused at once."""
+    from skalign import ProcrustesAligner
+    from skalign._stores.address import parse_address
+    from skalign._stores.fields import field_lock
+    from skalign.exceptions import StoreLockedError
+    from skalign.io import save
+
+    texts, old, new = corpus
+    store = make(engine, tmp_path, corpus, request)
+    model = ProcrustesAligner().fit(old, new)
+    path = str(save(model, tmp_path / "m.skops"))
+    before = store.read(store.old)
+    cmd = [sys.executable, "-m", "skalign", "translate", path, store.address, "--into", "new",
+           "--batch-size", "40", "--quiet"]
+    env = {**os.environ, "SKALIGN_TEST_KILL_AT": "into-batch-1"}
+    killed = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -9, killed.stderr
+    half = store.read("new")
+    assert sum(v is not None for v, _ in half.values()) == 80  # two batches committed
+    with field_lock(parse_address(store.address), "new"):
+        with pytest.raises(StoreLockedError, match="another skalign"):
+            translate(path, store.address, into="new")
+    n = translate(path, store.address, into="new", batch_size=40)
+    assert int(n) == M - 80 and n.resumed_from == 80
+    got = store.read("new")
+    want = model.transform(old)
+    V = np.stack([got[k][0] for k in store.keys])
+    np.testing.assert_allclose(V, want, atol=1e-5, rtol=0)
+    assert {got[k][1]["skalign_vector_new"] for k in store.keys} == {
+        f"translated:{model_fingerprint(model)}"}
+    after = store.read(store.old)
+    assert all(after[k][0].tobytes() == before[k][0].tobytes() for k in store.keys)
+    assert int(translate(path, store.address, into="new")) == 0  # done: nothing to write
+    other = ProcrustesAligner().fit(old[::-1], new)
+    with pytest.raises(StoreError, match="another model"):
+        translate(other, store.address, into="new")
+
+
+def model_fingerprint(model):
+    from skalign._stores.journal import model_fingerprint as fp
+
+    return fp(model)
+
+
+@pytest.mark.parametrize("engine", kinds(
+    "--into FIELD", "test_into.py::test_search_field_and_info_show_both_fields"))
+def test_search_field_and_info_show_both_fields(engine, corpus, tmp_path, request, capsys,
+                                                monkeypatch):
+    """The command line: migrate --into new and --continue, search --field new finds each
+    query's own row through the new field (and writes back there), info shows both fields
+    and the old field's drop command."""
+    from skalign.cli import main
+
+    texts, old, new = corpus
+    store = make(engine, tmp_path, corpus, request)
+    spec = lookup_module(corpus, tmp_path, monkeypatch)
+    base = ["migrate", store.address, "--into", "new", "--encoder", spec, "--text-field",
+            "text", "--quiet"]
+    assert main(base + ["--budget", "40"]) == 0
+    assert main(base + ["--budget", "50", "--continue"]) == 0
+    capsys.readouterr()
+    queries = tmp_path / "q.txt"
+    queries.write_text("\n".join(texts[:20]) + "\n")
+    results = tmp_path / "r.jsonl"
+    assert main(["search", store.address, "--field", "new", "--queries", str(queries),
+                 "--encoder", spec, "--text-field", "text", "-k", "3", "--candidates", "30",
+                 "--output", str(results), "--quiet"]) == 0
+    hits = [json.loads(line) for line in results.read_text().splitlines()]
+    top = [h["ids"][0] for h in hits]
+    assert top == store.keys[:20]  # each query's own text's row, through the new field
+    assert main(["info", store.address]) == 0
+    said = capsys.readouterr().out
+    assert "vector fields: emb (384-d), new (768-d, added by skalign)" in said
+    assert "field new: migrated from emb" in said and "0 not written" in said
+    assert "drop emb yourself" in said
+    assert main(["info", store.address, "--json"]) == 0
+    fields = json.loads(capsys.readouterr().out)["fields"]
+    assert [(f["field"], f["added"]) for f in fields] == [("emb", False), ("new", True)]
+    assert fields[1]["vectors"]["encoded"] >= 90 and fields[1]["vectors"]["empty"] == 0
