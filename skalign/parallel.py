@@ -31,6 +31,9 @@ or from Python::
 
 from __future__ import annotations
 
+import contextlib
+import os
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -173,3 +176,410 @@ def cluster_backend(scheduler=None):
     with _client(scheduler) as client:
         with client.as_current(), joblib.parallel_config(backend="dask"):
             yield client
+
+
+# ----------------------------------------------------------------------------- the encoder pass
+#: what :func:`encode_partition` says of each row
+STATUSES = ("encoded", "cached", "written", "held", "changed")
+
+#: per worker process: encoders loaded from a spec, outputs open for one pass
+_WORKER = {"encoders": {}, "stores": {}}
+_WORKER_LOCK = threading.Lock()
+
+
+def _worker_encoder(encoder, device, batch_size, normalize, cache):
+    """The encoder of a spec, loaded once per process (and per cache file); an encoder object
+    as it is (in a :class:`~skalign.encoders.CachedEncoder` with ``cache``)."""
+    from .encoders import CachedEncoder, EncodeCache, load_encoder
+
+    if isinstance(encoder, CachedEncoder) and cache is None:
+        return encoder
+    spec = isinstance(encoder, (str, os.PathLike))
+    key = (os.fspath(encoder) if spec else id(encoder), device, batch_size, normalize,
+           None if cache is None else str(cache))
+    with _WORKER_LOCK:
+        found = _WORKER["encoders"].get(key)
+        if found is None or (not spec and found[0] is not encoder):
+            enc = load_encoder(encoder, device=device, batch_size=batch_size,
+                               normalize=normalize)
+            if cache is not None:
+                enc = CachedEncoder(enc, cache=EncodeCache(None if cache is True else cache))
+            found = _WORKER["encoders"][key] = (encoder, enc)
+        return found[1]
+
+
+@contextmanager
+def _worker_output(output, column, text_field, provenance_key, session):
+    """The live output store: kept open in this process for the pass ``session`` (the
+    stores of other passes closed), or opened for this call only (``session=None``)."""
+    from ._stores import open_live
+
+    def open_():
+        return open_live(output, column=column, text_field=text_field,
+                         provenance_key=provenance_key)
+
+    if session is None:
+        with open_() as store:
+            yield store
+        return
+    key = (session, repr(output), column, text_field, provenance_key)
+    with _WORKER_LOCK:
+        for other in [k for k in _WORKER["stores"] if k[0] != session]:
+            _WORKER["stores"].pop(other).close()
+        store = _WORKER["stores"].get(key)
+        if store is None:
+            store = _WORKER["stores"][key] = open_()
+    yield store
+
+
+def _table_columns(table):
+    """``(kind, ids, texts, expected)`` of a pandas DataFrame or an Arrow table or batch."""
+    if hasattr(table, "column_names"):  # pyarrow.Table / RecordBatch
+        names, kind = list(table.column_names), "arrow"
+        get = lambda name: table.column(name).to_pylist()  # noqa: E731
+    elif hasattr(table, "columns") and hasattr(table, "iloc"):
+        names, kind = list(table.columns), "pandas"
+        get = lambda name: table[name].tolist()  # noqa: E731
+    else:
+        raise TypeError(f"encode_partition takes a pandas DataFrame or a pyarrow Table, got "
+                        f"{type(table).__name__}")
+    missing = [c for c in ("id", "text") if c not in names]
+    if missing:
+        raise ValueError(f"encode_partition: the table has no column {missing[0]!r} (it needs "
+                         f"'id' and 'text', optionally 'expected'; it has {names[:8]})")
+    return kind, get("id"), get("text"), get("expected") if "expected" in names else None
+
+
+def _result_table(kind, ids, status, vectors):
+    if kind == "arrow":
+        import pyarrow as pa
+
+        return pa.table({"id": ids, "status": pa.array(status, pa.string()),
+                         "vector": pa.array([None if v is None else v.tolist()
+                                             for v in vectors], pa.list_(pa.float32()))})
+    import pandas as pd
+
+    return pd.DataFrame({"id": pd.Series(ids, dtype=object), "status": status,
+                         "vector": pd.Series(vectors, dtype=object)})
+
+
+def encode_partition(table, encoder, *, output=None, text_field=None, column=None,
+                     provenance_key=None, fingerprint=None, device="auto", batch_size=64,
+                     normalize=None, cache=None, session=None):
+    """Encode one partition of rows: the per-partition work of a cluster's encoder pass.
+
+    A plain function of a table, so that any engine that maps a function over partitions runs
+    it: dask (:class:`ClusterEncoder`), Spark (``DataFrame.mapInPandas``), Ray
+    (``Dataset.map_batches``). Texts are encoded in batches of ``batch_size``, longest first
+    (texts of similar length share a batch: less padding). With ``output`` each batch is
+    written into that store as soon as it is encoded, each row marked encoded (the encoder's
+    fingerprint, the text field and a digest of the text: the mark of ``skalign migrate``),
+    by compare-and-set against its ``expected`` provenance: a row another writer changed
+    meanwhile is left as it is. A row the output already holds marked encoded by this encoder
+    for this text is skipped, so the partition run again after its worker died encodes only
+    what the killed run had not written.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame or pyarrow.Table
+        One row per row to encode: ``id`` (the store's id), ``text``, and optionally
+        ``expected``, the provenance value read before (``None``: none); without it the
+        provenance the output holds when the partition starts is the expected one.
+    encoder : str, path or Encoder
+        An encoder spec (:func:`skalign.encoders.load_encoder`: a model folder, a cached model
+        name, ``module:callable``), loaded once per process and kept, or an encoder object.
+    output : str or Address, default=None
+        The store to write the vectors into (any ``skalign`` address); ``None`` returns them.
+    text_field, column, provenance_key : str, default=None
+        As ``skalign migrate`` takes them: where the output's texts are (the text field the
+        marks name), its vector column, its provenance key.
+    fingerprint : str, default=None
+        The encoder fingerprint the caller expects (the one its marks name); a worker that
+        loads another model (another file under the same path) raises
+        :class:`~skalign.exceptions.EncoderError` before encoding.
+    device, batch_size, normalize
+        As :func:`skalign.encoders.load_encoder` takes them (``device="cuda"`` for GPU
+        workers), for a spec.
+    cache : str, path or bool, default=None
+        An encode cache file (:class:`~skalign.encoders.EncodeCache`) on the worker, ``True``
+        for the worker's default one (:func:`~skalign.encoders.default_cache_path`): a text it
+        holds is not encoded again, and a partition run again after its worker died encodes
+        only what the killed run had not cached.
+    session : hashable, default=None
+        A key under which the process keeps ``output`` open between partitions of one pass
+        (a new key each pass; the stores of other keys are closed); ``None`` opens and closes
+        it in this call.
+
+    Returns
+    -------
+    pandas.DataFrame or pyarrow.Table
+        The input's kind, one row per input row, in its order: ``id``, ``status`` and
+        ``vector`` (float32; null where the row was written or held). ``status`` is
+        ``"encoded"`` (the vector returned), ``"cached"`` (returned from ``cache``),
+        ``"written"`` (encoded and written into ``output``), ``"held"`` (``output`` holds it
+        encoded already: not encoded) or ``"changed"`` (encoded, not written: its provenance
+        was no longer ``expected``; the vector returned).
+
+    Examples
+    --------
+    >>> import numpy as np, pandas as pd
+    >>> from skalign.parallel import encode_partition
+    >>> rows = pd.DataFrame({"id": [7, 8], "text": ["a", "abc"]})
+    >>> out = encode_partition(rows, lambda t: np.array([[len(s), 1.0] for s in t]))
+    >>> out.status.tolist(), out.vector[1].tolist()
+    (['encoded', 'encoded'], [3.0, 1.0])
+    """
+    from ._stores.live import encoded_mark, mark_state
+    from .encoders import CachedEncoder
+    from .encoders import text_digest as cache_digest
+    from .exceptions import EncoderError
+    from .utils._terminal import escape_control
+
+    kind, ids, texts, expected = _table_columns(table)
+    bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
+    if bad is not None:
+        raise ValueError(f"encode_partition: row {escape_control(repr(ids[bad]))[:80]} has no "
+                         "text")
+    enc = _worker_encoder(encoder, device, batch_size, normalize, cache)
+    if fingerprint is not None and enc.fingerprint != fingerprint:
+        raise EncoderError(
+            f"this worker's encoder has the fingerprint {escape_control(enc.fingerprint)}, "
+            f"the run's is {escape_control(str(fingerprint))}: every worker must load the same "
+            "model (the same files at the path given)")
+    n = len(ids)
+    status, vectors = ["encoded"] * n, [None] * n
+    store_cm = (_worker_output(output, column, text_field, provenance_key, session)
+                if output is not None else None)
+    with store_cm if store_cm is not None else contextlib.nullcontext() as store:
+        todo = np.arange(n)
+        if store is not None:
+            now = store.fetch(ids).provenance if n else []
+            field = store.text_source(text_field)
+            if expected is None:
+                expected = list(now)
+            held = [mark_state(p, enc.fingerprint, field, t) == "encoded"
+                    for p, t in zip(now, texts)]
+            for i in np.flatnonzero(held):
+                status[i] = "held"
+            todo = np.flatnonzero(~np.asarray(held, dtype=bool)) if n else todo
+        # longest texts first: a batch holds texts of similar length
+        todo = todo[np.argsort([-len(texts[i]) for i in todo], kind="stable")]
+        step = max(1, int(getattr(enc, "batch_size", batch_size) or batch_size))
+        for lo in range(0, len(todo), step):
+            rows = todo[lo:lo + step]
+            part = [texts[i] for i in rows]
+            digests = [cache_digest(t) for t in part] if isinstance(enc, CachedEncoder) \
+                else None
+            hits = {} if digests is None else enc.cache.get(enc.fingerprint, set(digests))
+            V = enc.encode(part)
+            if store is None:
+                for j, i in enumerate(rows):
+                    vectors[i] = V[j]
+                    status[i] = "cached" if digests and digests[j] in hits else "encoded"
+                continue
+            marks = [encoded_mark(enc.fingerprint, field, t) for t in part]
+            written = store.write_back([ids[i] for i in rows], V, marks,
+                                       [expected[i] for i in rows])
+            for j, i in enumerate(rows):
+                if written[j]:
+                    status[i] = "written"
+                else:
+                    status[i], vectors[i] = "changed", V[j]
+    return _result_table(kind, ids, status, vectors)
+
+
+class ClusterEncoder:
+    """The encoder pass of ``skalign migrate`` on a dask cluster (``--workers``,
+    ``--scheduler``).
+
+    Rows are cut into partitions and each partition is one task of :func:`encode_partition` on
+    a worker; each worker loads the encoder once. A worker that dies (killed, out of memory)
+    has its tasks run again on another by the scheduler; with an output to write, the
+    partition run again skips the rows the killed run wrote (they are marked encoded), so no
+    text is encoded twice. The cluster is started at the first pass, not before.
+
+    Parameters
+    ----------
+    encoder : str, path or Encoder
+        An encoder spec, loaded on every worker (a model folder every worker can read,
+        ``module:callable`` importable there), or an encoder object, sent to every worker once.
+    scheduler : str, distributed.Client, cluster or None, default=None
+        The scheduler's address (``"tcp://host:8786"``), a client, a cluster object or
+        ``None`` for the current client.
+    workers : int, default=None
+        Start a local cluster of this many worker processes, one thread each, instead.
+    device, batch_size, normalize, cache
+        As :func:`encode_partition` takes them.
+    partition_rows : int, default=None
+        Rows per task; ``None``: a quarter of the rows per worker, at most
+        ``16 * batch_size`` (small tasks balance the load and lose less to a dead worker).
+
+    Attributes
+    ----------
+    n_encoded : int
+        Texts the workers' encoders ran on (read from an encode cache excluded; with
+        :meth:`encode_step`, rows a partition's killed run wrote included).
+    """
+
+    def __init__(self, encoder, *, scheduler=None, workers=None, device="auto", batch_size=64,
+                 normalize=None, cache=None, partition_rows=None):
+        if scheduler is not None and workers is not None:
+            raise ValueError("give a scheduler or a number of local workers, not both")
+        for name, value in (("workers", workers), ("partition_rows", partition_rows),
+                            ("batch_size", batch_size)):
+            if value is not None and (isinstance(value, bool) or int(value) < 1):
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        self.encoder, self.scheduler, self.workers = encoder, scheduler, workers
+        self.options = {"device": device, "batch_size": int(batch_size),
+                        "normalize": normalize,
+                        "cache": cache if cache in (None, True) else str(cache)}
+        self.partition_rows = partition_rows
+        self.n_encoded = 0
+        self._client = self._cluster = self._ref = None
+        self._owned = False
+
+    # ---------------------------------------------------------------------- the cluster
+    def _start(self):
+        if self._client is not None:
+            return self._client
+        try:
+            from distributed import Client, LocalCluster
+        except ImportError:  # pragma: no cover - depends on the installation
+            raise StoreError("--workers and --scheduler need dask and distributed; pip install "
+                             "'skalign[stores]'.") from None
+        if self.workers is not None:
+            self._cluster = LocalCluster(n_workers=int(self.workers), threads_per_worker=1,
+                                         processes=True, dashboard_address=None)
+            self._client, self._owned = Client(self._cluster), True
+        elif isinstance(self.scheduler, Client):
+            self._client = self.scheduler
+        elif self.scheduler is None:
+            try:
+                self._client = Client.current()
+            except ValueError:
+                raise StoreError("no dask client is running: give a scheduler's address "
+                                 "(--scheduler) or a number of local workers (--workers)") \
+                    from None
+        else:
+            try:
+                self._client, self._owned = Client(self.scheduler, timeout="30s"), True
+            except OSError as exc:
+                raise StoreError(f"cannot reach the dask scheduler {self.scheduler!r}: "
+                                 f"{exc}") from None
+        if not isinstance(self.encoder, (str, os.PathLike)):
+            # the object once per worker, not with every task
+            self._ref = self._client.scatter(self.encoder, broadcast=True, hash=False)
+        return self._client
+
+    def close(self):
+        """Close the client and the local cluster this object started."""
+        if self._owned and self._client is not None:
+            self._client.close()
+        if self._cluster is not None:
+            self._cluster.close()
+        self._client = self._cluster = self._ref = None
+        self._owned = False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _n_workers(self, client):
+        return max(1, len(client.scheduler_info().get("workers", {})) or (self.workers or 1))
+
+    # ---------------------------------------------------------------------- the passes
+    def encode(self, ids, texts, *, fingerprint=None, output=None, expected=None,
+               text_field=None, column=None, provenance_key=None):
+        """Encode ``texts`` (the rows ``ids``) on the cluster: :func:`encode_partition` on
+        every partition, the results in the order given.
+
+        Returns
+        -------
+        pandas.DataFrame
+            ``id``, ``status``, ``vector`` (see :func:`encode_partition`).
+        """
+        import uuid
+
+        import pandas as pd
+        from distributed import as_completed
+
+        ids, texts = list(ids), list(texts)
+        if not ids:
+            return pd.DataFrame({"id": [], "status": [], "vector": []})
+        client = self._start()
+        size = self.partition_rows or min(16 * self.options["batch_size"], max(
+            1, -(-len(ids) // (4 * self._n_workers(client)))))
+        frame = pd.DataFrame({"id": pd.Series(ids, dtype=object), "text": texts})
+        if expected is not None:
+            frame["expected"] = pd.Series(list(expected), dtype=object)
+        session = uuid.uuid4().hex
+        futures = {client.submit(encode_partition, frame.iloc[lo:lo + size].reset_index(
+            drop=True), self._ref if self._ref is not None else self.encoder, output=output,
+            text_field=text_field, column=column, provenance_key=provenance_key,
+            fingerprint=fingerprint, session=session if output is not None else None,
+            pure=False, **self.options): lo for lo in range(0, len(ids), size)}
+        parts = {}
+        try:
+            for future in as_completed(futures):
+                parts[futures[future]] = future.result()
+                future.release()
+        finally:
+            for future in futures:
+                future.cancel()
+        out = pd.concat([parts[lo] for lo in sorted(parts)], ignore_index=True)
+        self.n_encoded += int(out.status.isin(("encoded", "written", "changed")).sum())
+        return out
+
+    def encode_step(self, step, ids, texts, write):
+        """The new vectors of a step of ``skalign migrate`` (a
+        :class:`~skalign._migrate.migration.Migration`) for the rows ``ids``: encoded on the
+        cluster and, with ``write``, written into the step's output (marked encoded, by
+        compare-and-set against the provenance the step read).
+
+        Returns
+        -------
+        in_output : ndarray of bool
+            The rows the output now holds encoded (written by the workers, or found there).
+        vectors : ndarray of shape (len(ids), dim), float32
+            The other rows' new vectors (the rows ``in_output`` are zero: read them back).
+        """
+        from .encoders import text_digest as cache_digest
+
+        ids, texts = list(ids), list(texts)
+        cache = getattr(step.enc, "cache", None)
+        digests = [cache_digest(t) for t in texts] if cache is not None else None
+        # the texts the step's own encode cache holds are read from it, as on one machine
+        hit = np.zeros(len(ids), dtype=bool)
+        if cache is not None:
+            found = cache.get(step.enc.fingerprint, set(digests))
+            hit = np.array([d in found for d in digests], dtype=bool)
+        go = np.flatnonzero(~hit)
+        expected = None
+        if write:
+            where = {key: i for i, key in enumerate(step.rows.ids)}
+            expected = [step.rows.provenance[where[ids[i]]] for i in go]
+        out = self.encode([ids[i] for i in go], [texts[i] for i in go],
+                          fingerprint=step.enc.fingerprint,
+                          output=step.out if write else None, expected=expected,
+                          text_field=step.text_field, column=step.column,
+                          provenance_key=step.provenance_key)
+        in_output = np.zeros(len(ids), dtype=bool)
+        in_output[go] = out.status.isin(("written", "held")).to_numpy()
+        if write:
+            # rows the step's scan found not encoded that the output holds encoded now were
+            # written by this pass (a run of their partition whose worker then died)
+            self.n_encoded += int((out.status == "held").sum())
+        back = [np.asarray(v, dtype=np.float32) for v in out.vector if v is not None]
+        cached = step.enc.encode([texts[i] for i in np.flatnonzero(hit)]) if hit.any() else None
+        dim = back[0].shape[0] if back else cached.shape[1] if cached is not None else 0
+        vectors = np.zeros((len(ids), dim), dtype=np.float32)
+        if cached is not None:
+            vectors[hit] = cached
+        got = [i for i, v in zip(go, out.vector) if v is not None]
+        if got:
+            vectors[got] = np.stack(back)
+            if cache is not None:  # kept for the next runs, as on one machine
+                cache.put(step.enc.fingerprint, [digests[i] for i in got], vectors[got])
+        return in_output, vectors

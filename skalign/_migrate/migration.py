@@ -204,11 +204,10 @@ class Migration:
         The stamp's ``migration`` record (``None``: a step that starts a migration).
     metric : str
         What the source ranks by (the encoded vectors' normalisation follows it).
+    cluster : skalign.parallel.ClusterEncoder or None
+        Set before :meth:`run`: the step's texts are encoded on a dask cluster (and, after the
+        first step, written into the output by its workers); closed with the step.
     """
-
-    #: written in place through the output's live store whatever its kind (a field of the
-    #: source, :mod:`skalign._migrate.into`)
-    in_place = False
 
     def __init__(self, src, out, stamp, column, provenance_key):
         self.src, self.out, self.stamp = src, out, stamp
@@ -216,8 +215,11 @@ class Migration:
         self.column, self.provenance_key = column, provenance_key
         self.source = self.output = self.rows = self.metric = None
         self.ids, self.text_field = [], None
+        self.cluster, self.cluster_written = None, set()
 
     def close(self):
+        if self.cluster is not None:
+            self.cluster.close()
         for store in (self.output, self.source):
             if store is not None:
                 store.close()
@@ -239,11 +241,9 @@ class Migration:
         from .._stores.files.overlay import rebinding
         from .._stores.live import LiveRows
 
-        if self.output is None:  # a step into a field of the source opened it already
-            with rebinding():
-                self.output = open_live(self.out, column=self.column,
-                                        text_field=self.text_field,
-                                        provenance_key=self.provenance_key)
+        with rebinding():
+            self.output = open_live(self.out, column=self.column, text_field=self.text_field,
+                                    provenance_key=self.provenance_key)
         self.output.check_provenance_key()
         ids = list(self.output.ids())
         if len(ids) != len(self.ids) or set(ids) != set(self.ids):
@@ -275,7 +275,16 @@ class Migration:
         now), encoded only for the others — an earlier step's rows are never encoded again,
         with or without an encode cache."""
         new, kept = np.flatnonzero(~held), np.flatnonzero(held)
-        parts = [(new, self.enc.encode([texts[j] for j in new]))] if len(new) else []
+        encoded = None
+        if self.cluster is not None and len(new):
+            # the workers write the rows (marked) when the step keeps encoded rows for sure
+            # (an earlier step encoded some): a partition redone after a dead worker skips them
+            written, encoded = self.cluster.encode_step(
+                self, [ids[j] for j in new], [texts[j] for j in new], write=len(kept) > 0)
+            self.cluster_written.update(ids[j] for j in new[written])
+            kept, new, encoded = np.union1d(kept, new[written]), new[~written], encoded[~written]
+        parts = [(new, self.enc.encode([texts[j] for j in new]) if encoded is None
+                  else encoded)] if len(new) else []
         parts += [(kept[lo:lo + BATCH], self.output.fetch([ids[j] for j in kept[lo:lo + BATCH]])
                    .vectors) for lo in range(0, len(kept), BATCH)]
         Y = np.empty((len(ids), parts[0][1].shape[1]), dtype=np.float32)
@@ -309,6 +318,7 @@ class Migration:
         enc = encoder if isinstance(encoder, CachedEncoder) else CachedEncoder(
             encoder, cache=cache, progress=progress)
         self.enc, self.n_before = enc, enc.n_encoded
+        self.cluster_before, self.cluster_written = getattr(self.cluster, "n_encoded", 0), set()
         self.methods, self.min_recall, self.random_state = methods, min_recall, random_state
         self.progress, self.batch_size = progress, batch_size
         if self.rows is not None:
@@ -318,7 +328,8 @@ class Migration:
     @property
     def n_encoded(self):
         """Texts the encoder ran on during :meth:`run`."""
-        return self.enc.n_encoded - self.n_before
+        return self.enc.n_encoded - self.n_before + (
+            0 if self.cluster is None else self.cluster.n_encoded - self.cluster_before)
 
     def _first(self, budget, anyway):
         n = len(self.ids)
@@ -331,7 +342,8 @@ class Migration:
                              "instead (nothing would be translated)")
         ids = [self.ids[i] for i in pos]
         X, texts = self._read(ids)
-        Y = self.enc.encode(texts)
+        Y = self.enc.encode(texts) if self.cluster is None else \
+            self.cluster.encode_step(self, ids, texts, write=False)[1]
         method, model, estimate = self._fit(X, Y, anyway=anyway)
         fp = _model_fingerprint(method, X, Y)
         if self.record is not None and self.record.get("map") != fp:
@@ -357,8 +369,16 @@ class Migration:
     def _marks(self, ids, Y, texts, expected):
         """The encoded rows ``ids`` (new vectors ``Y`` of ``texts``), marked encoded when
         written (compare-and-set with ``expected``)."""
+        from .._stores.address import FILE_KINDS
         from .._stores.pipeline.translate import RowMarks
 
+        # rows the cluster's workers wrote are not written again (a file store's republish is
+        # still given them: their write binds its overlay to the new file, and the
+        # compare-and-set writes none of them)
+        if self.cluster_written and self.out.kind not in FILE_KINDS:
+            keep = [j for j, key in enumerate(ids) if key not in self.cluster_written]
+            ids, Y = [ids[j] for j in keep], Y[keep]
+            texts, expected = [texts[j] for j in keep], [expected[j] for j in keep]
         return RowMarks(list(ids), Y, None, list(expected), self.provenance_key,
                         self.enc.fingerprint, list(texts), self.text_field)
 
@@ -391,7 +411,7 @@ class Migration:
                 f"{self.out} was migrated with another encoder (fingerprint "
                 f"{rec.get('encoder')!r:.80}, this one {enc.fingerprint}); continue with the "
                 "same encoder")
-        in_place = self.out.kind not in FILE_KINDS or self.in_place
+        in_place = self.out.kind not in FILE_KINDS
         all_ids, prov, texts = self.rows.ids, self.rows.provenance, self.rows.texts
         n = len(all_ids)
         states = np.array(self.rows.states(enc.fingerprint, self.output.text_source(

@@ -37,16 +37,6 @@ FINISHING THE JOB:
   Run until no translated row is left: the store then holds exactly what encoding every text
   gives.
 
-INTO (--into FIELD):
-  skalign migrate STORE --into FIELD --encoder SPEC --budget N
-  writes the migration into a new vector field of STORE (a pgvector column with an index like
-  the old one's, a LanceDB or Parquet column), every row in place: the old field, the rows'
-  texts, payloads and metadata are never touched, and old queries keep working. Each row of
-  FIELD is marked under skalign_vector_FIELD; killed part-way, the same command finishes it.
-  Then `skalign migrate STORE --into FIELD --continue ...` as above, `skalign search --field
-  FIELD` to query it, and your engine's own command to drop the old field (`skalign info`
-  prints it). Chroma holds one embedding per collection: migrate into a second collection.
-
 ENCODER (SPEC):
   a sentence-transformers model folder or a model name in the local Hugging Face cache
   (pip install 'skalign[encoders]'; never downloaded), or module:callable for anything else
@@ -79,16 +69,14 @@ def add_migrate_command(sub, positive_int):
         epilog=MIGRATE_EPILOG.format(max_budget=CENTRES_MAX_BUDGET))
     mg.add_argument("source", metavar="SOURCE", help="the store embedded by the old encoder "
                     "(never modified); its rows must carry their texts")
-    mg.add_argument("output", metavar="OUTPUT", nargs="?", help="the migrated store to write "
-                    "(or, with --continue, to finish); left out with --into")
+    mg.add_argument("output", metavar="OUTPUT", help="the migrated store to write (or, with "
+                    "--continue, to finish)")
     mg.add_argument("--encoder", metavar="SPEC", required=True, help="the new encoder: a "
                     "sentence-transformers folder or cached name, or module:callable")
     mg.add_argument("--budget", type=positive_int, metavar="N", required=True,
                     help="rows to encode (with --continue: more rows to encode)")
     mg.add_argument("--continue", dest="continue_", action="store_true",
                     help="finish OUTPUT progressively: encode BUDGET more of its rows")
-    mg.add_argument("--into", metavar="FIELD", help="migrate into a new vector field FIELD of "
-                    "SOURCE itself instead of a second store (see INTO)")
     mg.add_argument("--text-field", metavar="NAME", help="where each row's text is: a column, "
                     "a metadata or payload key (default: Chroma's documents, else a text or "
                     "document field)")
@@ -117,6 +105,12 @@ def add_migrate_command(sub, positive_int):
                     help="texts per encoder call (default: 64)")
     mg.add_argument("--batch-size", type=positive_int, metavar="N",
                     help="rows per translation batch (as `skalign translate`)")
+    where = mg.add_mutually_exclusive_group()
+    where.add_argument("--workers", type=positive_int, metavar="N", help="encode on a local "
+                       "dask cluster of N worker processes (see the guide's 'From one machine "
+                       "to a cluster')")
+    where.add_argument("--scheduler", metavar="ADDRESS", help="encode on the dask cluster of "
+                       "this scheduler (tcp://host:8786); every worker loads the encoder once")
     mg.add_argument("--json", action="store_true", help="print one JSON object")
     mg.add_argument("--quiet", action="store_true", help="no progress bars (they show on a "
                     "terminal only)")
@@ -183,28 +177,8 @@ def normalize_line(encoder, why):
     return f"normalize: {said}; {why}"
 
 
-def _open_step(args):
-    """The step of ``skalign migrate``, opened: into OUTPUT, or into a field (``--into``)."""
-    from .._migrate.migration import open_migration
-
-    metric = {"metric": args.metric} if args.metric else {}
-    if args.into is None and args.output is not None:
-        return open_migration(args.source, args.output, continue_=args.continue_,
-                              text_field=args.text_field, column=args.column,
-                              provenance_key=args.provenance_key, **metric)
-    if args.into is None or args.output is not None:
-        raise ValueError("give OUTPUT, or --into FIELD for a new field of SOURCE itself (not "
-                         "both).")
-    if args.provenance_key is not None:
-        raise ValueError("--provenance-key does not apply to --into: a field's rows are "
-                         f"marked under skalign_vector_{args.into}.")
-    from .._migrate.into import open_field_migration
-
-    return open_field_migration(args.source, args.into, continue_=args.continue_,
-                                text_field=args.text_field, column=args.column, **metric)
-
-
 def cmd_migrate(args, out):
+    from .._migrate.migration import open_migration
     from ..encoders import CachedEncoder, EncodeCache, load_encoder
     from ..encoders._spec import normalize_label
     from ..exceptions import MigrationRefused, StoreError
@@ -212,7 +186,10 @@ def cmd_migrate(args, out):
 
     progress = on_terminal(not (args.quiet or args.json))
     # every refusal that needs no encoder, the source opened once (its metric for auto)
-    with _open_step(args) as step:
+    with open_migration(args.source, args.output, continue_=args.continue_,
+                        text_field=args.text_field, column=args.column,
+                        provenance_key=args.provenance_key,
+                        **({"metric": args.metric} if args.metric else {})) as step:
         before = step.record or {}
         spec, unit, _, why = choose_normalize(args, None, "SOURCE", migration=step.record,
                                               metric=step.metric)
@@ -227,6 +204,12 @@ def cmd_migrate(args, out):
                              "--normalize")
         cached = CachedEncoder(encoder, cache=EncodeCache(args.encode_cache),
                                progress=progress)
+        if args.workers or args.scheduler:  # the encoder pass on a dask cluster
+            from ..parallel import ClusterEncoder
+
+            step.cluster = ClusterEncoder(spec, scheduler=args.scheduler, workers=args.workers,
+                                          device=args.device, batch_size=args.encode_batch,
+                                          normalize=unit, cache=args.encode_cache or True)
         try:
             result = step.run(cached, args.budget,
                               methods=args.methods.split(",") if args.methods else None,

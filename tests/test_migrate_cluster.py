@@ -1,0 +1,174 @@
+"""The encoder pass of ``skalign migrate`` on a dask cluster (:mod:`skalign.parallel`): a
+LocalCluster of two worker processes gives the single-process run's output (bit-equal vectors,
+the same provenance), a worker killed mid-partition is replaced and its partition redone, and no
+text is encoded (nor any row written encoded) twice; on a Parquet file and on pgvector."""
+
+import os
+import re
+import warnings
+
+import numpy as np
+import pytest
+
+from skalign._migrate.migration import open_migration
+from skalign._stores import open_live
+from skalign.encoders import CachedEncoder, CallableEncoder, EncodeCache
+from skalign.parallel import ClusterEncoder
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+dask = pytest.importorskip("dask")
+distributed = pytest.importorskip("distributed")
+
+N, D = 300, 16
+BUDGETS = (60, 80, 80)  # a first step, then two --continue steps
+
+
+class StandIn:
+    """The new encoder: a text ending in the number ``i`` gets row ``i`` of ``table``. Every
+    call appends its texts to the file ``counter`` (one line each, ``O_APPEND``: the workers'
+    calls are all counted); once the file ``marker`` exists, the first process whose second
+    call since then claims it (a rename) exits at once, mid-partition, before encoding."""
+
+    def __init__(self, table, counter, marker):
+        self.table, self.counter, self.marker = table, str(counter), str(marker)
+        self.armed = 0
+
+    def __call__(self, texts):
+        if os.path.exists(self.marker):
+            self.armed += 1
+            if self.armed >= 2:
+                try:
+                    os.rename(self.marker, self.marker + ".taken")
+                except OSError:
+                    pass
+                else:
+                    os._exit(1)
+        fd = os.open(self.counter, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, "".join(t + "\n" for t in texts).encode())
+        finally:
+            os.close(fd)
+        return np.stack([self.table[int(re.search(r"[0-9]+$", t)[0])] for t in texts])
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    scratch = str(tmp_path_factory.mktemp("dask"))
+    with dask.config.set({"temporary-directory": scratch}), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                      dashboard_address=None) as cluster:
+            yield cluster
+
+
+@pytest.fixture(scope="module")
+def spaces():
+    rng = np.random.default_rng(11)
+    Y = rng.normal(size=(N, D)).astype(np.float32)
+    X = (Y + 0.7 * rng.normal(size=(N, D))).astype(np.float32)
+    return X, Y
+
+
+def migrate_steps(source, output, Y, folder, text_field, cluster=None, kill_in_step=None,
+                  after_step=None):
+    """``BUDGETS`` steps of a migration; with ``cluster`` its encoder pass on it, a worker
+    killed mid-partition in step ``kill_in_step``; ``after_step(i)`` called after step ``i``.
+    Returns the results and the texts the encoder ran on."""
+    folder.mkdir()
+    counter, marker = folder / "encoded.txt", folder / "kill"
+    base = CallableEncoder(StandIn(Y, counter, marker), fingerprint="stand-in", batch_size=8)
+    enc = CachedEncoder(base, cache=EncodeCache(folder / "cache.sqlite"))
+    results = []
+    for i, budget in enumerate(BUDGETS):
+        if i == kill_in_step:
+            marker.touch()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # the small store's estimates
+            with open_migration(source, output, continue_=i > 0,
+                                text_field=text_field) as step:
+                if cluster is not None:
+                    # 80 rows: two partitions of five batches, one per worker; the killed
+                    # worker dies in its partition's second batch, after writing the first
+                    step.cluster = ClusterEncoder(base, scheduler=cluster, batch_size=8,
+                                                  partition_rows=40)
+                results.append(step.run(enc, budget, anyway=True))
+        if i == kill_in_step:  # the marker was claimed: a worker died in this step
+            assert not marker.exists() and marker.with_name("kill.taken").exists()
+        if after_step is not None:
+            after_step(i)
+    return results, counter.read_text().split("\n")[:-1]
+
+
+def read_all(address, text_field):
+    with open_live(address, text_field=text_field) as store:
+        ids = list(store.ids())
+        rows = store.fetch(ids, text_field=text_field)
+    return ids, rows.vectors, rows.provenance
+
+
+def check_equal(single, clustered):
+    (r1, seen1), (r2, seen2), = single, clustered
+    assert [r.to_dict() | {"output": None} for r in r1] == \
+        [r.to_dict() | {"output": None} for r in r2]
+    assert [r.n_encoded for r in r2] == list(BUDGETS)
+    # each text encoded once: the killed worker's batch never returned, its partition's
+    # written batches were skipped when it was redone
+    assert len(seen2) == len(set(seen2)) == len(seen1) == sum(BUDGETS)
+    assert set(seen1) == set(seen2)
+
+
+def test_parquet_on_a_cluster_equals_one_process_and_survives_a_killed_worker(
+        tmp_path, cluster, spaces):
+    X, Y = spaces
+    src = tmp_path / "src.parquet"
+    pq.write_table(pa.table({"id": [f"doc-{i}" for i in range(N)],
+                             "text": [f"t{i}" for i in range(N)],
+                             "vector": pa.array(list(X), pa.list_(pa.float32()))}), src)
+    single = migrate_steps(str(src), str(tmp_path / "a.parquet"), Y, tmp_path / "one",
+                           "text")
+    clustered = migrate_steps(str(src), str(tmp_path / "b.parquet"), Y, tmp_path / "two",
+                              "text", cluster, kill_in_step=1)
+    check_equal(single, clustered)
+    ids_a, Va, prov_a = read_all(str(tmp_path / "a.parquet"), "text")
+    ids_b, Vb, prov_b = read_all(str(tmp_path / "b.parquet"), "text")
+    assert ids_a == ids_b and prov_a == prov_b and np.array_equal(Va, Vb)
+    assert sum(str(p).startswith("encoded:") for p in prov_b) == sum(BUDGETS)
+    # nothing written twice: each row is in one segment of the overlay
+    rows = []
+    for seg in sorted((tmp_path / "b.parquet.skalign-live").glob("seg-*.npz")):
+        with np.load(seg) as z:
+            rows.extend(z["positions"].tolist())
+    assert len(rows) == len(set(rows)) == sum(BUDGETS)
+
+
+def test_pgvector_on_a_cluster_equals_one_process_and_survives_a_killed_worker(
+        tmp_path, cluster, spaces, pg_base):
+    import psycopg
+    from store_backends import PgVector
+
+    X, Y = spaces
+    src = PgVector(pg_base).make(tmp_path, X, table="src_cluster")
+    outs = {name: f"{pg_base}&table={name}&column=emb" for name in ("out_one", "out_two")}
+    single = migrate_steps(src, outs["out_one"], Y, tmp_path / "one", "doc")
+
+    def count_writes(step):  # every write of an encoded vector into out_two's rows, once
+        if step == 0:  # the first step wrote the table anew
+            with psycopg.connect(pg_base, autocommit=True) as conn:
+                conn.execute("CREATE TABLE encoded_writes (id bigint)")
+                conn.execute(
+                    "CREATE FUNCTION count_encoded() RETURNS trigger LANGUAGE plpgsql AS $$ "
+                    "BEGIN INSERT INTO encoded_writes VALUES (NEW.id); RETURN NEW; END $$")
+                conn.execute(
+                    "CREATE TRIGGER count_encoded AFTER UPDATE ON out_two FOR EACH ROW WHEN "
+                    "(NEW.skalign_vector LIKE 'encoded:%') EXECUTE FUNCTION count_encoded()")
+
+    clustered = migrate_steps(src, outs["out_two"], Y, tmp_path / "two", "doc", cluster,
+                              kill_in_step=1, after_step=count_writes)
+    check_equal(single, clustered)
+    ids_a, Va, prov_a = read_all(outs["out_one"], "doc")
+    ids_b, Vb, prov_b = read_all(outs["out_two"], "doc")
+    assert ids_a == ids_b and prov_a == prov_b and np.array_equal(Va, Vb)
+    with psycopg.connect(pg_base, autocommit=True) as conn:
+        counts = conn.execute("SELECT id, count(*) FROM encoded_writes GROUP BY id").fetchall()
+    assert len(counts) == sum(BUDGETS[1:]) and {c for _, c in counts} == {1}
