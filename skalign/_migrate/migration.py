@@ -209,6 +209,10 @@ class Migration:
         first step, written into the output by its workers); closed with the step.
     """
 
+    #: written in place through the output's live store whatever its kind (a field of the
+    #: source, :mod:`skalign._migrate.into`)
+    in_place = False
+
     def __init__(self, src, out, stamp, column, provenance_key):
         self.src, self.out, self.stamp = src, out, stamp
         self.record = None if stamp is None else stamp["migration"]
@@ -241,9 +245,11 @@ class Migration:
         from .._stores.files.overlay import rebinding
         from .._stores.live import LiveRows
 
-        with rebinding():
-            self.output = open_live(self.out, column=self.column, text_field=self.text_field,
-                                    provenance_key=self.provenance_key)
+        if self.output is None:  # a step into a field of the source opened it already
+            with rebinding():
+                self.output = open_live(self.out, column=self.column,
+                                        text_field=self.text_field,
+                                        provenance_key=self.provenance_key)
         self.output.check_provenance_key()
         ids = list(self.output.ids())
         if len(ids) != len(self.ids) or set(ids) != set(self.ids):
@@ -411,7 +417,7 @@ class Migration:
                 f"{self.out} was migrated with another encoder (fingerprint "
                 f"{rec.get('encoder')!r:.80}, this one {enc.fingerprint}); continue with the "
                 "same encoder")
-        in_place = self.out.kind not in FILE_KINDS
+        in_place = self.out.kind not in FILE_KINDS or self.in_place
         all_ids, prov, texts = self.rows.ids, self.rows.provenance, self.rows.texts
         n = len(all_ids)
         states = np.array(self.rows.states(enc.fingerprint, self.output.text_source(

@@ -37,6 +37,16 @@ FINISHING THE JOB:
   Run until no translated row is left: the store then holds exactly what encoding every text
   gives.
 
+INTO (--into FIELD):
+  skalign migrate STORE --into FIELD --encoder SPEC --budget N
+  writes the migration into a new vector field of STORE (a pgvector column with an index like
+  the old one's, a LanceDB or Parquet column), every row in place: the old field, the rows'
+  texts, payloads and metadata are never touched, and old queries keep working. Each row of
+  FIELD is marked under skalign_vector_FIELD; killed part-way, the same command finishes it.
+  Then `skalign migrate STORE --into FIELD --continue ...` as above, `skalign search --field
+  FIELD` to query it, and your engine's own command to drop the old field (`skalign info`
+  prints it). Chroma holds one embedding per collection: migrate into a second collection.
+
 ENCODER (SPEC):
   a sentence-transformers model folder or a model name in the local Hugging Face cache
   (pip install 'skalign[encoders]'; never downloaded), or module:callable for anything else
@@ -69,14 +79,16 @@ def add_migrate_command(sub, positive_int):
         epilog=MIGRATE_EPILOG.format(max_budget=CENTRES_MAX_BUDGET))
     mg.add_argument("source", metavar="SOURCE", help="the store embedded by the old encoder "
                     "(never modified); its rows must carry their texts")
-    mg.add_argument("output", metavar="OUTPUT", help="the migrated store to write (or, with "
-                    "--continue, to finish)")
+    mg.add_argument("output", metavar="OUTPUT", nargs="?", help="the migrated store to write "
+                    "(or, with --continue, to finish); left out with --into")
     mg.add_argument("--encoder", metavar="SPEC", required=True, help="the new encoder: a "
                     "sentence-transformers folder or cached name, or module:callable")
     mg.add_argument("--budget", type=positive_int, metavar="N", required=True,
                     help="rows to encode (with --continue: more rows to encode)")
     mg.add_argument("--continue", dest="continue_", action="store_true",
                     help="finish OUTPUT progressively: encode BUDGET more of its rows")
+    mg.add_argument("--into", metavar="FIELD", help="migrate into a new vector field FIELD of "
+                    "SOURCE itself instead of a second store (see INTO)")
     mg.add_argument("--text-field", metavar="NAME", help="where each row's text is: a column, "
                     "a metadata or payload key (default: Chroma's documents, else a text or "
                     "document field)")
@@ -177,8 +189,28 @@ def normalize_line(encoder, why):
     return f"normalize: {said}; {why}"
 
 
-def cmd_migrate(args, out):
+def _open_step(args):
+    """The step of ``skalign migrate``, opened: into OUTPUT, or into a field (``--into``)."""
     from .._migrate.migration import open_migration
+
+    metric = {"metric": args.metric} if args.metric else {}
+    if args.into is None and args.output is not None:
+        return open_migration(args.source, args.output, continue_=args.continue_,
+                              text_field=args.text_field, column=args.column,
+                              provenance_key=args.provenance_key, **metric)
+    if args.into is None or args.output is not None:
+        raise ValueError("give OUTPUT, or --into FIELD for a new field of SOURCE itself (not "
+                         "both).")
+    if args.provenance_key is not None:
+        raise ValueError("--provenance-key does not apply to --into: a field's rows are "
+                         f"marked under skalign_vector_{args.into}.")
+    from .._migrate.into import open_field_migration
+
+    return open_field_migration(args.source, args.into, continue_=args.continue_,
+                                text_field=args.text_field, column=args.column, **metric)
+
+
+def cmd_migrate(args, out):
     from ..encoders import CachedEncoder, EncodeCache, load_encoder
     from ..encoders._spec import normalize_label
     from ..exceptions import MigrationRefused, StoreError
@@ -186,10 +218,7 @@ def cmd_migrate(args, out):
 
     progress = on_terminal(not (args.quiet or args.json))
     # every refusal that needs no encoder, the source opened once (its metric for auto)
-    with open_migration(args.source, args.output, continue_=args.continue_,
-                        text_field=args.text_field, column=args.column,
-                        provenance_key=args.provenance_key,
-                        **({"metric": args.metric} if args.metric else {})) as step:
+    with _open_step(args) as step:
         before = step.record or {}
         spec, unit, _, why = choose_normalize(args, None, "SOURCE", migration=step.record,
                                               metric=step.metric)
