@@ -15,6 +15,9 @@ class ChromaEngine(DatabaseEngine):
     as lists of floats: its default batch is smaller than other databases'."""
 
     most_batch_rows = 1024
+    into_refusal = ("a Chroma collection holds one embedding per record, so a second vector "
+                    "field cannot sit beside the first; migrate into a second collection "
+                    "instead (skalign migrate STORE OUTPUT, without --into).")
 
     def modules(self):
         from . import recovery, store

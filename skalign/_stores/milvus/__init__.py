@@ -15,6 +15,12 @@ class MilvusEngine(DatabaseEngine):
     floats), so its default batch is the smaller one of Chroma and Qdrant."""
 
     most_batch_rows = 1024
+    into_refusal = (
+        "Milvus Lite cannot add a field to a collection (milvus-lite 3.2 answers 'not "
+        "implemented' to pymilvus's add_collection_field); Milvus servers add a nullable vector "
+        "field from 3.0 on (2.6 adds scalar fields only), which skalign does not do yet. "
+        "Migrate into a second collection instead (skalign migrate STORE OUTPUT, without "
+        "--into).")
 
     def modules(self):
         from . import recovery, store

@@ -13,12 +13,14 @@ which must hold a string (a point whose value there is of another type, an objec
 is refused by its id, the key and the type; a point without the key has no text); its
 provenance is the payload key :data:`~skalign._stores.live.PROVENANCE_KEY`.
 
-Write-back: Qdrant's ``update_vectors`` and ``set_payload`` are two operations, and a reader
-between them sees a new vector with the old provenance. Each point is instead read whole
-(payload and every vector, the other named and sparse vectors included) and written back whole
-with one ``upsert``, its payload merged with the provenance key: a point is one record, replaced
-at once, so a reader sees it before or after. A change another client makes to the point
-between that read and the ``upsert`` is overwritten (Qdrant offers no compare-and-set).
+Write-back: one ``batch_update_points`` request per page, the vectors (``update_vectors``:
+only the named vector the store reads, the point's other vectors and its payload kept) and then
+the provenance key (``set_payload``: the point's other keys kept). A reader between the two
+sees the new vector with the old provenance, never an old vector marked encoded. The
+compare-and-set re-reads the rows' provenance under :func:`~skalign._stores.live_input.
+database_lock` before it writes (Qdrant has no conditional write of both). A store opened on a
+named vector that ``--into`` added (:mod:`.fields`) reads a point without a value there as a
+zero vector without provenance; Qdrant never returns such a point from a search of it.
 
 Local mode: qdrant-client's local collection replaces a point's payload and vectors in
 successive Python statements, with no lock of its own, so another thread of the process reading
@@ -124,6 +126,7 @@ class QdrantLive(LiveStore):
             raise StoreError(f"{address}: the vector's distance is {params.distance}; live "
                              "search needs Cosine, Dot or Euclid.")
         self.metric, self.vector = metric, self._reader.vector
+        self.column = self.vector
         self.dim, self.n_rows = self._reader.dim, self._reader.n_rows
         self._lock = database_lock(address)
 
@@ -191,11 +194,26 @@ class QdrantLive(LiveStore):
             return LiveRows([], np.empty((0, self.dim), np.float32), [], [])
         with self._lock:
             points = self._points(ids, [self.vector] if self.vector else True)
-        vectors = self._reader.vectors_of(points)
+        vectors = self._vectors(points)
         payloads = [p.payload or {} for p in points]
         marks = [pl.get(self.provenance_key) for pl in payloads]
         return LiveRows(ids, vectors, [self._text(i, pl, field) for i, pl in zip(ids, payloads)],
                         [p if isinstance(p, str) else None for p in marks])
+
+    def _vectors(self, points):
+        """The vectors of ``points`` (directions where cosine); a zero row for a point that
+        holds no value under the named vector (one ``--into`` added and has not written yet:
+        its provenance is ``None`` too)."""
+        if not self.vector:
+            return self._reader.vectors_of(points)
+        held = [k for k, p in enumerate(points)
+                if isinstance(p.vector, dict) and p.vector.get(self.vector) is not None]
+        if len(held) == len(points):
+            return self._reader.vectors_of(points)
+        out = np.zeros((len(points), self.dim), dtype=np.float32)
+        if held:
+            out[held] = self._reader.vectors_of([points[k] for k in held])
+        return out
 
     def check_provenance_key(self):
         """Refuse a collection whose points hold the provenance key with values skalign did not

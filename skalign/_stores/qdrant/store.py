@@ -676,14 +676,14 @@ def write_stamp(address, stamp):
     _server_stamp(client, _aliases(client).get(address.name, address.name), stamp)
 
 
-def _server_stamp(client, collection, stamp):
-    """A server's ``stamp`` in the metadata of ``collection`` (nothing where the client or the
-    server has no collection metadata)."""
+def _server_stamp(client, collection, stamp, key=STAMP_KEY):
+    """A server's ``stamp`` in the metadata of ``collection``, under ``key`` (nothing where the
+    client or the server has no collection metadata)."""
     if not _supports_metadata(client):
         return
     try:
         client.update_collection(collection,
-                                 metadata={STAMP_KEY: json.dumps(stamp, sort_keys=True)})
+                                 metadata={key: json.dumps(stamp, sort_keys=True)})
     except Exception as exc:
         if getattr(exc, "status_code", None) in (400, 422):  # a server without metadata
             return
