@@ -1,13 +1,33 @@
-"""Rows per provenance of a migrated store (``skalign info``): encoded, stale, translated."""
+"""Rows per provenance of a migrated store (``skalign info``): encoded, stale, translated.
+
+A file store (``.npy``, Parquet, LanceDB, FAISS) keeps every row's provenance in its overlay
+(:mod:`skalign._stores.files.overlay`): a row outside it is a translation, so the counts come
+from the overlay's marks and the texts of the marked rows alone, never from the store's
+vectors. They are kept in ``counts.json`` in the overlay's folder together with what they were
+computed from (:func:`counts_key`: the overlay's segments and base, the store's files, the text
+files read, the encoder the stamp names); a reader uses them only while all of that is
+unchanged and counts again otherwise, so counts of an earlier state are never shown as current.
+Other stores are read row by row, in batches.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+
+import numpy as np
+
 from ..exceptions import StoreError
 
-__all__ = ["count_provenance"]
+__all__ = ["COUNTS_FILE", "count_provenance", "counts_key"]
 
 #: rows per read
 BATCH = 2048
+#: rows whose texts are read at a time from a file store
+TEXT_BATCH = 65536
+#: the counts' file in a file store's overlay folder
+COUNTS_FILE = "counts.json"
+_VERSION = 1
 
 
 def count_provenance(address, text_field=None):
@@ -38,24 +58,40 @@ def count_provenance(address, text_field=None):
         store = open_live(address, text_field=text_field)
     except StoreError:
         return None
-    counts = {"rows": 0, "encoded": 0, "stale": 0, "translated": 0, "encoders": {}}
     with store:
+        if getattr(store, "overlay", None) is not None and hasattr(store, "texts_at"):
+            return _overlay_counts(store, mine)
+        counts = _empty()
         ids = store.ids()
         for lo in range(0, len(ids), BATCH):
             _count_batch(store, ids[lo:lo + BATCH], mine, counts)
     return counts
 
 
+def _empty():
+    return {"rows": 0, "encoded": 0, "stale": 0, "translated": 0, "encoders": {}}
+
+
 def _count_batch(store, ids, mine, counts):
     """Add the provenance of the rows ``ids`` to ``counts`` (texts read per field named)."""
+    rows = store.fetch(ids)
+    counts["rows"] += len(ids)
+
+    def texts(field, rows_n):
+        return store.fetch([ids[n] for n in rows_n], text_field=field).texts
+
+    _count_marks(rows.provenance, texts, mine, counts)
+
+
+def _count_marks(marks, read_texts, mine, counts):
+    """Add the rows of provenance ``marks`` to ``counts``; ``read_texts(field, rows)`` gives
+    the current texts of the rows (indexes into ``marks``) in ``field``."""
     from urllib.parse import unquote
 
     from .._stores.live import mark_state, parse_mark
 
-    rows = store.fetch(ids)
-    counts["rows"] += len(ids)
     fields = {}
-    for n, p in enumerate(rows.provenance):
+    for n, p in enumerate(marks):
         mark = parse_mark(p)
         if mark is not None and mark.kind == "encoded":
             fields.setdefault(mark.field, []).append(n)
@@ -66,13 +102,119 @@ def _count_batch(store, ids, mine, counts):
     for token, rows_n in fields.items():
         field = unquote(token) if token else None
         try:
-            texts = store.fetch([ids[n] for n in rows_n], text_field=field).texts
+            texts = read_texts(field, rows_n)
         except StoreError:
             texts = [None] * len(rows_n)  # the field is gone: nothing is encoded from it
         for n, text in zip(rows_n, texts):
-            p = rows.provenance[n]
+            p = marks[n]
             ok = mark_state(p, None, field, text) == "encoded"
             fp = parse_mark(p).fingerprint
             if ok:
                 counts["encoders"][fp] = counts["encoders"].get(fp, 0) + 1
             counts["encoded" if ok and (mine is None or fp == mine) else "stale"] += 1
+
+
+# ------------------------------------------------------------------------ file stores
+def _stat(path):
+    st = os.stat(path)
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns]
+
+
+def counts_key(store, mine, names):
+    """What the counts of the file ``store`` (its overlay holding the segments ``names``)
+    depend on, as JSON values: the overlay's base (the store's rows, width, ids and files),
+    each segment's name and file identity, the store's default text field and the encoder
+    ``mine`` the counts are of. Raises ``OSError`` when a segment is gone (a compaction)."""
+    return {"version": _VERSION, "base": store.overlay.base, "mine": mine,
+            "text_field": store.text_source(None),
+            "segments": [[n, *_stat(store.overlay.folder / n)] for n in names]}
+
+
+def _text_files(store, tokens):
+    """The text files beside ``store`` its marks' fields name (``.npy``, FAISS) with their
+    identity: they can change while the store does not."""
+    from urllib.parse import unquote
+
+    if not store.texts_in_lines:
+        return {}
+    out = {}
+    for token in tokens:
+        path = unquote(token) if token else store.text_source(None)
+        if path is not None:
+            try:
+                out[path] = _stat(path)
+            except OSError:
+                out[path] = None
+    return out
+
+
+def _read_counts(store, key):
+    """The counts kept for ``key``, or ``None`` (none kept, of another state, or unreadable)."""
+    try:
+        with open(store.overlay.folder / COUNTS_FILE, "rb") as f:
+            kept = json.loads(f.read(1 << 20))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(kept, dict) or kept.get("key") != key \
+            or not isinstance(kept.get("texts"), dict):
+        return None
+    for path, ident in kept["texts"].items():
+        try:
+            if _stat(path) != ident:
+                return None
+        except OSError:
+            if ident is not None:
+                return None
+    counts = kept.get("counts")
+    fields = ("rows", "encoded", "stale", "translated")
+    if not isinstance(counts, dict) or any(not isinstance(counts.get(k), int) or counts[k] < 0
+                                           for k in fields) \
+            or not isinstance(counts.get("encoders"), dict) \
+            or any(not isinstance(v, int) for v in counts["encoders"].values()) \
+            or counts["rows"] != sum(counts[k] for k in fields[1:]):
+        return None
+    return counts
+
+
+def _write_counts(store, key, texts, counts):
+    """Keep ``counts`` for ``key`` (skipped where the overlay's folder cannot be written)."""
+    from .._stores.journal import write_durably
+
+    try:
+        write_durably(store.overlay.folder / COUNTS_FILE, json.dumps(
+            {"key": key, "texts": texts, "counts": counts}, sort_keys=True).encode())
+    except OSError:
+        pass
+
+
+def _overlay_counts(store, mine):
+    """The counts of a file store from its overlay (see the module docstring)."""
+    from .._stores.live import parse_mark
+
+    overlay = store.overlay
+    state, names = overlay.refresh(), list(overlay.seen)
+    try:
+        key = counts_key(store, mine, names)
+    except OSError:  # a segment merged away meanwhile: counted, not kept
+        key = None
+    counts = None if key is None else _read_counts(store, key)
+    if counts is not None:
+        return counts
+    marks, positions = state.marks.tolist(), state.positions
+    counts = _empty()
+    counts["rows"] = int(store.n_rows)
+    counts["translated"] = int(store.n_rows) - len(marks)
+    tokens = {getattr(parse_mark(p), "field", None) for p in marks} - {None}
+    texts = _text_files(store, tokens)
+
+    def read_texts(field, rows_n):
+        at = positions[np.asarray(rows_n, dtype=np.int64)]
+        out = []
+        for lo in range(0, len(at), TEXT_BATCH):
+            out.extend(store.texts_at(at[lo:lo + TEXT_BATCH], field))
+        return out
+
+    _count_marks(marks, read_texts, mine, counts)
+    if key is not None and texts == _text_files(store, tokens):
+        _write_counts(store, key, texts, counts)
+    return counts

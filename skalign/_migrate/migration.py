@@ -38,7 +38,6 @@ from ..exceptions import MigrationRefused, StoreError, StoreExistsError
 from ..utils._console import stage
 from .calibration import (
     MIXED,
-    cached_rows,
     choose_store,
     recorded_map,
     step_notes,
@@ -47,6 +46,7 @@ from .calibration import (
 from .choice import centre_rows, choose_rows, rows_to_cluster
 from .counts import count_provenance
 from .rows import ExactRowsModel
+from .scan import ENCODED, STALE, all_ids, cached_positions, same_ids, scan_rows, texts_of
 
 __all__ = ["Migration", "MigrationResult", "count_provenance", "migrate_store",
            "open_migration"]
@@ -171,8 +171,8 @@ def open_migration(source, output, *, continue_=False, text_field=None, column=N
         step.metric = step.source.metric
         if not continue_:  # a user's own key in the source would be copied into the output
             step.source.check_provenance_key()
-        step.ids = list(step.source.ids())
-        if not step.ids:
+        step.ids = all_ids(step.source)
+        if not len(step.ids):
             raise StoreError(f"{src} holds no rows")
         step.text_field = _text_field(step.source, step.ids[0], text_field, src)
         if continue_:
@@ -238,12 +238,11 @@ class Migration:
     # ------------------------------------------------------------------------- reads
     def scan(self):
         """Open the output (its provenance key checked) and read every row's id, provenance
-        and text (``rows``: a :class:`~skalign._stores.live.LiveRows` without vectors). A file
+        and state (``rows``: a :class:`~skalign._migrate.scan.ScanRows`). A file
         store's overlay is bound to the store now at its path when that store has its rows (a
         step killed after publishing it anew from the source)."""
         from .._stores import open_live
         from .._stores.files.overlay import rebinding
-        from .._stores.live import LiveRows
 
         if self.output is None:  # a step into a field of the source opened it already
             with rebinding():
@@ -251,17 +250,13 @@ class Migration:
                                         text_field=self.text_field,
                                         provenance_key=self.provenance_key)
         self.output.check_provenance_key()
-        ids = list(self.output.ids())
-        if len(ids) != len(self.ids) or set(ids) != set(self.ids):
+        ids = all_ids(self.output)
+        if not same_ids(ids, self.ids):
             raise StoreError(f"{self.out} does not hold the same rows as {self.src} "
                              f"({len(ids)} and {len(self.ids)} rows); was one of them changed "
                              "since the migration?")
-        prov, texts = [], []
-        for lo in range(0, len(ids), BATCH):
-            rows = self.output.fetch(ids[lo:lo + BATCH], text_field=self.text_field)
-            prov.extend(rows.provenance)
-            texts.extend(rows.texts)
-        self.rows = LiveRows(ids, np.zeros((len(ids), 0), np.float32), texts, prov)
+        self.rows = scan_rows(self.output, ids, self.text_field,
+                              self.output.text_source(self.text_field))
 
     def _read(self, ids, texts=True):
         """The old vectors of the rows ``ids`` (float32) and, with ``texts``, their texts,
@@ -418,24 +413,28 @@ class Migration:
                 f"{rec.get('encoder')!r:.80}, this one {enc.fingerprint}); continue with the "
                 "same encoder")
         in_place = self.out.kind not in FILE_KINDS or self.in_place
-        all_ids, prov, texts = self.rows.ids, self.rows.provenance, self.rows.texts
+        all_ids, prov = self.rows.ids, self.rows.provenance
         n = len(all_ids)
-        states = np.array(self.rows.states(enc.fingerprint, self.output.text_source(
-            self.text_field)))
-        done = np.flatnonzero(states == "encoded")
+        states = self.rows.states(enc.fingerprint)
+        done = np.flatnonzero(states == ENCODED)
         if len(done) == n:  # nothing left to encode: the output is final already
             return MigrationResult(str(self.out), n, 0, len(done), None, {}, 0, "complete")
         # the rows a "translate all" step encoded are in the encode cache, unmarked: pairs again
-        held = cached_rows(enc, texts, done) if rec.get("store") == "translate all" \
-            else done[:0]
+        held = cached_positions(enc, self.output, all_ids, self.text_field, done) \
+            if rec.get("store") == "translate all" else done[:0]
         pos = np.union1d(_next_rows(states, budget, np.union1d(done, held),
                                     self.random_state), held)
         encoded = np.union1d(done, pos)
         enc_ids = [all_ids[i] for i in encoded]
-        # the texts as the output holds them now (the scan's); the old vectors from the source
-        enc_texts = _texts_or_refuse(enc_ids, [texts[i] for i in encoded], self.out,
-                                     self.text_field)
         was = np.isin(encoded, done)  # rows of X and Y encoded by the earlier steps
+        # the texts of the rows encoded now as the output holds them; the old vectors from the
+        # source
+        enc_texts = [None] * len(encoded)
+        fresh = [enc_ids[j] for j in np.flatnonzero(~was)]
+        for j, t in zip(np.flatnonzero(~was), _texts_or_refuse(
+                fresh, texts_of(self.output, fresh, self.text_field), self.out,
+                self.text_field)):
+            enc_texts[j] = t
         X, Y = self._read(enc_ids, texts=False), self._new_vectors(enc_ids, enc_texts, was)
         old = np.isin(encoded, np.union1d(done, held))  # the previous step's pairs
         new = np.flatnonzero(~was)  # rows of X and Y encoded now: marked by this step
@@ -462,12 +461,12 @@ class Migration:
         notes = step_notes(estimate, rec.get("estimate"), better, len(done))
         if not better:
             method, estimate, fp = rec["method"], rec["estimate"], rec["map"]
-            if not in_place or (states[rest] == "stale").any():
+            if not in_place or (states[rest] == STALE).any():
                 model = self._refit_old(X[old], Y[old])
         if estimate.get("store") == "translate all":
             # a store of translations only: the rows encoded now are translated too, unmarked
             rest, new, pos = np.setdiff1d(np.arange(n), done), new[:0], pos[:0]
-        stale = rest[states[rest] == "stale"]
+        stale = rest[states[rest] == STALE]
         marks = self._marks([all_ids[i] for i in pos], Y[new], [enc_texts[j] for j in new],
                             [prov[i] for i in pos])
         record = self._record(fp, method, len(encoded), estimate)
@@ -650,7 +649,7 @@ def _text_field(store, first_id, text_field, where):
 def _next_rows(states, budget, done, random_state):
     """The rows ``--continue`` encodes next: the stale ones first (they hold an old text's
     vector), then rows drawn uniformly (seeded) from those not encoded."""
-    stale = np.flatnonzero(states == "stale")
+    stale = np.flatnonzero(states == STALE)
     if len(stale) >= budget:
         return stale[:budget]
     more = choose_rows(len(states), budget - len(stale), exclude=np.union1d(done, stale),

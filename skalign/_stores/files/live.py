@@ -317,6 +317,38 @@ class FileLiveStore(LiveStore):
     def ids(self):
         return self._ids.ids_of(np.arange(self.n_rows))
 
+    def id_array(self):
+        """Every row's id in row order as one numpy array (no Python object per row)."""
+        if isinstance(self._ids, IdIndex):
+            return self._ids.ids
+        return np.arange(self.n_rows, dtype=np.int64)
+
+    def texts_at(self, positions, text_field=None):
+        """The texts of the rows at ``positions`` (row numbers) in ``text_field`` (``None``:
+        the store's default; ``None`` each where there is none)."""
+        field = text_field if text_field is not None else self.text_field
+        texts = self._row_texts(np.asarray(positions, dtype=np.int64), field) \
+            if field is not None and len(positions) else None
+        return [None] * len(positions) if texts is None else list(texts)
+
+    def fetch_marks(self, ids, text_field=None, all_texts=False):
+        """:meth:`fetch` without reading the store's vectors (``vectors`` of width 0): each
+        row's provenance, and the texts of the rows that carry one (the others' ``None``),
+        or of every row with ``all_texts``: what reading every row's provenance needs."""
+        ids = [i.item() if isinstance(i, np.generic) else i for i in ids]
+        pos = self._ids.positions(ids, self.address)
+        text_field = text_field if text_field is not None else self.text_field
+        state = self.overlay.refresh()
+        slot = state.lookup(pos)
+        provenance = [str(state.marks[s]) if s >= 0 else None for s in slot]
+        texts = [None] * len(pos)
+        read = np.arange(len(pos)) if all_texts else np.flatnonzero(slot >= 0)
+        if len(read) and text_field is not None:
+            for j, t in zip(read, self._row_texts(pos[read], text_field) or ()):
+                texts[j] = t
+        return LiveRows(ids=ids, vectors=np.empty((len(pos), 0), np.float32), texts=texts,
+                        provenance=provenance)
+
     def fetch(self, ids, text_field=None):
         ids = [i.item() if isinstance(i, np.generic) else i for i in ids]
         pos = self._ids.positions(ids, self.address)

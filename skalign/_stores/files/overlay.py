@@ -146,6 +146,11 @@ class Overlay:
         self._checked = False
 
     # ----------------------------------------------------------------------------- reading
+    @property
+    def seen(self):
+        """The names of the segments the current :attr:`state` holds, in order."""
+        return tuple(self._seen)
+
     def _segments(self):
         try:
             names = os.listdir(self.folder)

@@ -1,0 +1,183 @@
+"""``skalign info``'s provenance counts of a file store: from the overlay's marks and the marked
+rows' texts (never the vectors), kept beside the overlay with what they were computed from,
+and never shown once any of that changed (a write-back, a compaction, a text file replaced,
+another encoder in the stamp)."""
+
+import json
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from skalign._migrate import counts as counts_module
+from skalign._migrate.counts import COUNTS_FILE, count_provenance
+from skalign._stores import open_live
+from skalign._stores.address import parse_address
+from skalign._stores.files import overlay as overlay_module
+from skalign._stores.live import encoded_mark, mark_state, translated_mark
+
+N, D = 300, 8
+
+
+def _parquet(path):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(N, D)).astype(np.float32)
+    pq.write_table(pa.table({"id": np.arange(N) * 3 + 7, "text": [f"text {i}" for i in range(N)],
+                             "vector": pa.FixedSizeListArray.from_arrays(X.ravel(), D)}), path)
+    return parse_address(str(path))
+
+
+def _npy(folder):
+    rng = np.random.default_rng(1)
+    np.save(folder / "s.npy", rng.normal(size=(N, D)).astype(np.float32))
+    (folder / "s.txt").write_text("".join(f"line {i}\n" for i in range(N)))
+    return parse_address(str(folder / "s.npy"))
+
+
+def _oracle(address, text_field):
+    """Counts read row by row through ``fetch`` (every row's vector, mark and text)."""
+    out = {"rows": 0, "encoded": 0, "stale": 0, "translated": 0}
+    with open_live(address, text_field=text_field) as store:
+        ids = store.ids()
+        rows = store.fetch(ids, text_field=text_field)
+        field = store.text_source(text_field)
+        for p, t in zip(rows.provenance, rows.texts):
+            out["rows"] += 1
+            out[mark_state(p, None, field, t)] += 1
+    return out
+
+
+def _plain(counts):
+    return {k: counts[k] for k in ("rows", "encoded", "stale", "translated")}
+
+
+def _write(address, text_field, rows, marks):
+    with open_live(address, text_field=text_field) as store:
+        ids = [store.ids()[i] for i in rows]
+        V = np.ones((len(ids), D), np.float32)
+        store.write_back(ids, V, marks)
+
+
+def _encoded(address, text_field, rows, fp="enc-1"):
+    with open_live(address, text_field=text_field) as store:
+        ids = [store.ids()[i] for i in rows]
+        texts = store.fetch(ids, text_field=text_field).texts
+        field = store.text_source(text_field)
+    _write(address, text_field, rows, [encoded_mark(fp, field, t) for t in texts])
+
+
+@pytest.fixture
+def parquet_store(tmp_path):
+    address = _parquet(tmp_path / "s.parquet")
+    _encoded(address, "text", range(0, 120))
+    _write(address, "text", range(200, 230), [translated_mark("m")] * 30)
+    _write(address, "text", range(230, 240), [encoded_mark("enc-1", "text", "not its text")] * 10)
+    return address
+
+
+def test_counts_come_from_the_overlay_and_equal_a_row_by_row_count(parquet_store, monkeypatch):
+    expected = _oracle(parquet_store, "text")
+    assert expected == {"rows": N, "encoded": 120, "stale": 10, "translated": 170}
+    got = count_provenance(parquet_store, text_field="text")
+    assert _plain(got) == expected and got["encoders"] == {"enc-1": 120}
+    folder = parquet_store.path.with_name("s.parquet" + overlay_module.OVERLAY_SUFFIX)
+    assert (folder / COUNTS_FILE).exists()
+
+    # the vectors are never read: a store whose vector reads fail still counts
+    from skalign._stores.parquet.live import ParquetLive
+
+    def no_vectors(*a, **k):
+        raise AssertionError("a vector was read")
+
+    monkeypatch.setattr(ParquetLive, "_take_vectors", no_vectors)
+    (folder / COUNTS_FILE).unlink()
+    assert _plain(count_provenance(parquet_store, text_field="text")) == expected
+
+
+def test_kept_counts_are_used_while_nothing_changed(parquet_store, monkeypatch):
+    first = count_provenance(parquet_store, text_field="text")
+    calls = []
+    real = counts_module._count_marks
+    monkeypatch.setattr(counts_module, "_count_marks",
+                        lambda *a: calls.append(1) or real(*a))
+    assert count_provenance(parquet_store, text_field="text") == first
+    assert not calls  # read back, not counted again
+
+
+def test_a_write_back_makes_kept_counts_stale(parquet_store):
+    count_provenance(parquet_store, text_field="text")
+    _encoded(parquet_store, "text", range(120, 160))  # a searcher's write-back: a new segment
+    _write(parquet_store, "text", range(0, 5), [translated_mark("m")] * 5)
+    expected = _oracle(parquet_store, "text")
+    assert expected["encoded"] == 155
+    assert _plain(count_provenance(parquet_store, text_field="text")) == expected
+
+
+def test_kept_counts_of_another_state_or_malformed_are_not_shown(parquet_store):
+    folder = parquet_store.path.with_name("s.parquet" + overlay_module.OVERLAY_SUFFIX)
+    count_provenance(parquet_store, text_field="text")
+    kept = json.loads((folder / COUNTS_FILE).read_text())
+    expected = _plain(kept["counts"])
+    # counts planted for this very state but wrong: the sum does not hold -> counted again
+    bad = {**kept, "counts": {**kept["counts"], "encoded": N}}
+    (folder / COUNTS_FILE).write_text(json.dumps(bad))
+    assert _plain(count_provenance(parquet_store, text_field="text")) == expected
+    for junk in ("{", "[]", json.dumps({"key": kept["key"], "texts": {}, "counts": "many"}),
+                 json.dumps({**kept, "counts": {**kept["counts"], "stale": -1,
+                                                "translated": kept["counts"]["translated"] + 1}})):
+        (folder / COUNTS_FILE).write_text(junk)
+        assert _plain(count_provenance(parquet_store, text_field="text")) == expected
+    # counts of an earlier overlay (one segment fewer) are never shown for the current one
+    (folder / COUNTS_FILE).write_text(json.dumps(kept))
+    _encoded(parquet_store, "text", range(240, 250))
+    assert count_provenance(parquet_store, text_field="text")["encoded"] == 130
+
+
+def test_a_compaction_makes_kept_counts_stale(parquet_store, monkeypatch):
+    count_provenance(parquet_store, text_field="text")
+    monkeypatch.setattr(overlay_module, "COMPACT_SEGMENTS", 2)
+    _write(parquet_store, "text", range(0, 10), [translated_mark("m")] * 10)
+    folder = parquet_store.path.with_name("s.parquet" + overlay_module.OVERLAY_SUFFIX)
+    assert len(list(folder.glob("seg-*.npz"))) == 1  # merged into one
+    expected = _oracle(parquet_store, "text")
+    assert expected["encoded"] == 110
+    assert _plain(count_provenance(parquet_store, text_field="text")) == expected
+
+
+def test_another_encoder_in_the_stamp_is_counted_again(parquet_store, monkeypatch):
+    count_provenance(parquet_store, text_field="text")
+    stamp = {"migration": {"encoder": "enc-2", "map": "m", "method": None, "estimate": None}}
+    monkeypatch.setattr("skalign._stores.provenance.read_stamp", lambda address: stamp)
+    got = count_provenance(parquet_store, text_field="text")
+    assert got["encoded"] == 0 and got["stale"] == 130 and got["encoders"] == {"enc-1": 120}
+
+
+def test_a_replaced_text_file_makes_kept_counts_stale(tmp_path):
+    address = _npy(tmp_path)
+    texts = str(tmp_path / "s.txt")
+    _encoded(address, texts, range(50, 150))
+    assert _plain(count_provenance(address, text_field=texts)) == _oracle(address, texts)
+    assert count_provenance(address, text_field=texts)["encoded"] == 100
+    # an application rewrites the texts beside the store (same size, 20 of them changed)
+    lines = [f"line {i}" if not 60 <= i < 80 else f"lin? {i}" for i in range(N)]
+    new = tmp_path / "s.txt.new"
+    new.write_text("".join(t + "\n" for t in lines))
+    os.replace(new, texts)
+    expected = _oracle(address, texts)
+    assert expected["encoded"] == 80 and expected["stale"] == 20
+    assert _plain(count_provenance(address, text_field=texts)) == expected
+
+
+def test_an_unwritable_overlay_folder_still_counts(parquet_store):
+    folder = parquet_store.path.with_name("s.parquet" + overlay_module.OVERLAY_SUFFIX)
+    if os.geteuid() == 0:
+        pytest.skip("root writes into a read-only folder")
+    os.chmod(folder, 0o500)
+    try:
+        assert _plain(count_provenance(parquet_store, text_field="text")) == \
+            _oracle(parquet_store, "text")
+        assert not (folder / COUNTS_FILE).exists()
+    finally:
+        os.chmod(folder, 0o700)
