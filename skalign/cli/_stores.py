@@ -217,13 +217,20 @@ def cmd_restore(args, out):
 def cmd_info(args, out):
     from .._stores.pipeline.translate import open_reader
     from .._stores.provenance import read_stamp
+    from ..exceptions import StoreError
     from ..utils._terminal import escape_control
 
-    stamp = read_stamp(args.address)
-    reader = open_reader(args.address, column=args.column)
+    stamp, fields = read_stamp(args.address), fields_info(args.address)
+    try:
+        reader = open_reader(args.address, column=args.column)
+    except StoreError:  # several vector fields: the one skalign did not add, if one
+        own = [f["field"] for f in fields or () if not f["added"]]
+        if args.column is not None or len(own) != 1:
+            raise
+        reader = open_reader(args.address, column=own[0])
     info = {"store": str(args.address), "kind": args.address.kind, "rows": int(reader.n_rows),
             "dim": int(reader.dim) if reader.n_rows else None, "stamp": stamp,
-            "fields": fields_info(args.address)}
+            "fields": fields}
     if stamp is not None:
         from .._migrate.migration import count_provenance
 
@@ -331,6 +338,8 @@ def _field_lines(fields):
 
 #: rows read to measure the vectors' lengths in ``skalign info``
 LENGTH_SAMPLE = 2048
+#: consecutive rows in each block of that sample
+LENGTH_BLOCK = 128
 
 
 def vector_lengths(address):
@@ -349,8 +358,12 @@ def vector_lengths(address):
             ids = list(store.ids())
             if not ids:
                 return None
-            pick = np.unique(np.linspace(0, len(ids) - 1, min(len(ids), LENGTH_SAMPLE))
-                             .astype(np.int64))
+            # blocks of consecutive rows: a file store decodes a row group or page per block,
+            # not per row (2,048 rows spread one by one read a whole 10^6-row store)
+            block = min(LENGTH_BLOCK, len(ids))
+            starts = np.linspace(0, len(ids) - block, max(1, min(len(ids), LENGTH_SAMPLE)
+                                                          // block)).astype(np.int64)
+            pick = np.unique((starts[:, None] + np.arange(block)).ravel())
             rows = store.fetch([ids[i] for i in pick])
     except StoreError:
         return None
