@@ -172,3 +172,133 @@ def test_pgvector_on_a_cluster_equals_one_process_and_survives_a_killed_worker(
     with psycopg.connect(pg_base, autocommit=True) as conn:
         counts = conn.execute("SELECT id, count(*) FROM encoded_writes GROUP BY id").fetchall()
     assert len(counts) == sum(BUDGETS[1:]) and {c for _, c in counts} == {1}
+
+
+def hashed(texts):
+    """A ``module:callable`` encoder the workers import: ``t<i>`` -> a seeded 16-d vector."""
+    return np.stack([np.random.default_rng(int(t[1:])).normal(size=D).astype(np.float32)
+                     for t in texts])
+
+
+def test_cli_workers_equal_one_process(tmp_path, monkeypatch, capsys):
+    """``skalign migrate ... --continue --workers 2`` writes what the same command writes
+    without a cluster, and says so in the same JSON (the first step on a cluster: the tests
+    above)."""
+    import json
+
+    from skalign.cli import main
+
+    Y = hashed([f"t{i}" for i in range(N)])
+    X = Y + 0.7 * np.random.default_rng(3).normal(size=Y.shape).astype(np.float32)
+    src = tmp_path / "src.parquet"
+    pq.write_table(pa.table({"id": [f"doc-{i}" for i in range(N)],
+                             "text": [f"t{i}" for i in range(N)],
+                             "vector": pa.array(list(X), pa.list_(pa.float32()))}), src)
+    monkeypatch.chdir(tmp_path)
+    results = {}
+    for name, extra in (("one", []), ("two", ["--workers", "2"])):
+        out, lines = str(tmp_path / f"{name}.parquet"), []
+        for more in ([], ["--continue", *extra]):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                assert main(["migrate", str(src), out, "--encoder", f"{__name__}:hashed",
+                             "--budget", "60", "--anyway", "--json", "--encode-batch", "8",
+                             "--encode-cache", str(tmp_path / f"{name}.sqlite"),
+                             *more]) == 0
+            lines.append(capsys.readouterr().out)
+        results[name] = [json.loads(line) | {"output": None} for line in lines]
+        results[name + " rows"] = read_all(out, "text")
+    assert results["one"] == results["two"]
+    assert [r["n_encoded"] for r in results["two"]] == [60, 60]
+    (ids1, V1, p1), (ids2, V2, p2) = results["one rows"], results["two rows"]
+    assert ids1 == ids2 and p1 == p2 and np.array_equal(V1, V2)
+    with pytest.raises(SystemExit):
+        main(["migrate", str(src), str(tmp_path / "x.parquet"), "--encoder", "m:f",
+              "--budget", "5", "--workers", "2", "--scheduler", "tcp://127.0.0.1:1"])
+
+
+def test_encode_partition_is_a_plain_function_of_a_table(tmp_path):
+    """What Spark's mapInPandas and Ray's map_batches call: pandas in, pandas out; Arrow in,
+    Arrow out; rows already encoded are held, a row whose provenance is no longer the
+    expected one is not written (its vector returned), bad input is a clear error."""
+    import pandas as pd
+
+    from skalign.exceptions import EncoderError
+    from skalign.parallel import encode_partition
+
+    Y = hashed([f"t{i}" for i in range(N)])
+    X = Y + 0.7 * np.random.default_rng(3).normal(size=Y.shape).astype(np.float32)
+    src, out = tmp_path / "src.parquet", str(tmp_path / "out.parquet")
+    pq.write_table(pa.table({"id": [f"doc-{i}" for i in range(N)],
+                             "text": [f"t{i}" for i in range(N)],
+                             "vector": pa.array(list(X), pa.list_(pa.float32()))}), src)
+    enc = CallableEncoder(hashed, fingerprint="hashed", batch_size=8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        with open_migration(str(src), out, text_field="text") as step:
+            first = step.run(enc, 40, anyway=True)
+    _, _, before = read_all(out, "text")
+    done = [i for i, p in enumerate(before) if p is not None]
+    assert len(done) == first.n_encoded_rows == 40
+    todo = [i for i in range(N) if i not in set(done)][:20]
+    # pandas, no output: the vectors come back in the input's order
+    rows = pd.DataFrame({"id": [f"doc-{i}" for i in todo], "text": [f"t{i}" for i in todo]})
+    got = encode_partition(rows, enc)
+    assert isinstance(got, pd.DataFrame) and got.id.tolist() == rows.id.tolist()
+    assert (got.status == "encoded").all()
+    np.testing.assert_array_equal(np.stack(got.vector), Y[todo])
+    # Arrow, into the output: 2 rows already encoded are held; 1 changed since "read"
+    ids = [f"doc-{i}" for i in done[:2] + todo]
+    expected = [before[i] for i in done[:2]] + [None] * len(todo)
+    expected[2] = "translated:someone-else"
+    table = pa.table({"id": ids, "text": [f"t{i}" for i in done[:2] + todo],
+                      "expected": expected})
+    got = encode_partition(table, enc, output=out, text_field="text", fingerprint="hashed")
+    assert isinstance(got, pa.Table)
+    status = got.column("status").to_pylist()
+    assert status == ["held", "held", "changed"] + ["written"] * (len(todo) - 1)
+    vectors = got.column("vector").to_pylist()
+    assert vectors[3:] == [None] * (len(todo) - 1) and vectors[:2] == [None, None]
+    np.testing.assert_array_equal(np.float32(vectors[2]), Y[todo[0]])
+    ids_now, V, prov = read_all(out, "text")
+    for i in todo[1:]:
+        assert prov[i].startswith("encoded:hashed:text:") and np.array_equal(V[i], Y[i])
+    assert prov[todo[0]] is None  # not written: not what the caller expected
+    # run again: nothing is encoded or written twice
+    again = encode_partition(table.drop_columns(["expected"]), enc, output=out,
+                             text_field="text")
+    assert again.column("status").to_pylist() == ["held"] * 2 + ["written"] + \
+        ["held"] * (len(todo) - 1)
+    with pytest.raises(EncoderError, match="fingerprint"):
+        encode_partition(table, enc, output=out, text_field="text", fingerprint="other")
+    with pytest.raises(ValueError, match="'text'"):
+        encode_partition(pd.DataFrame({"id": [1]}), enc)
+    with pytest.raises(ValueError, match="no text"):
+        encode_partition(pd.DataFrame({"id": [1], "text": [None]}), enc)
+    with pytest.raises(TypeError, match="pandas DataFrame or a pyarrow Table"):
+        encode_partition([("doc-1", "t1")], enc)
+
+
+def test_every_code_block_of_the_guide_page_is_python(capsys):
+    """The page's Python blocks (the dask, Spark and Ray jobs need a cluster: they were run
+    by hand, see the page) compile; its console blocks use options migrate has."""
+    import ast
+    from pathlib import Path
+
+    from skalign.cli import main
+
+    page = (Path(__file__).resolve().parents[1] / "doc" / "user_guide" /
+            "cluster.rst").read_text()
+    blocks = re.findall(r"^\.\. code-block:: (\w+)\n\n((?:(?:    .*)?\n)+)", page, re.M)
+    python = [b for lang, b in blocks if lang == "python"]
+    assert len(python) == 3
+    for block in python:
+        ast.parse(re.sub(r"^    ", "", block, flags=re.M))
+    with pytest.raises(SystemExit):
+        main(["migrate", "--help"])
+    options = set(re.findall(r"(--[a-z-]+)", capsys.readouterr().out))
+    used = set()
+    for lang, block in blocks:
+        if lang == "console":
+            used |= set(re.findall(r"(--[a-z-]+)", block))
+    assert {"--workers", "--scheduler", "--continue"} <= used <= options
