@@ -214,3 +214,60 @@ def test_milvus_and_chroma_refuse_into_and_write_nothing(tmp_path):
     assert m.describe_collection("docs")["fields"] == schema["fields"]
     m.close()
     assert c.get_collection("docs").count() == N
+
+
+def test_a_half_filled_field_is_kept_by_a_translation_into_another_collection(tmp_path):
+    """A collection whose added vector some points hold and others do not yet (a migration
+    into it under way) translates into a second collection with each point's own vectors:
+    a batch of points holding different vectors is written point by point."""
+    from skalign._stores.address import parse_address
+    from skalign._stores.fields import open_field
+    from skalign.io import translate
+
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((N, 8)).astype(np.float32)
+    model = ProcrustesAligner().fit(X, rng.standard_normal((N, 6)))
+    folder = tmp_path / "q"
+    _make(folder, X)
+    address = f"qdrant:{folder}/docs?vector=emb"
+    translate(model, address, into="new")
+    with open_field(parse_address(address), "new") as field:
+        written = field.fetch(list(range(N))).vectors
+    _client(folder).delete_vectors("docs", vectors=["new"], points=list(range(0, N, 3)))
+    assert int(translate(model, address, f"qdrant:{folder}/out?vector=emb")) == N
+    got = {p.id: p.vector for p in _client(folder).scroll(
+        "out", limit=10 * N, with_vectors=True)[0]}
+    for i in range(N):
+        assert ("new" in got[i]) == (i % 3 != 0)
+        if i % 3:
+            np.testing.assert_allclose(got[i]["new"], written[i], atol=1e-6)
+        assert got[i]["title"] == [1.0, float(i)]
+
+
+def test_a_second_cosine_vector_is_kept_by_a_translation(tmp_path):
+    """A collection with two cosine vectors, opened from its folder (where the local mode
+    stored them raw), translates one: the output holds the other's direction, as Qdrant keeps
+    it, and the verification takes it for the same vector (it refused it before)."""
+    from qdrant_client import models as m
+
+    from skalign.io import translate
+
+    rng = np.random.default_rng(6)
+    X = rng.standard_normal((N, 8)).astype(np.float32)
+    img = 3 * rng.standard_normal((N, 3)).astype(np.float32)
+    model = ProcrustesAligner().fit(X, rng.standard_normal((N, 6)))
+    folder = tmp_path / "q"
+    folder.mkdir()
+    c = _client(folder)
+    c.create_collection("docs", vectors_config={
+        "emb": m.VectorParams(size=8, distance=m.Distance.COSINE),
+        "img": m.VectorParams(size=3, distance=m.Distance.COSINE)})
+    c.upsert("docs", points=m.Batch(ids=list(range(N)), vectors={
+        "emb": X.tolist(), "img": img.tolist()}))
+    _release(folder)
+    assert int(translate(model, f"qdrant:{folder}/docs?vector=emb",
+                         f"qdrant:{folder}/out?vector=emb")) == N
+    got = {p.id: p.vector["img"] for p in _client(folder).scroll(
+        "out", limit=10 * N, with_vectors=True)[0]}
+    want = img / np.linalg.norm(img, axis=1, keepdims=True)
+    np.testing.assert_allclose([got[i] for i in range(N)], want, atol=1e-6)

@@ -74,13 +74,13 @@ from .names import (
     check_name,
     sidecar_stamp,
 )
+from .vectors import kept_vectors
 
 __all__ = ["STAMP_FOLDER", "STAMP_KEY", "Reader", "Writer", "read_stamp",
            "restore", "write_stamp"]
 
 _CLIENTS = {}
 
-#: Local mode: the folder of the stamps' sidecar files, inside the Qdrant folder
 def _client_key(address):
     """The cache key of a database's client: its folder or server (and credentials)."""
     return (address.identity[:-1], address.user, address.password)
@@ -242,12 +242,6 @@ def _close_all():
         _CLIENTS.popitem()[1].close()
 
 
-def _models():
-    from qdrant_client import models
-
-    return models
-
-
 def unit_rows(X):
     """Rows of ``X`` scaled to unit length (zero rows left as they are), as Qdrant stores a
     cosine vector."""
@@ -306,6 +300,8 @@ class Reader(StoreReader):
     dtype = np.dtype(np.float32)
 
     def __init__(self, address, column=None):
+        from qdrant_client import models
+
         _check_listed(address)
         self.address, self.client = address, _client(address, create=False)
         if not _exists(self.client, address.name):
@@ -313,14 +309,14 @@ class Reader(StoreReader):
             raise _not_found(address, names + list(_aliases(self.client)))
         self.info = self.client.get_collection(address.name)
         self.vector, self.vectors_config = _vector_params(address, self.info)
-        params = self.vectors_config[self.vector] if self.vector else self.vectors_config
-        self.params = params
+        self.params = params = self.vectors_config[self.vector] if self.vector \
+            else self.vectors_config
         self.column = self.vector
         # Qdrant keeps the direction of a cosine vector only: the server stores it normalised,
         # while the local mode normalises it in memory but writes it to disk as given (so a
         # reopened folder returns raw vectors). Reading directions makes the translation the
         # same whichever way the points were written or are read.
-        self.cosine = params.distance == _models().Distance.COSINE
+        self.cosine = params.distance == models.Distance.COSINE
         self.dim = int(params.size)
         self.n_rows = int(self.client.count(address.name, exact=True).count)
         self._all_ids = None
@@ -334,9 +330,8 @@ class Reader(StoreReader):
         return unit_rows(vectors) if self.cosine else vectors
 
     def as_written(self, values, points=()):
-        """``values`` as a write passes them: under the address's named vector, beside each
-        of ``points``' other named vectors (an upsert replaces a point's every vector);
-        bare where the collection has one unnamed vector."""
+        """``values`` under the address's named vector, beside ``points``' other named vectors
+        (an upsert replaces a point's every vector); bare for one unnamed vector."""
         if not self.vector:
             return values
         out = {n: [p.vector[n] for p in points] for n in (points[0].vector if points else ())}
@@ -395,7 +390,7 @@ class Reader(StoreReader):
 
     def row(self, points, k):
         p = points[k]
-        others = {n: v for n, v in p.vector.items() if n != self.vector} if self.vector else {}
+        others = kept_vectors(p.vector, self.vector, self.vectors_config) if self.vector else {}
         return {"id": p.id, "payload": p.payload, "vectors": others}
 
     def batch_ids(self, points, n):
@@ -483,11 +478,15 @@ class Writer(StoreWriter):
         return 0
 
     def write_unit(self, out, points, shard, start):
-        models = self.models
-        vectors = self.src.as_written(self._stored(out).tolist(), points)
-        self.client.upsert(self.shadow, points=models.Batch(
-            ids=[p.id for p in points], vectors=vectors, payloads=[p.payload for p in points]),
-            wait=True)
+        m, values, name = self.models, self._stored(out).tolist(), self.src.vector
+        if name and len({frozenset(p.vector) for p in points}) > 1:  # a named vector some
+            # points lack (one that --into fills): each point with the vectors it holds
+            batch = [m.PointStruct(id=p.id, payload=p.payload, vector={**p.vector, name: v})
+                     for p, v in zip(points, values)]
+        else:
+            batch = m.Batch(ids=[p.id for p in points], payloads=[p.payload for p in points],
+                            vectors=self.src.as_written(values, points))
+        self.client.upsert(self.shadow, points=batch, wait=True)
         if self.address.path is not None and TRIM_EACH_BATCH:
             release_freed_memory()
 
