@@ -336,6 +336,7 @@ def encode_partition(table, encoder, *, output=None, text_field=None, column=Non
     from .utils._terminal import escape_control
 
     kind, ids, texts, expected = _table_columns(table)
+    ids = [i.item() if isinstance(i, np.generic) else i for i in ids]  # numpy scalars: Python
     bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
     if bad is not None:
         raise ValueError(f"encode_partition: row {escape_control(repr(ids[bad]))[:80]} has no "
@@ -536,7 +537,9 @@ class ClusterEncoder:
         """The new vectors of a step of ``skalign migrate`` (a
         :class:`~skalign._migrate.migration.Migration`) for the rows ``ids``: encoded on the
         cluster and, with ``write``, written into the step's output (marked encoded, by
-        compare-and-set against the provenance the step read).
+        compare-and-set against the provenance the step read; not a step into a field of its
+        source, which writes them itself). Texts the step's encode cache holds are read from
+        it, and those encoded here are added to it.
 
         Returns
         -------
@@ -556,6 +559,9 @@ class ClusterEncoder:
             found = cache.get(step.enc.fingerprint, set(digests))
             hit = np.array([d in found for d in digests], dtype=bool)
         go = np.flatnonzero(~hit)
+        # a step into a field of its source writes through that field's own store: the
+        # workers return the vectors and the step writes them, as on one machine
+        write = write and not getattr(step, "in_place", False)
         expected = None
         if write:
             where = {key: i for i, key in enumerate(step.rows.ids)}

@@ -302,3 +302,41 @@ def test_every_code_block_of_the_guide_page_is_python(capsys):
         if lang == "console":
             used |= set(re.findall(r"(--[a-z-]+)", block))
     assert {"--workers", "--scheduler", "--continue"} <= used <= options
+
+
+def test_into_a_field_on_a_cluster_equals_one_process(tmp_path, cluster, spaces):
+    """``--into FIELD --continue`` with a cluster: the workers encode, the step writes the
+    field through its own store (as on one machine); the field is the single-process run's."""
+    from skalign._migrate.into import open_field_migration
+
+    X, Y = spaces
+    fields = {}
+    for name, on in (("one", None), ("two", cluster)):
+        src = tmp_path / f"{name}.parquet"
+        pq.write_table(pa.table({"id": [f"doc-{i}" for i in range(N)],
+                                 "text": [f"t{i}" for i in range(N)],
+                                 "vector": pa.array(list(X), pa.list_(pa.float32()))}), src)
+        base = CallableEncoder(StandIn(Y, tmp_path / f"{name}.txt", tmp_path / "no-kill"),
+                               fingerprint="stand-in", batch_size=8)
+        enc = CachedEncoder(base, cache=EncodeCache(tmp_path / f"{name}.sqlite"))
+        results = []
+        for i, budget in enumerate(BUDGETS[:2]):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                with open_field_migration(str(src), "new", continue_=i > 0,
+                                          text_field="text") as step:
+                    if on is not None:
+                        step.cluster = ClusterEncoder(base, scheduler=on, batch_size=8)
+                    results.append(step.run(enc, budget, anyway=True).to_dict())
+        column = pq.read_table(src).column("new").to_pylist()
+        with open_live(str(src), column="vector") as store:  # the old field, as served
+            old = store.fetch([f"doc-{i}" for i in range(N)]).vectors
+        assert np.array_equal(old, X)
+        # nothing written beside the store for its old field (the workers write no row)
+        assert not (tmp_path / f"{name}.parquet.skalign-live").exists()
+        fields[name] = ([r | {"output": None} for r in results], np.array(column, np.float32),
+                        (tmp_path / f"{name}.txt").read_text().split())
+    assert fields["one"][0] == fields["two"][0]
+    np.testing.assert_array_equal(fields["one"][1], fields["two"][1])
+    assert sorted(fields["one"][2]) == sorted(fields["two"][2])
+    assert len(fields["two"][2]) == len(set(fields["two"][2])) == sum(BUDGETS[:2])
