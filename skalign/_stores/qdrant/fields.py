@@ -1,10 +1,10 @@
 """Qdrant: a second named vector of the same collection, for ``--into FIELD``.
 
 The new vector is added to the collection the address names (its alias resolved) with Qdrant's
-own ``create_vector_name`` (``PUT /collections/NAME/vectors/FIELD``, Qdrant 1.18 on; qdrant-client's
-local mode since 1.18 too): no point is copied, every point holds no value under the new name
-until one is written, and Qdrant's queries on the other vectors, payloads and ids are
-unchanged. It is made with the old vector's distance and element type (what
+own ``create_vector_name`` (a server's ``PUT /collections/NAME/vectors/FIELD``, Qdrant 1.18 on;
+qdrant-client's local mode, tested with 1.20): no point is copied, every point holds no value
+under the new name until one is written, and Qdrant's queries on the other vectors, payloads and
+ids are unchanged. It is made with the old vector's distance and element type (what
 ``create_vector_name`` takes) and then, on a server, the old vector's HNSW, quantization and
 on-disk settings (``update_collection`` with a ``VectorParamsDiff``); qdrant-client's local mode
 keeps no index and records none of these.
