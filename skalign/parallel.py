@@ -32,6 +32,7 @@ or from Python::
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import threading
 from contextlib import contextmanager
@@ -516,16 +517,29 @@ class ClusterEncoder:
         if expected is not None:
             frame["expected"] = pd.Series(list(expected), dtype=object)
         session = uuid.uuid4().hex
-        futures = {client.submit(encode_partition, frame.iloc[lo:lo + size].reset_index(
-            drop=True), self._ref if self._ref is not None else self.encoder, output=output,
-            text_field=text_field, column=column, provenance_key=provenance_key,
-            fingerprint=fingerprint, session=session if output is not None else None,
-            pure=False, **self.options): lo for lo in range(0, len(ids), size)}
-        parts = {}
+        encoder = self._ref if self._ref is not None else self.encoder
+
+        def submit(lo):
+            return client.submit(
+                encode_partition, frame.iloc[lo:lo + size].reset_index(drop=True), encoder,
+                output=output, text_field=text_field, column=column,
+                provenance_key=provenance_key, fingerprint=fingerprint,
+                session=session if output is not None else None, pure=False, **self.options)
+
+        # a window of tasks in flight, a few per worker: the scheduler and this process hold
+        # that many partitions' texts, not the whole pass's
+        starts = iter(range(0, len(ids), size))
+        window = 4 * self._n_workers(client)
+        futures = {submit(lo): lo for lo in itertools.islice(starts, window)}
+        pending, parts = as_completed(futures), {}
         try:
-            for future in as_completed(futures):
-                parts[futures[future]] = future.result()
+            for future in pending:
+                parts[futures.pop(future)] = future.result()
                 future.release()
+                for lo in itertools.islice(starts, 1):
+                    nxt = submit(lo)
+                    futures[nxt] = lo
+                    pending.add(nxt)
         finally:
             for future in futures:
                 future.cancel()

@@ -71,7 +71,7 @@ def spaces():
 
 
 def migrate_steps(source, output, Y, folder, text_field, cluster=None, kill_in_step=None,
-                  after_step=None):
+                  after_step=None, budgets=BUDGETS, worker_cache=None):
     """``BUDGETS`` steps of a migration; with ``cluster`` its encoder pass on it, a worker
     killed mid-partition in step ``kill_in_step``; ``after_step(i)`` called after step ``i``.
     Returns the results and the texts the encoder ran on."""
@@ -80,7 +80,7 @@ def migrate_steps(source, output, Y, folder, text_field, cluster=None, kill_in_s
     base = CallableEncoder(StandIn(Y, counter, marker), fingerprint="stand-in", batch_size=8)
     enc = CachedEncoder(base, cache=EncodeCache(folder / "cache.sqlite"))
     results = []
-    for i, budget in enumerate(BUDGETS):
+    for i, budget in enumerate(budgets):
         if i == kill_in_step:
             marker.touch()
         with warnings.catch_warnings():
@@ -91,7 +91,7 @@ def migrate_steps(source, output, Y, folder, text_field, cluster=None, kill_in_s
                     # 80 rows: two partitions of five batches, one per worker; the killed
                     # worker dies in its partition's second batch, after writing the first
                     step.cluster = ClusterEncoder(base, scheduler=cluster, batch_size=8,
-                                                  partition_rows=40)
+                                                  partition_rows=40, cache=worker_cache)
                 results.append(step.run(enc, budget, anyway=True))
         if i == kill_in_step:  # the marker was claimed: a worker died in this step
             assert not marker.exists() and marker.with_name("kill.taken").exists()
@@ -340,3 +340,28 @@ def test_into_a_field_on_a_cluster_equals_one_process(tmp_path, cluster, spaces)
     np.testing.assert_array_equal(fields["one"][1], fields["two"][1])
     assert sorted(fields["one"][2]) == sorted(fields["two"][2])
     assert len(fields["two"][2]) == len(set(fields["two"][2])) == sum(BUDGETS[:2])
+
+
+def test_first_step_on_a_cluster_with_a_killed_worker_encodes_nothing_twice(
+        tmp_path, cluster, spaces):
+    """The first step has no output to write: the vectors come back to the step. A worker
+    killed mid-partition: the partition run again reads the batches the killed run encoded
+    from the workers' encode cache; the output is the single-process run's."""
+    X, Y = spaces
+    src = tmp_path / "src.parquet"
+    pq.write_table(pa.table({"id": [f"doc-{i}" for i in range(N)],
+                             "text": [f"t{i}" for i in range(N)],
+                             "vector": pa.array(list(X), pa.list_(pa.float32()))}), src)
+    (r1, seen1) = migrate_steps(str(src), str(tmp_path / "a.parquet"), Y, tmp_path / "one",
+                                "text", budgets=BUDGETS[:1])
+    (r2, seen2) = migrate_steps(str(src), str(tmp_path / "b.parquet"), Y, tmp_path / "two",
+                                "text", cluster, kill_in_step=0, budgets=BUDGETS[:1],
+                                worker_cache=str(tmp_path / "workers.sqlite"))
+    assert len(seen2) == len(set(seen2)) == BUDGETS[0] and set(seen1) == set(seen2)
+    # the texts the killed run encoded are counted by no finished partition
+    assert [r.to_dict() | {"output": None, "n_encoded": 0} for r in r1] == \
+        [r.to_dict() | {"output": None, "n_encoded": 0} for r in r2]
+    assert r2[0].n_encoded < BUDGETS[0]
+    ids_a, Va, prov_a = read_all(str(tmp_path / "a.parquet"), "text")
+    ids_b, Vb, prov_b = read_all(str(tmp_path / "b.parquet"), "text")
+    assert ids_a == ids_b and prov_a == prov_b and np.array_equal(Va, Vb)
