@@ -28,7 +28,7 @@ _MIGRATE = {
 }
 
 #: the kinds whose ``--into FIELD`` tests/test_into.py runs (its makers)
-_INTO = ("pgvector", "qdrant")
+_INTO = ("parquet", "lance", "pgvector", "qdrant")
 
 #: column -> {test: the kinds it runs}
 TESTS = {
@@ -62,8 +62,11 @@ TESTS = {
 #: (column, kind) -> its cell where no test of the column runs the kind
 OTHERWISE = {
     ("pairs by id", "npy"): "row order (no ids)",
-    **{("--into FIELD", k): "not yet" for k in ENGINES if k not in (*_INTO, "chroma")},
+    **{("--into FIELD", k): "not yet" for k in ENGINES
+       if k not in (*_INTO, "chroma", "milvus")},
     ("--into FIELD", "chroma"): "no: one embedding per collection",
+    ("--into FIELD", "parquet-dir"): "no: one Parquet file only",
+    ("--into FIELD", "milvus"): "no: Milvus Lite cannot add a field",
 }
 
 #: (column, kind) -> what a "yes" holds for only
@@ -73,6 +76,7 @@ NOTES = {
     ("pairs by id", "lance"): "with ``--id-column``",
     ("pairs by id", "faiss"): "an ``IndexIDMap``'s ids",
     ("pairs by id", "sqlite-vec"): "the primary key, else ``rowid``",
+    ("--into FIELD", "qdrant"): "a named vector",
 }
 
 #: kind -> its row's name in the table

@@ -126,13 +126,24 @@ def open_target(address, field, *, column=None, text_field=None, **options):
     eng.check_into(address)
     field = check_field_name(field, address)
     with field_lock(address, field):
+        try:
+            state, taken = eng.field_state(address, field), None
+        except StoreError as exc:  # said after the old field's own check
+            state, taken = None, exc
+        if column is None and address.column is None and state is not None:
+            # the store has two vector fields now: the old one is the one the field was
+            # made from
+            from_field = (read_field_stamp(address, field) or {}).get("from_field")
+            column = from_field if isinstance(from_field, str) else None
         with open_live(address, column=column, text_field=text_field, **options) as source:
             old = source.vector_field
             if old is not None and old == field:
                 raise StoreError(f"{address}: --into {field!r} is the store's own vector field "
                                  "(the one read); the new vectors go into a new field: choose "
                                  "another name.")
-            yield eng, source, eng.field_state(address, field)
+            if taken is not None:
+                raise taken
+            yield eng, source, state
 
 
 def translate_into(model, address, field, *, column=None, batch_size=None, progress=False):

@@ -17,6 +17,7 @@ from ..exceptions import StoreError
 from .base import StoreReader
 from .databases.edge import one_line
 from .files.arrow import (
+    _is_vector_type,
     arrow_vectors,
     import_lancedb,
     import_pyarrow,
@@ -26,6 +27,7 @@ from .files.arrow import (
 )
 from .files.arrow_live import id_index, text_column
 from .files.engine import FileEngine
+from .files.fields import OWNED, FieldLive, fold, owned, read_sidecar, write_sidecar
 from .files.live import FileLiveStore, IdIndex, check_metric
 from .files.shadow import FileShadow
 from .journal import write_journal
@@ -218,6 +220,141 @@ class LanceEngine(FileEngine):
     interchangeable = True
     ids_in_column = True
 
+    # a second vector column (--into FIELD): see _field_rows
+    def vector_fields(self, address):
+        pa, _ = import_pyarrow(address.path)
+        return {f.name: (f.type.list_size if pa.types.is_fixed_size_list(f.type) else None)
+                for f in _table(address.path).schema if _is_vector_type(pa, f.type)}
+
+    def field_state(self, address, field):
+        return _field_state(address, field)
+
+    def add_field(self, address, field, dim, like):
+        """Nothing yet: the column comes with the step's fold (:meth:`finish_field`)."""
+
+    def open_field(self, address, field, *, text_field=None, **options):
+        return _open_field(address, field, text_field=text_field, **options)
+
+    def read_field_stamp(self, address, field):
+        return read_sidecar(address.path, field)
+
+    def write_field_stamp(self, address, field, stamp):
+        write_sidecar(address.path, field, stamp)
+
+    def finish_field(self, address, field):
+        """Fold the field's overlay into the table: the column added (``NULL`` everywhere,
+        one commit, no row rewritten) where it is not there yet, then every row's value and
+        mark in one ``merge_insert`` on the id column (one commit: a reader sees the table
+        before or after; the rows keep their order, the table's current version grows by the
+        new column; LanceDB keeps the previous versions until ``optimize``)."""
+        from .files.overlay import OVERLAY_SUFFIX, rebinding
+
+        live = _open_field(address, field)
+        try:
+            old = live._base.column
+            fold(live, lambda P, V, M: _merge_field(live, field, P, V, M))
+        finally:
+            live.close()
+        if address.path.with_name(address.path.name + OVERLAY_SUFFIX).is_dir():
+            with rebinding():  # the old field's own overlay: same rows, ids and column
+                LanceLive(address, column=old).close()
+
+    def drop_field_command(self, address, field):
+        from .live import field_key
+
+        name = address.path.name[: -len(".lance")]
+        return (f"python -c \"import lancedb; t = lancedb.connect({str(address.path.parent)!r})"
+                f".open_table({name!r}); t.drop_columns([c for c in [{field!r}, "
+                f"{field_key(field)!r}] if c in t.schema.names])\"")
+
+
+def _field_state(address, field):
+    """The width of the field where skalign added it (a column with :data:`~skalign._stores.
+    files.fields.OWNED`, or a field whose stamp is written and whose first fold is to come),
+    ``None`` where the table has no column ``field``; a column of the user's is refused."""
+    pa, _ = import_pyarrow(address.path)
+    schema = _table(address.path).schema
+    if field in schema.names:
+        f = schema.field(field)
+        if not owned(f) or not pa.types.is_fixed_size_list(f.type):
+            raise StoreError(f"{address.path}: the table already has a column {field!r} "
+                             f"({f.type}) that skalign did not add; --into writes a new "
+                             "column: choose another name.")
+        return int(f.type.list_size)
+    stamp = read_sidecar(address.path, field)
+    return None if stamp is None else int(stamp.get("d_out") or 0) or None
+
+
+def _open_field(address, field, *, text_field=None, **options):
+    """The field as a :class:`~skalign._stores.files.fields.FieldLive` over the table opened
+    on its old column (the stamp's ``from_field``)."""
+    stamp = read_sidecar(address.path, field) or {}
+    dim = _field_state(address, field)
+    if dim is None:
+        raise StoreError(f"{address.path}: no field {field!r}.")
+    old = stamp.get("from_field") if isinstance(stamp.get("from_field"), str) else None
+    base = LanceLive(address, column=old, text_field=text_field, **options)
+    return FieldLive(base, field, dim, lambda: _field_rows(base, field, dim))
+
+
+def _table(path):
+    lancedb = import_lancedb(path)
+    try:
+        return lancedb.connect(path.parent).open_table(path.name[: -len(".lance")])
+    except Exception as exc:  # lancedb raises ValueError, OSError or its own errors
+        raise StoreError(f"{path}: not a readable LanceDB table "
+                         f"({str(exc).splitlines()[0]}).") from None
+
+
+def _field_rows(base, field, dim):
+    """The field's values in the table, in the rows' order (:class:`~skalign._stores.files.
+    fields.FieldLive`): vectors (zeros where ``NULL``), whether each row has one, marks."""
+    from .live import field_key
+
+    n, key = base.n_rows, field_key(field)
+    V, filled, marks = np.zeros((n, dim), np.float32), np.zeros(n, bool), [None] * n
+    names = base._table.schema.names
+    if field not in names:
+        return V, filled, marks
+    cols = [base.id_field, field] + ([key] if key in names else [])
+    got = base._table.search().select(cols).limit(max(n, 1)).to_arrow()
+    at = base._ids.positions(got.column(0).to_pylist(), base.path)
+    arr = got.column(1).combine_chunks()
+    valid = np.asarray(arr.is_valid())
+    if valid.any():
+        V[at[valid]] = np.asarray(arr.filter(arr.is_valid()).flatten(), np.float32).reshape(
+            -1, dim)
+    filled[at] = valid
+    if len(cols) > 2:
+        for p, m in zip(at, got.column(2).to_pylist()):
+            marks[p] = m
+    return V, filled, marks
+
+
+def _merge_field(live, field, positions, vectors, marks):
+    from .live import field_key
+
+    pa, _ = import_pyarrow(live.path)
+    table, key, dim = live._base._table, field_key(field), live.dim
+    V, filled, mk = (np.array(a, copy=True) if isinstance(a, np.ndarray) else list(a)
+                     for a in live.values())
+    V[positions], filled[positions] = vectors, True
+    for p, m in zip(positions, marks):
+        mk[p] = m
+    vtype = pa.list_(pa.float32(), dim)
+    if field not in table.schema.names:
+        table.add_columns([pa.field(field, vtype, metadata=OWNED), pa.field(key, pa.string())])
+    ids = live._ids.ids_of(np.arange(live.n_rows))
+    data = pa.table({live.id_field: pa.array(ids, table.schema.field(live.id_field).type),
+                     field: pa.FixedSizeListArray.from_arrays(pa.array(V.reshape(-1)), dim,
+                                                              mask=pa.array(~filled)),
+                     key: pa.array(mk, pa.string())})
+    try:
+        table.merge_insert(live.id_field).when_matched_update_all().execute(data)
+    except Exception as exc:  # lancedb raises ValueError, RuntimeError or its own
+        raise StoreError(f"{live.path}: cannot write the field {field!r} "
+                         f"({one_line(exc, live.address)}).") from None
+
 
 # ---------------------------------------------------------------------------- live
 #: LanceDB's name of each metric, and its distance turned into a score (higher is better)
@@ -244,6 +381,15 @@ class LanceLive(FileLiveStore):
 
     kind = "lance"
     exact = False
+
+    def __new__(cls, address, *, column=None, **options):
+        # a vector column skalign added (--into FIELD) is read with its own overlay
+        if column is not None and cls is LanceLive:
+            schema = _table(address.path).schema
+            if (owned(schema.field(column)) if column in schema.names
+                    else read_sidecar(address.path, column) is not None):
+                return _open_field(address, column, **options)
+        return super().__new__(cls)
 
     def __init__(self, address, *, column=None, text_field=None, id_field=None,
                  metric="cosine"):

@@ -10,7 +10,41 @@ from ..files.engine import FileEngine
 __all__ = ["ParquetFileEngine", "ParquetFolderEngine"]
 
 
-class ParquetFileEngine(FileEngine):
+def _fields():
+    from . import fields
+
+    return fields
+
+
+class _FileFields:
+    """A second vector column of a single Parquet file (``--into FIELD``): :mod:`.fields`."""
+
+    def vector_fields(self, address):
+        return _fields().vector_fields(address)
+
+    def field_state(self, address, field):
+        return _fields().field_state(address, field)
+
+    def add_field(self, address, field, dim, like):
+        _fields().add_field(address, field, dim, like)
+
+    def open_field(self, address, field, *, text_field=None, **options):
+        return _fields().open_field(address, field, text_field=text_field, **options)
+
+    def read_field_stamp(self, address, field):
+        return _fields().read_field_stamp(address, field)
+
+    def write_field_stamp(self, address, field, stamp):
+        _fields().write_field_stamp(address, field, stamp)
+
+    def finish_field(self, address, field):
+        _fields().finish_field(address, field)
+
+    def drop_field_command(self, address, field):
+        return _fields().drop_field_command(address, field)
+
+
+class ParquetFileEngine(_FileFields, FileEngine):
     """A Parquet file's engine. Its writer encodes
     :data:`~skalign._stores.base.ENCODE_DEPTH` batches at once: each default batch is that
     fraction of the memory budget's."""
@@ -31,3 +65,7 @@ class ParquetFolderEngine(ParquetFileEngine):
 
     suffix = ""
     dask_writes = True
+    into_refusal = ("a folder of Parquet shards has no single file to add the column to "
+                    "(--into works on one Parquet file); translate or migrate into a second "
+                    "folder.")
+

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...exceptions import StoreError
 from ..files.arrow import import_pyarrow
 from ..files.arrow_live import id_index, text_column
+from ..files.fields import FieldLive, owned, read_sidecar
 from ..files.live import WINDOW_ROWS, FileLiveStore, check_metric, files_state
+from ..live import field_key
 from .store import ParquetReader
 
-__all__ = ["CACHE_BYTES", "ParquetLive"]
+__all__ = ["CACHE_BYTES", "ParquetLive", "field_state", "open_field", "open_owned"]
 
 #: a store whose vectors take at most this many bytes (float32) is read into memory once
 CACHE_BYTES = 256 << 20
@@ -35,6 +38,14 @@ class ParquetLive(FileLiveStore):
     """
 
     kind = "parquet"
+
+    def __new__(cls, address, *, column=None, **options):
+        # a vector column skalign added (--into FIELD) is read with its own overlay
+        if column is not None and cls is ParquetLive:
+            store = open_owned(address, column, options)
+            if store is not None:
+                return store
+        return super().__new__(cls)
 
     def __init__(self, address, *, column=None, text_field=None, id_field=None,
                  metric="cosine"):
@@ -88,3 +99,76 @@ class ParquetLive(FileLiveStore):
         if text_field != self.text_field:
             text_column(self._pa, self._reader.schema, text_field, self.path)
         return self._column(text_field).take(self._pa.array(positions)).to_pylist()
+
+
+# ---------------------------------------------------------------------------- a second field
+# (--into FIELD: .fields writes it; what reads it is here, beside the class it opens)
+def _schema(path):
+    _, pq = import_pyarrow(path)
+    try:
+        return pq.ParquetFile(path).schema_arrow
+    except OSError as exc:
+        raise StoreError(f"{path}: not a readable Parquet file ({exc}).") from None
+
+
+def field_state(address, field):
+    """The field's width where skalign added it (a column it folded in, or a field whose
+    stamp is written and whose first fold is to come), ``None`` where the file has no column
+    ``field``; a column of the user's is refused."""
+    pa, _ = import_pyarrow(address.path)
+    schema = _schema(address.path)
+    if field in schema.names:
+        f = schema.field(field)
+        if not owned(f) or not pa.types.is_fixed_size_list(f.type):
+            raise StoreError(f"{address.path}: the file already has a column {field!r} "
+                             f"({f.type}) that skalign did not add; --into writes a new "
+                             "column: choose another name.")
+        return int(f.type.list_size)
+    stamp = read_sidecar(address.path, field)
+    return None if stamp is None else int(stamp.get("d_out") or 0) or None
+
+
+def open_field(address, field, *, text_field=None, **options):
+    """The field as a :class:`~skalign._stores.files.fields.FieldLive` over the file opened on
+    its old column (the stamp's ``from_field``)."""
+    stamp = read_sidecar(address.path, field) or {}
+    dim = field_state(address, field)
+    if dim is None:
+        raise StoreError(f"{address.path}: no field {field!r}.")
+    old = stamp.get("from_field") if isinstance(stamp.get("from_field"), str) else None
+    base = ParquetLive(address, column=old, text_field=text_field, **options)
+    return FieldLive(base, field, dim, lambda: _values(address.path, field, dim))
+
+
+def open_owned(address, column, options):
+    """The field ``column`` opened as :func:`open_field` does where skalign added it (what a
+    live store asked for that column becomes), else ``None``."""
+    if column in _schema(address.path).names:
+        if not owned(_schema(address.path).field(column)):
+            return None
+    elif read_sidecar(address.path, column) is None:
+        return None
+    return open_field(address, column, **options)
+
+
+def _values(path, field, dim):
+    """The field's vectors, whether each row has one, and each row's mark, from the file."""
+    pa, pq = import_pyarrow(path)
+    f = pq.ParquetFile(path)
+    n = f.metadata.num_rows
+    V, filled, marks = np.zeros((n, dim), np.float32), np.zeros(n, bool), [None] * n
+    if field not in f.schema_arrow.names:
+        return V, filled, marks
+    key, at = field_key(field), 0
+    cols = [field] + ([key] if key in f.schema_arrow.names else [])
+    for rb in f.iter_batches(columns=cols):
+        arr = rb.column(0)
+        valid = np.asarray(arr.is_valid())
+        rows = at + np.flatnonzero(valid)
+        if len(rows):
+            V[rows] = np.asarray(arr.filter(arr.is_valid()).flatten(), np.float32).reshape(-1, dim)
+            filled[rows] = True
+        if len(cols) > 1:
+            marks[at:at + rb.num_rows] = rb.column(1).to_pylist()
+        at += rb.num_rows
+    return V, filled, marks
