@@ -8,12 +8,12 @@ from __future__ import annotations
 import numpy as np
 
 from ...exceptions import StoreError
-from ..files.arrow import import_pyarrow
+from ..files.arrow import arrow_vectors, import_pyarrow
 from ..files.arrow_live import id_index, text_column
 from ..files.fields import FieldLive, owned, read_sidecar
 from ..files.live import WINDOW_ROWS, FileLiveStore, check_metric, files_state
 from ..live import field_key
-from .store import ParquetReader
+from .store import TAKE_BATCH_ROWS, ParquetReader
 
 __all__ = ["CACHE_BYTES", "ParquetLive", "field_state", "open_field", "open_owned"]
 
@@ -88,10 +88,30 @@ class ParquetLive(FileLiveStore):
         if self._vectors is not None:
             vectors = self._vectors[positions]
         else:
-            order = np.argsort(positions)
-            vectors = np.empty((len(positions), self.dim), np.float32)
-            vectors[order] = np.asarray(self._reader.take(positions[order], len(positions))[0])
+            vectors = self._take_vectors(np.asarray(positions, dtype=np.int64))
         return vectors, self._row_texts(positions, text_field)
+
+    def _take_vectors(self, positions):
+        """The vectors at ``positions`` (float32), read from the vector column alone, a batch
+        at a time: never the rows' other fields, never a Python object per value."""
+        r, out = self._reader, np.empty((len(positions), self.dim), np.float32)
+        order = np.argsort(positions, kind="stable")
+        wanted, seen = positions[order], 0
+        for (path, _), f in zip(r.shards, r._files):
+            for g in range(f.num_row_groups):
+                lo, seen = seen, seen + f.metadata.row_group(g).num_rows
+                a, b = np.searchsorted(wanted, [lo, seen])
+                at = lo
+                for rb in f.iter_batches(batch_size=TAKE_BATCH_ROWS, row_groups=[g],
+                                         columns=[r.column]) if b > a else ():
+                    c, d = np.searchsorted(wanted, [at, at + rb.num_rows])
+                    if d > c:
+                        V = arrow_vectors(self._pa, rb.column(0), self.dim, path, r.column)
+                        out[order[c:d]] = V[wanted[c:d] - at]
+                    at += rb.num_rows
+                    if d >= b:
+                        break
+        return out
 
     def _row_texts(self, positions, text_field):
         if text_field is None:
