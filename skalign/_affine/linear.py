@@ -75,8 +75,8 @@ def ridge_loo_errors(Xc, Yc, alphas, *, center=True):
     return errors
 
 
-def ridge_cv_retention(Xt, Yt, alphas, n_splits, *, center=True, k=10):
-    r"""K-fold recall@k retention of ridge maps for several penalties, one SVD per fold.
+def ridge_cv_retention(Xt, Yt, alphas, n_splits, *, center=True, k=10, return_gram=False):
+    r"""K-fold recall@k retention of ridge maps for several penalties, one decomposition per fold.
 
     For each of ``n_splits`` folds (shuffled with seed 0), the training part's centred anchors
     are decomposed once, :math:`\bar X = U \Sigma V^\top`, and every penalty's map
@@ -85,6 +85,20 @@ def ridge_cv_retention(Xt, Yt, alphas, n_splits, *, center=True, k=10):
     :func:`skalign.metrics.retrieval_retention` defines it (each held-out target a leave-one-out
     query against the others, cosine; the re-embedded top-k computed once per fold). The score
     is the mean over folds.
+
+    Where every training part has at least as many anchors as features, the decomposition is
+    the eigendecomposition of the training part's centred Gram matrix, obtained from the whole
+    set's by removing the held-out rows: with :math:`\bar X` centred on all ``n`` anchors,
+    :math:`T` the held-out rows and :math:`\delta_x = -\frac{1}{n - |T|}\sum_{i \in T} \bar x_i`
+    the training part's mean,
+
+    .. math::
+
+        \bar X_{tr}^\top \bar X_{tr} = \bar X^\top \bar X - \bar X_T^\top \bar X_T
+        - (n - |T|)\, \delta_x \delta_x^\top
+
+    (and :math:`\bar X_{tr}^\top \bar Y_{tr}` alike), so a fold costs products over its held-out
+    rows only. The penalties of a fold are scored a batch at a time.
 
     Parameters
     ----------
@@ -98,43 +112,108 @@ def ridge_cv_retention(Xt, Yt, alphas, n_splits, *, center=True, k=10):
         Centre each training part (fit an intercept).
     k : int, default=10
         Neighbourhood size.
+    return_gram : bool, default=False
+        Also return the whole set's ``(X̄ᵀX̄, X̄ᵀȲ)`` (float64), for the final fit's solve
+        (:func:`~skalign.utils._backend.ridge_svd`'s ``gram``), or ``None`` where the training
+        parts are wide and it was not formed.
 
     Returns
     -------
     scores : ndarray of shape (n_alphas,)
         Mean held-out recall@k retention per penalty.
+    gram : tuple of two tensors or None
+        With ``return_gram`` only.
     """
     import torch
     from sklearn.model_selection import KFold
 
     X64, Y64 = Xt.to(torch.float64), Yt.to(torch.float64)
+    n, d = X64.shape
+    mx = X64.mean(0) if center else torch.zeros_like(X64[0])
+    my = Y64.mean(0) if center else torch.zeros_like(Y64[0])
+    Xc, Yc = X64 - mx, Y64 - my
+    tall = n - -(-n // n_splits) >= d  # the smallest training part
+    gram = (Xc.mT @ Xc, Xc.mT @ Yc) if tall else None
+    alphas = np.asarray(alphas, dtype=np.float64)
     scores = np.zeros(len(alphas))
-    for train, test in KFold(n_splits, shuffle=True, random_state=0).split(np.arange(len(X64))):
-        Xtr, Ytr = X64[train], Y64[train]
-        mx = Xtr.mean(0) if center else torch.zeros_like(Xtr[0])
-        my = Ytr.mean(0) if center else torch.zeros_like(Ytr[0])
-        V, sv, UtY = _svd_by_gram(Xtr - mx, Ytr - my)
-        Yte = Y64[test]
-        Yte = Yte / Yte.norm(dim=1, keepdim=True).clamp_min(1e-12)
-        # every penalty's prediction is P(alpha) @ UtY + my with P = (X_te V) diag(f(alpha)):
-        # its cosines with the held-out targets and its norms come from r-sized products,
-        # without forming the d_x x d_y map or the predictions
-        # the decomposition needs float64; the per-penalty cosines only rank neighbours, and
-        # float32 gave the same scores on the development data at a quarter less time
-        XV = ((X64[test] - mx) @ V).float()
-        C, b = (Yte @ UtY.mT).float(), (Yte @ my).float()
+    for train, test in KFold(n_splits, shuffle=True, random_state=0).split(np.arange(n)):
+        Xte, Yte_c = Xc[test], Yc[test]
+        if tall:
+            dx = -Xte.sum(0) / len(train) if center else torch.zeros_like(mx)
+            dy = -Yte_c.sum(0) / len(train) if center else torch.zeros_like(my)
+            G = gram[0] - Xte.mT @ Xte - len(train) * torch.outer(dx, dx)
+            XtY = gram[1] - Xte.mT @ Yte_c - len(train) * torch.outer(dx, dy)
+            V, sv, UtY = _decompose_gram(G, XtY)
+        else:
+            Xtr, Ytr = Xc[train], Yc[train]
+            dx = Xtr.mean(0) if center else torch.zeros_like(mx)
+            dy = Ytr.mean(0) if center else torch.zeros_like(my)
+            V, sv, UtY = _svd_by_gram(Xtr - dx, Ytr - dy)
+        scores += _fold_retention(Xte - dx, Y64[test], V, sv, UtY, my + dy, alphas, k)
+    scores /= n_splits
+    return (scores, gram) if return_gram else scores
+
+
+def _fold_retention(Xte, Yte, V, sv, UtY, my, alphas, k):
+    r"""Recall@``k`` retention of one held-out part (``Xte`` centred on the training part's
+    mean, ``Yte`` raw) under each penalty's map :math:`X V \operatorname{diag}(f) U^\top \bar Y
+    + \mu_y`, :math:`f_j = \sigma_j / (\sigma_j^2 + \alpha)`.
+
+    Every penalty's prediction is :math:`P(\alpha) U^\top \bar Y + \mu_y` with
+    :math:`P = (X V) \operatorname{diag}(f)`. Where the rank ``r`` is below the target width
+    (``m r + r^2 < r d_y + m d_y`` per held-out row), its cosines with the held-out targets and
+    its norms come from ``r``-sized products, without forming the map or the predictions;
+    otherwise the predictions are formed (``m r d_y``) and compared in the target space. The
+    decomposition needs float64; the cosines only rank neighbours, and float32 gave the same
+    scores on the development data at a quarter less time.
+    """
+    import torch
+
+    m, r, d_y = len(Yte), len(sv), Yte.shape[1]
+    Yte = Yte / Yte.norm(dim=1, keepdim=True).clamp_min(1e-12)
+    XV = (Xte @ V).float()
+    implicit = m * r + r * r < r * d_y + m * d_y
+    if implicit:
+        Cb = torch.cat([Yte @ UtY.mT, (Yte @ my)[:, None]], 1).float()
         G, g, my2 = (UtY @ UtY.mT).float(), (UtY @ my).float(), float(my @ my)
-        sv32 = sv.float()
-        # the re-embedded neighbourhoods do not depend on alpha: once per fold
-        own = _top_k_excluding_self(Yte @ Yte.mT, k)
-        for i, a in enumerate(alphas):
-            P = XV * (sv32 / (sv32 * sv32 + a))
-            sq = ((P @ G) * P).sum(1) + 2.0 * (P @ g) + my2
-            S = (C @ P.mT + b[:, None]) / sq.clamp_min(1e-24).sqrt()
-            got = _top_k_excluding_self(S, k)
-            kept = (own[:, :, None] == got[:, None, :]).any(axis=2).sum(axis=1)
-            scores[i] += float(np.mean(kept / k)) / n_splits
-    return scores
+    else:
+        Y32, UtY32, my32 = Yte.float(), UtY.float(), my.float()
+    sv32 = sv.float()
+    # the re-embedded neighbourhoods do not depend on alpha: once per fold
+    own = torch.from_numpy(_top_k_excluding_self(Yte @ Yte.mT, k))
+    a32 = torch.as_tensor(alphas, dtype=torch.float32)
+    out = np.empty(len(alphas))
+    step = max(1, 2 ** 24 // (m * max(m, d_y)))  # penalties per batch: 64 MiB of float32
+    for lo in range(0, len(alphas), step):
+        f = sv32 / (sv32 * sv32 + a32[lo:lo + step, None])  # (batch, r)
+        P = XV * f[:, None, :]
+        if implicit:  # [C, b] [P, 1]^T / norms: one product, no pass over the similarities
+            sq = ((P @ G) * P).sum(2) + 2.0 * (P @ g) + my2
+            P = torch.cat([P, torch.ones_like(P[:, :, :1])], 2)
+            S = Cb @ (P / sq.clamp_min(1e-24).sqrt()[:, :, None]).mT
+        else:
+            pred = P @ UtY32 + my32
+            S = Y32 @ (pred / pred.norm(dim=2, keepdim=True).clamp_min(1e-12)).mT
+        S.diagonal(dim1=1, dim2=2).fill_(-torch.inf)
+        got = torch.topk(S, k, dim=2, sorted=False).indices
+        kept = (own[None, :, :, None] == got[:, :, None, :]).any(dim=3).sum(dim=2)
+        out[lo:lo + step] = (kept.double() / k).mean(dim=1).numpy()
+    return out
+
+
+def _decompose_gram(G, XtY, rtol=1e-12):
+    r"""``V``, ``sigma`` and :math:`U^\top Y` of the thin SVD :math:`X = U \Sigma V^\top` from
+    :math:`X^\top X` (``G``) and :math:`X^\top Y`; directions with :math:`\sigma^2 \le`
+    ``rtol`` :math:`\sigma^2_{max}` are dropped (every ridge penalty considered shrinks them to
+    nothing)."""
+    import torch
+
+    with small_lapack(G):
+        s2, V = torch.linalg.eigh(G)
+    keep = s2 > rtol * s2.max()
+    s2, V = s2[keep], V[:, keep]
+    sv = s2.sqrt()
+    return V, sv, (V.mT @ XtY) / sv.unsqueeze(-1)
 
 
 def _svd_by_gram(Xc, Yc, rtol=1e-12):
@@ -146,14 +225,14 @@ def _svd_by_gram(Xc, Yc, rtol=1e-12):
     import torch
 
     n, d = Xc.shape
-    gram = Xc.mT @ Xc if n >= d else Xc @ Xc.mT
+    if n >= d:  # E = V
+        return _decompose_gram(Xc.mT @ Xc, Xc.mT @ Yc, rtol)
+    gram = Xc @ Xc.mT
     with small_lapack(gram):
         s2, E = torch.linalg.eigh(gram)
     keep = s2 > rtol * s2.max()
     s2, E = s2[keep], E[:, keep]
     sv = s2.sqrt()
-    if n >= d:  # E = V
-        return E, sv, (E.mT @ (Xc.mT @ Yc)) / sv.unsqueeze(-1)
     return (Xc.mT @ E) / sv, sv, E.mT @ Yc  # E = U
 
 
@@ -364,25 +443,28 @@ class LinearAligner(NormalizeMixin, BaseAligner):
             The fitted aligner.
         """
         X, y = self._validate_pair(X, y)
-        X, y = self._fit_normalization(X, y)
-        Xc, Yc, mx, my = self._centered_pair_tensors(X, y, center=self.center)
         self.loo_errors_ = self.cv_scores_ = None
-        # one product of the alpha search is (n, d_x) x (d_x, d_y): below the work rule's size
-        # a busy machine's second thread only waits (skalign.utils._backend.work_threads)
-        with work_threads(len(Xc) * Xc.shape[1] * Yc.shape[1], Xc.device.type):
-            self._choose_alpha(Xc, Yc, mx, my)
-        W = ridge_svd(Xc, Yc, self.alpha_, rtol=self.rtol)
+        # one product of the fit and of the alpha search is (n, d_x) x (d_x, d_y): below the
+        # work rule's size a busy machine's second thread only waits
+        # (skalign.utils._backend.work_threads)
+        with work_threads(len(X) * X.shape[1] * y.shape[1], self.device_):
+            X, y = self._fit_normalization(X, y)
+            Xc, Yc, mx, my = self._centered_pair_tensors(X, y, center=self.center)
+            gram = self._choose_alpha(Xc, Yc, mx, my)
+            W = ridge_svd(Xc, Yc, self.alpha_, rtol=self.rtol, gram=gram)
         self.coef_ = to_numpy(W.T)  # scikit-learn's (n_targets, n_features)
         self.intercept_ = to_numpy(my - mx @ W)
         return self
 
     def _choose_alpha(self, Xc, Yc, mx, my):
-        """Set ``alpha_`` and ``alpha_criterion_`` (and the search's scores)."""
+        """Set ``alpha_`` and ``alpha_criterion_`` (and the search's scores); return the
+        search's ``(X̄ᵀX̄, X̄ᵀȲ)`` where it formed them (``None`` otherwise)."""
         n_splits = min(5, len(Xc) // 24)  # held-out parts of at least 2 (k + 2) anchors
+        gram = None
         if isinstance(self.alpha, str) and self.scoring is not None and n_splits >= 2:
             alphas = self._candidate_alphas()
-            self.cv_scores_ = ridge_cv_retention(Xc + mx, Yc + my, alphas, n_splits,
-                                                 center=self.center)
+            self.cv_scores_, gram = ridge_cv_retention(Xc + mx, Yc + my, alphas, n_splits,
+                                                       center=self.center, return_gram=True)
             self.alpha_ = float(alphas[int(np.argmax(self.cv_scores_))])
             self.alpha_criterion_ = "recall_retention"
         elif isinstance(self.alpha, str):
@@ -395,6 +477,7 @@ class LinearAligner(NormalizeMixin, BaseAligner):
         else:
             self.alpha_ = float(self.alpha)
             self.alpha_criterion_ = "fixed"
+        return gram
 
     def _affine(self):
         normalize_in, scale_out = self._affine_io()

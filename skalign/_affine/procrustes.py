@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import BaseAligner
-from ..utils._backend import affine_fn, affine_numpy_fn, polar, to_numpy
+from ..utils._backend import affine_fn, affine_numpy_fn, polar, to_numpy, work_threads
 from ..utils._compat import _fit_context
 from .norms import NORMALIZE_CONSTRAINT, NormalizeMixin
 
@@ -143,14 +143,17 @@ class ProcrustesAligner(NormalizeMixin, BaseAligner):
         import torch
 
         X, y = self._validate_pair(X, y)
-        X, y = self._fit_normalization(X, y)
-        Xc, Yc, mx, my = self._centered_pair_tensors(X, y, center=self.center)
-        M = Xc.T @ Yc
-        W = polar(M)
-        s = 1.0
-        if self.scale:
-            denom = float((Xc * Xc).sum())
-            s = float(torch.linalg.svdvals(M).sum()) / denom if denom > 0 else 1.0
+        # the biggest product is (d_x, n) x (n, d_y): below the work rule's size a busy
+        # machine's second thread only waits (skalign.utils._backend.work_threads)
+        with work_threads(len(X) * X.shape[1] * y.shape[1], self.device_):
+            X, y = self._fit_normalization(X, y)
+            Xc, Yc, mx, my = self._centered_pair_tensors(X, y, center=self.center)
+            M = Xc.T @ Yc
+            W = polar(M)
+            s = 1.0
+            if self.scale:
+                denom = float((Xc * Xc).sum())
+                s = float(torch.linalg.svdvals(M).sum()) / denom if denom > 0 else 1.0
         self.components_ = to_numpy(W)
         self.scale_ = s
         self.source_mean_ = to_numpy(mx)

@@ -162,13 +162,14 @@ def estimates(inputs, fits):
     Y_eval = fits.Y_eval
     # the new model's own rankings of a store, shared by every estimate on it: rows of Y_eval
     # (keyed by the store's rows) or the pairs
-    truth = {}
+    truth, made = {}, []
 
     def true_of(rows):
         key = rows.tobytes()
         if key not in truth:
             store = Y_eval[rows]
             truth[key] = _ranked(store, store, _depth(len(rows), k))
+            made.append((rows, truth[key]))
         return truth[key]
 
     out = []
@@ -189,7 +190,7 @@ def estimates(inputs, fits):
                 out.append(bridged(doc, name, Y_eval, folds["document"], folds["query"], k,
                                    n_resamples, confidence, rng, fits.fit_seconds[name],
                                    fits.how[name]["query"], true_of))
-    pairs_truth = _ranked(inputs.Y, inputs.Y, _depth(inputs.n_pairs, k))
+    pairs_truth = _pairs_truth(inputs, fits, made, k)
     stay = estimate("stay", "stay", inputs.Y, inputs.X, inputs.X, k, size, n_resamples,
                     confidence, np.random.default_rng([rs, 3]), 0.0,
                     "old queries on the old store: the old model's own top-k, no migration",
@@ -210,6 +211,21 @@ def estimates(inputs, fits):
                      learning_curve=curves, curve_store_size=fits.curve_store_size,
                      budget_store=budget_store, notes=_notes(out, inputs),
                      best={side: best_estimate(out, side) for side in ("document", "query")})
+
+
+def _pairs_truth(inputs, fits, made, k):
+    """The new model's ranking of the pairs (:func:`_ranked` of ``inputs.Y``), read off the
+    ranking ``(rows, ranking)`` of ``made`` of an evaluation store that holds every pair in
+    another order (cross-validation: the held-out folds put back together), else made."""
+    n = inputs.n_pairs
+    if fits.Y_eval is inputs.Y:
+        for rows, ranking in made:
+            if len(rows) == n and ranking.shape[1] == _depth(n, k) and \
+                    np.array_equal(np.sort(rows), np.arange(n)):
+                out = np.empty_like(ranking)
+                out[rows] = rows[ranking]
+                return out
+    return _ranked(inputs.Y, inputs.Y, _depth(n, k))
 
 
 def _notes(out, inputs):
@@ -363,18 +379,20 @@ def _ranked(Q, T, depth):
     """
     import torch
 
-    from ..utils._backend import row_normalize
+    from ..utils._backend import row_normalize, work_threads
 
-    Tt = row_normalize(torch.from_numpy(np.ascontiguousarray(T, dtype=np.float32)))
-    Qt = Tt if Q is T else row_normalize(torch.from_numpy(np.ascontiguousarray(Q,
-                                                                           dtype=np.float32)))
-    out = np.empty((len(Qt), depth), dtype=np.int32)
-    block = max(1, 2 ** 25 // max(len(Tt), 1))
-    for s in range(0, len(Qt), block):
-        S = Qt[s:s + block] @ Tt.T
-        rows = torch.arange(S.shape[0])
-        S[rows, rows + s] = -torch.inf
-        out[s:s + block] = torch.topk(S, depth, dim=1).indices.numpy()
+    out = np.empty((len(Q), depth), dtype=np.int32)
+    # the sub-stores' rankings are small: on one thread where a busy machine's second only waits
+    with work_threads(len(Q) * len(T) * T.shape[1]):
+        Tt = row_normalize(torch.from_numpy(np.ascontiguousarray(T, dtype=np.float32)))
+        Qt = Tt if Q is T else row_normalize(torch.from_numpy(
+            np.ascontiguousarray(Q, dtype=np.float32)))
+        block = max(1, 2 ** 25 // max(len(Tt), 1))
+        for s in range(0, len(Qt), block):
+            S = Qt[s:s + block] @ Tt.T
+            rows = torch.arange(S.shape[0])
+            S[rows, rows + s] = -torch.inf
+            out[s:s + block] = torch.topk(S, depth, dim=1).indices.numpy()
     return out
 
 
@@ -397,22 +415,30 @@ def _retention(R, S, k):
     ``R`` (the formulas of :func:`skalign.metrics.retrieval_retention`)."""
     import torch
 
-    hit = (torch.from_numpy(np.asarray(S, dtype=np.int64)).unsqueeze(2)
-           == torch.from_numpy(np.asarray(R, dtype=np.int64)).unsqueeze(1)).any(dim=2).double()
-    discount = 1.0 / torch.log2(torch.arange(2, k + 2, dtype=torch.float64))
-    return (hit.sum(dim=1) / k).numpy(), ((hit * discount).sum(dim=1) / discount.sum()).numpy()
+    from ..utils._backend import one_thread
+
+    with one_thread():  # comparisons of k x k indices per item
+        hit = (torch.from_numpy(np.asarray(S, dtype=np.int64)).unsqueeze(2)
+               == torch.from_numpy(np.asarray(R, dtype=np.int64)).unsqueeze(1)).any(dim=2)
+        hit = hit.double()
+        discount = 1.0 / torch.log2(torch.arange(2, k + 2, dtype=torch.float64))
+        return (hit.sum(dim=1) / k).numpy(), \
+            ((hit * discount).sum(dim=1) / discount.sum()).numpy()
 
 
 def _ranks(true, In, Qn, block=512):
     """Per query (leave-one-out): the rank, in the ranking of the unit ``Qn`` against the unit
     ``In``, of each item of its true top-``k`` (the rows ``true``, shape (n, k))."""
+    from ..utils._backend import work_threads
+
     out = np.empty(true.shape, dtype=np.int64)
-    for s in range(0, len(true), block):
-        rows = np.arange(s, min(s + block, len(true)))
-        Sc = Qn[rows] @ In.T
-        Sc[np.arange(len(rows)), rows] = -np.inf
-        score = np.take_along_axis(Sc, true[rows].astype(np.int64), axis=1)
-        out[rows] = (Sc[:, None, :] > score[:, :, None]).sum(axis=2)
+    with work_threads(len(Qn) * len(In) * In.shape[1]):
+        for s in range(0, len(true), block):
+            rows = np.arange(s, min(s + block, len(true)))
+            Sc = Qn[rows] @ In.T
+            Sc[np.arange(len(rows)), rows] = -np.inf
+            score = np.take_along_axis(Sc, true[rows].astype(np.int64), axis=1)
+            out[rows] = (Sc[:, None, :] > score[:, :, None]).sum(axis=2)
     return out
 
 

@@ -285,7 +285,7 @@ def learning_curve(candidates, X, Y, unpaired, k, n_repeats, random_state):
     held-out store, and its size (the estimates stage carries them to the store size)."""
     from sklearn.base import clone
 
-    from ..metrics import retrieval_retention
+    from ._estimate import _ranked, _retention
 
     rng = np.random.default_rng([random_state, 1])
     n = len(X)
@@ -295,6 +295,10 @@ def learning_curve(candidates, X, Y, unpaired, k, n_repeats, random_state):
     order = rng.permutation(n)
     ev, tr = order[:n_eval], order[n_eval:]
     counts = [c for c in CURVE_COUNTS if c < len(tr)] + [len(tr)]
+    # the new model's own top-k of the held-out store, the reference of every fit's retention
+    # (retrieval_retention's, made once)
+    Yev = Y[ev]
+    truth = _ranked(Yev, Yev, k)
     curve = {}
     for cand in candidates:
         proto, unpaired_fit = cand.proto, cand.learns
@@ -307,10 +311,10 @@ def learning_curve(candidates, X, Y, unpaired, k, n_repeats, random_state):
             for _ in range(reps):
                 pick = tr if c == len(tr) else rng.choice(tr, c, replace=False)
                 est, _ = fit(clone(proto), X[pick], Y[pick], unpaired)
-                index, queries = translate(est, X[ev], Y[ev], "document", None)
-                r = retrieval_retention(Y[ev], index, Y[ev], queries, k=k, exclude_self=True)
-                rec.append(r["recall"])
-                nd.append(r["ndcg"])
+                index, queries = translate(est, X[ev], Yev, "document", None)
+                r = _retention(truth, _ranked(queries, index, k), k)
+                rec.append(float(r[0].mean()))
+                nd.append(float(r[1].mean()))
             pts["n_pairs"].append(int(c))
             pts["recall"].append(float(np.mean(rec)))
             pts["recall_std"].append(float(np.std(rec)))

@@ -429,7 +429,19 @@ def _commands(choice, normalized, rerank_option, rerank=False):
     return [fit, run] + note
 
 
-def ndcg_per_query(ranked, qrels, queries, k):
+def label_arrays(qrels, queries):
+    """``(query position, item row, relevance)`` arrays of every label of ``queries`` in
+    ``qrels`` (``ndcg_per_query``'s ``labels``: several rankings of the same queries read them
+    once)."""
+    q_of = np.repeat(np.arange(len(queries)), [len(qrels[q]) for q in queries])
+    items = np.fromiter((d for q in queries for d in qrels[q]), dtype=np.int64,
+                        count=len(q_of))
+    rel = np.fromiter((r for q in queries for r in qrels[q].values()), dtype=float,
+                      count=len(q_of))
+    return q_of, items, rel
+
+
+def ndcg_per_query(ranked, qrels, queries, k, labels=None):
     """nDCG@k (linear gains) of each query in ``queries`` given its ranked item rows.
 
     Parameters
@@ -442,6 +454,8 @@ def ndcg_per_query(ranked, qrels, queries, k):
         The queries of ``ranked``'s rows, keys of ``qrels``.
     k : int
         Cut-off.
+    labels : tuple of arrays, default=None
+        :func:`label_arrays` of ``qrels`` and ``queries`` where already made.
 
     Returns
     -------
@@ -452,11 +466,7 @@ def ndcg_per_query(ranked, qrels, queries, k):
     disc = 1.0 / np.log2(np.arange(2, k + 2))
     # the labels as sorted keys (query position * n_items + item row) and values, looked up
     # for every ranked item at once
-    q_of = np.repeat(np.arange(nq), [len(qrels[q]) for q in queries])
-    items = np.fromiter((d for q in queries for d in qrels[q]), dtype=np.int64,
-                        count=len(q_of))
-    rel = np.fromiter((r for q in queries for r in qrels[q].values()), dtype=float,
-                      count=len(q_of))
+    q_of, items, rel = label_arrays(qrels, queries) if labels is None else labels
     width = max(int(items.max(initial=0)), int(ranked.max(initial=0))) + 1
     keys = q_of * width + items
     order = np.argsort(keys, kind="stable")
@@ -511,8 +521,9 @@ def judged_options(inputs, scores, methods, rerank_k):
             ranked[("translate + rerank", name)] = np.take_along_axis(cand, order,
                                                                       axis=1)[:, :k]
     options = []
+    labels = label_arrays(qrels, queries)
     for (option, name), top in ranked.items():
-        per = ndcg_per_query(top, qrels, queries, k)
+        per = ndcg_per_query(top, qrels, queries, k, labels)
         options.append({"option": option, "method": name, "ndcg": float(per.mean()),
                         "ndcg_ci": percentile_ci(per, inputs.n_resamples, inputs.confidence,
                                                  rng)})

@@ -641,48 +641,46 @@ def pinv_svd(A: torch.Tensor, rtol: float | None = None):
     return pinv, s, int(keep.sum())
 
 
-def ridge_svd(X: torch.Tensor, Y: torch.Tensor, alpha: float, rtol: float | None = None):
+def ridge_svd(X: torch.Tensor, Y: torch.Tensor, alpha: float, rtol: float | None = None,
+              gram=None):
     """Ridge / minimum-norm least-squares coefficients ``W`` minimising ‖XW − Y‖² + α‖W‖².
 
     For α > 0, in float64 through the Cholesky factor of the smaller regularised Gram matrix,
     ``(XᵀX + αI)⁻¹ XᵀY`` or ``Xᵀ (XXᵀ + αI)⁻¹ Y`` (scikit-learn's ``solver="cholesky"``, several
     times cheaper than an SVD of a tall or wide ``X``); for α = 0 and where that factor fails,
     through the SVD ``W = V diag(s / (s² + α)) Uᵀ Y``, dropping for α = 0 the singular values
-    below ``rtol * s_max`` (the minimum-norm solution on rank-deficient ``X``).
+    below ``rtol * s_max`` (the minimum-norm solution on rank-deficient ``X``). ``gram``: the
+    float64 ``(XᵀX, XᵀY)`` of a tall ``X`` where already formed.
     """
     import torch
 
     X64, Y64 = X.to(torch.float64), Y.to(torch.float64)
-    W = _ridge_cholesky(X64, Y64, alpha) if alpha > 0 else None
+    W = _ridge_cholesky(X64, Y64, alpha, gram) if alpha > 0 else None
     if W is None:
         with lapack_threads(X):
             U, s, Vh = torch.linalg.svd(X64, full_matrices=False)
-        if alpha > 0:
-            d = s / (s * s + alpha)
-        else:
-            if rtol is None:
-                rtol = max(X.shape) * torch.finfo(torch.float64).eps
-            keep = s > rtol * (s.max() if s.numel() else 0.0)
-            d = torch.where(keep, 1.0 / torch.where(keep, s, torch.ones_like(s)),
-                            torch.zeros_like(s))
+        rtol = max(X.shape) * torch.finfo(torch.float64).eps if rtol is None else rtol
+        keep = s > rtol * (s.max() if s.numel() else 0.0)
+        d = s / (s * s + alpha) if alpha > 0 else torch.where(
+            keep, 1.0 / torch.where(keep, s, torch.ones_like(s)), torch.zeros_like(s))
         W = Vh.mT @ (d.unsqueeze(-1) * (U.mT @ Y64))
     check_finite(W, what="the least-squares solution", hint="Increase alpha.")
     return W
 
 
-def _ridge_cholesky(X64, Y64, alpha):
+def _ridge_cholesky(X64, Y64, alpha, given=None):
     """:func:`ridge_svd` by Cholesky; ``None`` where the Gram matrix has no factor."""
     import torch
 
     tall = X64.shape[0] >= X64.shape[1]
-    gram = X64.mT @ X64 if tall else X64 @ X64.mT
+    gram = given[0].clone() if given is not None else X64.mT @ X64 if tall else X64 @ X64.mT
     gram.diagonal().add_(alpha)
     with small_lapack(gram):
         L, info = torch.linalg.cholesky_ex(gram)
         if int(info) != 0:
             return None
         if tall:
-            return torch.cholesky_solve(X64.mT @ Y64, L)
+            return torch.cholesky_solve(X64.mT @ Y64 if given is None else given[1], L)
         return X64.mT @ torch.cholesky_solve(Y64, L)
 
 
