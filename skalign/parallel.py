@@ -1,4 +1,4 @@
-"""Scale out on a dask distributed cluster: translate Parquet shards, run grid searches.
+"""Scale out on a dask distributed cluster: translate Parquet shards, run grid searches, encode.
 
 Nothing here is needed on one machine (:func:`skalign.io.translate` streams any store in
 bounded memory) — and importing this module does not import dask; only calling its functions does.
@@ -11,6 +11,11 @@ bounded memory) — and importing this module does not import dask; only calling
   output is refused, never replaced.
 * :func:`cluster_backend` runs the joblib work of scikit-learn (``GridSearchCV(..., n_jobs=-1)``,
   ``cross_validate``) on the cluster through joblib's ``"dask"`` backend.
+* :func:`encode_partition` encodes one partition of rows (a table of ids and texts) and writes
+  the vectors into a store, marked, by compare-and-set: a plain function that dask, Spark
+  (``mapInPandas``) and Ray (``map_batches``) map over partitions alike.
+  :class:`ClusterEncoder` runs it on a dask cluster: the encoder pass of ``skalign migrate
+  --workers N`` / ``--scheduler ADDRESS``.
 
 Examples
 --------
@@ -42,7 +47,7 @@ import numpy as np
 
 from .exceptions import StoreError
 
-__all__ = ["cluster_backend", "translate_parquet"]
+__all__ = ["ClusterEncoder", "cluster_backend", "encode_partition", "translate_parquet"]
 
 
 def _import_dask():
@@ -298,9 +303,13 @@ def encode_partition(table, encoder, *, output=None, text_field=None, column=Non
         The encoder fingerprint the caller expects (the one its marks name); a worker that
         loads another model (another file under the same path) raises
         :class:`~skalign.exceptions.EncoderError` before encoding.
-    device, batch_size, normalize
-        As :func:`skalign.encoders.load_encoder` takes them (``device="cuda"`` for GPU
-        workers), for a spec.
+    device : str, default="auto"
+        Where a model spec runs (``"cuda"`` for GPU workers), as
+        :func:`skalign.encoders.load_encoder` takes it.
+    batch_size : int, default=64
+        Texts per encoder call (and per write into ``output``).
+    normalize : {"auto", "yes", "no"}, bool or None, default=None
+        As :func:`skalign.encoders.load_encoder` takes it, for a spec.
     cache : str, path or bool, default=None
         An encode cache file (:class:`~skalign.encoders.EncodeCache`) on the worker, ``True``
         for the worker's default one (:func:`~skalign.encoders.default_cache_path`): a text it
@@ -391,8 +400,9 @@ def encode_partition(table, encoder, *, output=None, text_field=None, column=Non
 
 
 class ClusterEncoder:
-    """The encoder pass of ``skalign migrate`` on a dask cluster (``--workers``,
-    ``--scheduler``).
+    """The encoder pass of ``skalign migrate`` on a dask cluster.
+
+    What ``--workers N`` and ``--scheduler ADDRESS`` run.
 
     Rows are cut into partitions and each partition is one task of :func:`encode_partition` on
     a worker; each worker loads the encoder once. A worker that dies (killed, out of memory)
@@ -410,8 +420,14 @@ class ClusterEncoder:
         ``None`` for the current client.
     workers : int, default=None
         Start a local cluster of this many worker processes, one thread each, instead.
-    device, batch_size, normalize, cache
-        As :func:`encode_partition` takes them.
+    device : str, default="auto"
+        As :func:`encode_partition` takes it.
+    batch_size : int, default=64
+        As :func:`encode_partition` takes it.
+    normalize : {"auto", "yes", "no"}, bool or None, default=None
+        As :func:`encode_partition` takes it.
+    cache : str, path or bool, default=None
+        As :func:`encode_partition` takes it.
     partition_rows : int, default=None
         Rows per task; ``None``: a quarter of the rows per worker, at most
         ``16 * batch_size`` (small tasks balance the load and lose less to a dead worker).
@@ -494,8 +510,29 @@ class ClusterEncoder:
     # ---------------------------------------------------------------------- the passes
     def encode(self, ids, texts, *, fingerprint=None, output=None, expected=None,
                text_field=None, column=None, provenance_key=None):
-        """Encode ``texts`` (the rows ``ids``) on the cluster: :func:`encode_partition` on
-        every partition, the results in the order given.
+        """Encode ``texts`` (the rows ``ids``) on the cluster.
+
+        :func:`encode_partition` runs on every partition; the results come in the order given.
+
+        Parameters
+        ----------
+        ids : sequence
+            The rows' ids in ``output``.
+        texts : sequence of str
+            Their texts.
+        fingerprint : str, default=None
+            The encoder fingerprint every worker must have (:func:`encode_partition`).
+        output : str or Address, default=None
+            The store the workers write into; ``None`` returns the vectors.
+        expected : sequence of (str or None), default=None
+            Each row's provenance read before (compare-and-set); ``None``: as each partition
+            finds it.
+        text_field : str, default=None
+            As :func:`encode_partition` takes it.
+        column : str, default=None
+            As :func:`encode_partition` takes it.
+        provenance_key : str, default=None
+            As :func:`encode_partition` takes it.
 
         Returns
         -------
@@ -548,12 +585,23 @@ class ClusterEncoder:
         return out
 
     def encode_step(self, step, ids, texts, write):
-        """The new vectors of a step of ``skalign migrate`` (a
-        :class:`~skalign._migrate.migration.Migration`) for the rows ``ids``: encoded on the
-        cluster and, with ``write``, written into the step's output (marked encoded, by
-        compare-and-set against the provenance the step read; not a step into a field of its
-        source, which writes them itself). Texts the step's encode cache holds are read from
-        it, and those encoded here are added to it.
+        """The new vectors of some rows of a step of ``skalign migrate``.
+
+        Encoded on the cluster and, with ``write``, written into the step's output (marked
+        encoded, by compare-and-set against the provenance the step read; not a step into a
+        field of its source, which writes them itself). Texts the step's encode cache holds
+        are read from it, and those encoded here are added to it.
+
+        Parameters
+        ----------
+        step : Migration
+            The step (``skalign migrate``'s, opened and running).
+        ids : list
+            The rows to encode.
+        texts : list of str
+            Their texts.
+        write : bool
+            Whether the workers write the rows into the step's output.
 
         Returns
         -------
