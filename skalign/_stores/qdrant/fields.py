@@ -208,10 +208,18 @@ def add_vector(address, field, dim):
         raise StoreError(f"{address}: this qdrant-client cannot add a vector to a collection "
                          "(create_vector_name, qdrant-client 1.18 on); upgrade it.")
     datatype = getattr(old, "datatype", None)
-    client.create_vector_name(collection, field, m.DenseVectorNameConfig(
-        dense=m.DenseVectorConfig(size=int(dim), distance=old.distance, datatype=None
-                                  if datatype is None else m.VectorStorageDatatype(
-                                      getattr(datatype, "value", datatype)))), wait=True)
+    try:
+        client.create_vector_name(collection, field, m.DenseVectorNameConfig(
+            dense=m.DenseVectorConfig(size=int(dim), distance=old.distance, datatype=None
+                                      if datatype is None else m.VectorStorageDatatype(
+                                          getattr(datatype, "value", datatype)))), wait=True)
+    except Exception as exc:
+        if getattr(exc, "status_code", None) not in (404, 405):
+            raise
+        # the collection exists (read above): the server has no such endpoint
+        raise StoreError(f"{address}: this Qdrant server cannot add a vector to a collection "
+                         "(Qdrant 1.18 on); upgrade it, or migrate into a second collection "
+                         "(skalign migrate without --into).") from None
     diff = {k: getattr(old, k, None) for k in INDEX_SETTINGS}
     diff = {k: v for k, v in diff.items() if v is not None}
     if diff and address.path is None:  # (the local mode keeps no index: nothing to set)
