@@ -45,6 +45,7 @@ TESTS = {
         "test_into.py::test_migrate_into_a_field_to_the_end": _INTO,
         "test_into.py::test_translate_into_resumes_after_a_kill": _INTO,
         "test_into.py::test_search_field_and_info_show_both_fields": _INTO,
+        "test_into.py::test_migrate_into_killed_then_the_same_command_finishes": _INTO,
     },
     "pairs by id": {
         "test_pairs_io.py::test_chroma_old_vectors_and_parquet_new_vectors_keyed_by_id":

@@ -201,8 +201,6 @@ def make_qdrant(root, texts, old, request):
                   read, size)
 
 
-MAKERS = {"pgvector": make_pgvector, "qdrant": make_qdrant}
-
 
 def _arrow_rows(table, field):
     """``read(field)`` of an Arrow table with an ``id`` column."""
@@ -471,3 +469,43 @@ def test_search_field_and_info_show_both_fields(engine, corpus, tmp_path, reques
     fields = json.loads(capsys.readouterr().out)["fields"]
     assert [(f["field"], f["added"]) for f in fields] == [(store.old, False), ("new", True)]
     assert fields[1]["vectors"]["encoded"] >= 90 and fields[1]["vectors"]["empty"] == 0
+
+
+@pytest.mark.parametrize("engine", kinds(
+    "--into FIELD", "test_into.py::test_migrate_into_killed_then_the_same_command_finishes"))
+def test_migrate_into_killed_then_the_same_command_finishes(engine, corpus, tmp_path, request,
+                                                            monkeypatch):
+    """migrate --into SIGKILLed after every row is written, before the step's end (its stamp
+    still says "filling"; a file store's rows still beside it): --continue is refused, the
+    same command finishes the step without encoding a text again or rewriting a row, and the
+    field equals the one an uninterrupted step writes."""
+    store = make(engine, tmp_path, corpus, request)
+    spec = lookup_module(corpus, tmp_path, monkeypatch)
+    cmd = [sys.executable, "-m", "skalign", "migrate", store.address, "--into", "new",
+           "--encoder", spec, "--text-field", "text", "--budget", "40", "--quiet", "--json"]
+    env = {**os.environ, "SKALIGN_TEST_KILL_AT": "into-batch-0",
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    killed = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -9, killed.stderr
+    del env["SKALIGN_TEST_KILL_AT"]
+    refused = subprocess.run(cmd + ["--continue"], env=env, capture_output=True, text=True,
+                             timeout=300)  # a process of its own: Qdrant's local mode
+    assert refused.returncode == 2 and "interrupted; run the same" in refused.stderr
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    # the texts come from the encode cache, every row was written: nothing written again
+    assert report["n_encoded"] == 0 and report["translated"] == 0
+    assert report["n_encoded_rows"] == 40
+    got = store.read("new")
+    texts, old, new = corpus
+    want = {k: v for k, v in zip(store.keys, new)}
+    exact = [k for k in store.keys if got[k][1]["skalign_vector_new"].startswith("encoded:")]
+    assert len(exact) == 40 and all(got[k][0] is not None for k in store.keys)
+    V, W = np.stack([got[k][0] for k in exact]), np.stack([want[k] for k in exact])
+    # the encoder's vectors (unit length where the store ranks by inner product: auto)
+    np.testing.assert_allclose(V / np.linalg.norm(V, axis=1, keepdims=True),
+                               W / np.linalg.norm(W, axis=1, keepdims=True), atol=1e-5, rtol=0)
+    more = subprocess.run(cmd[:-4] + ["--budget", "30", "--continue", "--json"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert more.returncode == 0 and json.loads(more.stdout)["n_encoded_rows"] == 70
