@@ -38,7 +38,9 @@ from ..exceptions import MigrationRefused, StoreError, StoreExistsError
 from ..utils._console import stage
 from .calibration import (
     MIXED,
-    choose_store,
+    CalibratedMap,
+    cross_translations,
+    price_written,
     recorded_map,
     step_notes,
     writes_exact,
@@ -55,6 +57,20 @@ __all__ = ["Migration", "MigrationResult", "count_provenance", "migrate_store",
 BATCH = 2048
 #: encoded pairs the plan chooses the map on at most (a seeded sample of more)
 PLAN_PAIRS = 2000
+#: encoded pairs the map is fitted and the written store priced on at most (a seeded sample
+#: of more): a ``--continue`` step's pairs grow with the store (a 10 % step of 10^6 rows holds
+#: 10^5), and the fit's and the pricing's memory with them (10^5 pairs: over 9 GB)
+FIT_PAIRS = 20000
+
+
+def fit_rows(n_pairs, random_state):
+    """The pairs (sorted indexes) a map is fitted on: all of ``n_pairs`` up to
+    :data:`FIT_PAIRS`, else a sample seeded by ``random_state`` and ``n_pairs`` (the same
+    pairs give the same sample: ``--continue`` fits the previous step's map again exactly)."""
+    if n_pairs <= FIT_PAIRS:
+        return np.arange(n_pairs)
+    return np.sort(np.random.default_rng([random_state, 55, n_pairs]).choice(
+        n_pairs, FIT_PAIRS, replace=False))
 
 
 @dataclass
@@ -530,6 +546,8 @@ class Migration:
         their texts changed), the linear map."""
         from ..plan._inputs import make_candidate
 
+        keep = fit_rows(len(X), self.random_state)
+        X, Y = X[keep], Y[keep]
         model = make_candidate(self.record.get("method") or "linear", n_pairs=len(X),
                                random_state=self.random_state).fit(X, Y)
         return recorded_map(self.record, model, X, Y, self.random_state)
@@ -586,8 +604,9 @@ def _plan_and_fit(X, Y, n_rows, *, min_recall, anyway, methods, random_state,
     from ..plan._inputs import make_candidate
 
     # the plan's cost grows with the square of its pairs, and a --continue step's pairs with
-    # every step: it chooses the method on a seeded sample of PLAN_PAIRS; the map is fitted on
-    # every pair
+    # every step: it chooses the method on a seeded sample of PLAN_PAIRS, the map is fitted
+    # and the store priced on one of FIT_PAIRS (the share of encoded rows is all of them)
+    n_pairs = len(X)
     keep = np.arange(len(X)) if len(X) <= PLAN_PAIRS else np.sort(
         np.random.default_rng([random_state, 57]).choice(len(X), PLAN_PAIRS, replace=False))
     try:
@@ -600,16 +619,19 @@ def _plan_and_fit(X, Y, n_rows, *, min_recall, anyway, methods, random_state,
         raise ValueError(f"{len(X)} encoded rows are too few to plan a map: {exc} Give a "
                          "larger --budget.") from None
     best = plan.best("document")
+    keep = fit_rows(n_pairs, random_state)
+    X, Y = X[keep], Y[keep]
     model = make_candidate(best.method, n_pairs=len(X), random_state=random_state).fit(X, Y)
     # the store written (the exact rows among calibrated translations, or translations only)
-    # and its estimate: calibration.py
-    model, choice = choose_store(best.method, model, X, Y, n_rows, modes=modes,
-                                 random_state=random_state)
-    estimate = choice.estimate
+    # and its estimate (calibration.py's choose_store, the share of encoded rows all pairs')
+    T_cross = cross_translations(best.method, model, X, Y, random_state=random_state)
+    choice = price_written(T_cross, Y, n_pairs / n_rows, n_rows, modes=modes,
+                           random_state=random_state)
+    model, estimate = CalibratedMap(model, choice.calibration, choice.mode), choice.estimate
     if plan.recommendation["action"] == "re-embed" and estimate["recall_at_10"] < min_recall \
             and not anyway:
         raise MigrationRefused(
-            f"no method reaches recall@10 {min_recall:g} with {len(X)} encoded rows (best: "
+            f"no method reaches recall@10 {min_recall:g} with {n_pairs} encoded rows (best: "
             f"{best.method}, {estimate['recall_at_10']:.3f}); encode more rows (a larger "
             "--budget), lower --min-recall, or migrate anyway with --anyway", plan)
     return best.method, model, estimate
