@@ -140,7 +140,8 @@ def make_pgvector(root, texts, old, request):
 
 def make_qdrant(root, texts, old, request):
     """A local-mode collection ``docs``: point ids ``10 i``, the payload ``text`` and ``n``, the
-    old vectors under the named vector ``emb`` (cosine) beside a vector ``title``. Every read
+    old vectors under the named vector ``emb`` (dot product: stored as given; a cosine one's
+    directions, and another vector beside them, in tests/test_into_qdrant.py). Every read
     closes skalign's client of the folder after it (one client per folder: the command line's
     processes open it)."""
     pytest.importorskip("qdrant_client")
@@ -164,11 +165,9 @@ def make_qdrant(root, texts, old, request):
             c.close()
 
     client().create_collection("docs", vectors_config={
-        "emb": models.VectorParams(size=old.shape[1], distance=models.Distance.COSINE),
-        "title": models.VectorParams(size=2, distance=models.Distance.DOT)})
+        "emb": models.VectorParams(size=old.shape[1], distance=models.Distance.DOT)})
     client().upsert("docs", points=models.Batch(
-        ids=[10 * i for i in range(len(texts))], vectors={
-            "emb": old.tolist(), "title": [[1.0, float(i)] for i in range(len(texts))]},
+        ids=[10 * i for i in range(len(texts))], vectors={"emb": old.tolist()},
         payloads=[{"text": t, "n": i} for i, t in enumerate(texts)]))
     release()
 
@@ -197,8 +196,25 @@ def make_qdrant(root, texts, old, request):
         conn.close()
         return path.stat().st_size, 0
 
+    def alone(V, marks):
+        """A collection of the points' new vectors and marks alone, in another folder."""
+        from qdrant_client import QdrantClient
+
+        c = QdrantClient(path=str(root / "alone"))
+        c.create_collection("a", vectors_config={"new": models.VectorParams(
+            size=V.shape[1], distance=models.Distance.DOT)})
+        c.upsert("a", points=models.Batch(
+            ids=[10 * i for i in range(len(V))], vectors={"new": V.tolist()},
+            payloads=[{"skalign_vector_new": m} for m in marks]))
+        c.close()
+        path = root / "alone" / "collection" / "a" / "storage.sqlite"
+        with sqlite3.connect(path) as conn:
+            conn.execute("VACUUM")
+        conn.close()
+        return path.stat().st_size
+
     return Engine(f"qdrant:{folder}/docs?vector=emb", [10 * i for i in range(len(texts))],
-                  read, size)
+                  read, size, alone=alone)
 
 
 
@@ -509,3 +525,30 @@ def test_migrate_into_killed_then_the_same_command_finishes(engine, corpus, tmp_
     more = subprocess.run(cmd[:-4] + ["--budget", "30", "--continue", "--json"], env=env,
                           capture_output=True, text=True, timeout=300)
     assert more.returncode == 0 and json.loads(more.stdout)["n_encoded_rows"] == 70
+
+
+def test_a_field_added_by_a_run_killed_before_its_stamp_is_taken_as_new(corpus, tmp_path,
+                                                                        request):
+    """pgvector adds the column, then stamps it: a run killed in between leaves a column of
+    skalign's without a stamp and without a row written, which the next run takes as its
+    own (a column with rows written and no stamp is refused)."""
+    from skalign import ProcrustesAligner
+    from skalign._stores.address import parse_address
+    from skalign._stores.registry import engine
+
+    texts, old, new = corpus
+    store = make("pgvector", tmp_path, corpus, request)
+    address = parse_address(store.address)
+    eng = engine(address)
+    eng.add_field(address, "new", new.shape[1], "emb")
+    eng.add_field(address, "other", new.shape[1], "emb")
+    assert eng.field_state(address, "new") == new.shape[1]
+    assert eng.read_field_stamp(address, "new") is None
+    _, enc = encoder_for(corpus, tmp_path)
+    first = migrate(store.address, None, enc, 40, text_field="text", into="new")
+    assert first.n_encoded_rows == 40 and first.translated == M - 40
+    model = ProcrustesAligner().fit(old, new)
+    assert int(translate(model, store.address, into="other", batch_size=100)) == M
+    eng.write_field_stamp(address, "other", {})  # rows written, the stamp lost
+    with pytest.raises(StoreError, match="stamp is missing"):
+        translate(model, store.address, into="other")
