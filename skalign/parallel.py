@@ -540,6 +540,7 @@ class ClusterEncoder:
             ``id``, ``status``, ``vector`` (see :func:`encode_partition`).
         """
         import uuid
+        from concurrent.futures import CancelledError
 
         import pandas as pd
         from distributed import as_completed
@@ -568,10 +569,19 @@ class ClusterEncoder:
         starts = iter(range(0, len(ids), size))
         window = 4 * self._n_workers(client)
         futures = {submit(lo): lo for lo in itertools.islice(starts, window)}
-        pending, parts = as_completed(futures), {}
+        pending, parts, again = as_completed(futures), {}, {}
         try:
             for future in pending:
-                parts[futures.pop(future)] = future.result()
+                lo = futures.pop(future)
+                try:
+                    parts[lo] = future.result()
+                except CancelledError:
+                    # its result was lost with a worker the scheduler then forgot it on: the
+                    # partition runs again (what the lost run wrote is skipped)
+                    again[lo] = again.get(lo, 0) + 1
+                    if again[lo] > 3:
+                        raise
+                    starts = itertools.chain([lo], starts)
                 future.release()
                 for lo in itertools.islice(starts, 1):
                     nxt = submit(lo)

@@ -52,14 +52,33 @@ class StandIn:
         return np.stack([self.table[int(re.search(r"[0-9]+$", t)[0])] for t in texts])
 
 
+class Counted:
+    """A ``module:callable`` encoder (a class: created as it is loaded) that records each load,
+    by process id, in the file ``$SKALIGN_TEST_LOADS``."""
+
+    fingerprint = "counted"
+
+    def __init__(self):
+        with open(os.environ["SKALIGN_TEST_LOADS"], "a") as f:
+            f.write(f"{os.getpid()}\n")
+
+    def encode(self, texts):
+        return np.array([[len(t), os.getpid()] for t in texts], np.float32)
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     scratch = str(tmp_path_factory.mktemp("dask"))
-    with dask.config.set({"temporary-directory": scratch}), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                      dashboard_address=None) as cluster:
-            yield cluster
+    # read by the workers (they inherit the environment when they start)
+    os.environ["SKALIGN_TEST_LOADS"] = str(tmp_path_factory.mktemp("loads") / "loads.txt")
+    try:
+        with dask.config.set({"temporary-directory": scratch}), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                          dashboard_address=None) as cluster:
+                yield cluster
+    finally:
+        del os.environ["SKALIGN_TEST_LOADS"]
 
 
 @pytest.fixture(scope="module")
@@ -365,3 +384,19 @@ def test_first_step_on_a_cluster_with_a_killed_worker_encodes_nothing_twice(
     ids_a, Va, prov_a = read_all(str(tmp_path / "a.parquet"), "text")
     ids_b, Vb, prov_b = read_all(str(tmp_path / "b.parquet"), "text")
     assert ids_a == ids_b and prov_a == prov_b and np.array_equal(Va, Vb)
+
+
+def test_each_worker_loads_the_encoder_once(cluster):
+    """A spec is loaded once per worker process and kept: eight partitions, two loads."""
+    texts = [f"text number {i}" for i in range(80)]
+    with ClusterEncoder(f"{__name__}:Counted", scheduler=cluster, partition_rows=10) as pool:
+        out = pool.encode(range(80), texts)
+        again = pool.encode(range(80), texts)
+    assert (out.status == "encoded").all() and (again.status == "encoded").all()
+    assert pool.n_encoded == 160
+    np.testing.assert_array_equal(np.stack(out.vector)[:, 0], [len(t) for t in texts])
+    with open(os.environ["SKALIGN_TEST_LOADS"]) as f:
+        loads = f.read().split()
+    workers = {int(v[1]) for v in list(out.vector) + list(again.vector)}
+    # each worker that ran a partition loaded the model once (both ran some, as a rule)
+    assert len(loads) == len(set(loads)) and set(map(int, loads)) == workers
