@@ -271,3 +271,37 @@ def test_a_second_cosine_vector_is_kept_by_a_translation(tmp_path):
         "out", limit=10 * N, with_vectors=True)[0]}
     want = img / np.linalg.norm(img, axis=1, keepdims=True)
     np.testing.assert_allclose([got[i] for i in range(N)], want, atol=1e-6)
+
+
+def test_a_rerun_never_reverts_rows_another_writer_encoded(tmp_path):
+    """Rows of the field a searcher wrote back encoded (compare-and-set on the field's own
+    key) stay encoded when translate --into runs again, and a write-back that expected a mark
+    the row no longer holds writes nothing."""
+    from skalign._stores.address import parse_address
+    from skalign._stores.fields import field_key, open_field
+    from skalign._stores.live import encoded_mark
+    from skalign.io import translate
+
+    rng = np.random.default_rng(7)
+    X = rng.standard_normal((N, 8)).astype(np.float32)
+    model = ProcrustesAligner().fit(X, rng.standard_normal((N, 6)))
+    folder = tmp_path / "q"
+    _make(folder, X)
+    address = f"qdrant:{folder}/docs?vector=emb"
+    translate(model, address, into="new")
+    V = rng.standard_normal((3, 6)).astype(np.float32)
+    with open_field(parse_address(address), "new") as field:
+        assert field.provenance_key == field_key("new") == "skalign_vector_new"
+        before = field.fetch([1, 2, 3], text_field="text")
+        marks = [encoded_mark("enc", "text", t) for t in before.texts]
+        assert field.write_back([1, 2, 3], V, marks, before.provenance).all()
+        stale = field.write_back([2], V[1:2] + 1, marks[1:2], before.provenance[1:2])
+        assert not stale.any()  # row 2 no longer holds what that writer read
+    assert int(translate(model, address, into="new")) == 0
+    with open_field(parse_address(address), "new") as field:
+        after = field.fetch([1, 2, 3], text_field="text")
+    assert after.provenance == marks
+    want = V / np.linalg.norm(V, axis=1, keepdims=True)  # a cosine field keeps directions
+    np.testing.assert_allclose(after.vectors, want, atol=1e-6)
+    points = _client(folder).retrieve("docs", [1, 2, 3], with_payload=True)
+    assert [p.payload.get("skalign_vector") for p in points] == [None] * 3  # the old field's
