@@ -108,6 +108,23 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .heldout import (
+    KINDS,
+    MIXED,
+    _draw,
+    _folds,
+    _held_out_rows,
+    _moments,
+    _pad,
+    _pad_direction,
+    _per_query,
+    _recall,
+    _scores,
+    _similarities,
+    _top_k,
+    _unit,
+)
+
 __all__ = ["CHECK_DRAWS", "CHECK_ROWS", "MIN_CHECK_SHARE", "MIN_GAIN", "MIN_Z", "SCORE_SCALES",
            "SMALL_SHARE", "CalibratedMap", "RowCalibration", "StoreChoice",
            "cached_rows", "choose_store", "cross_translations", "price_written",
@@ -116,8 +133,6 @@ __all__ = ["CHECK_DRAWS", "CHECK_ROWS", "MIN_CHECK_SHARE", "MIN_GAIN", "MIN_Z", 
 #: score scales ``c`` tried for the mixed store (1: the translated rows' cosines unchanged);
 #: none below 0.97 (see the module docstring)
 SCORE_SCALES = (1.0, 0.995, 0.99, 0.985, 0.98, 0.975, 0.97)
-#: calibrations tried
-KINDS = ("none", "moments")
 #: the smallest share of exact rows the held-out check simulates when choosing
 MIN_CHECK_SHARE = 0.25
 #: random draws of the exact rows in the held-out check
@@ -132,13 +147,7 @@ SMALL_SHARE = 0.05
 #: grows with the square of the pairs, and a ``--continue`` step's pairs with every step
 CHECK_ROWS = 2000
 
-MIXED, ALL = "mixed", "translate all"
-
-
-def _unit(A):
-    A = np.asarray(A, dtype=np.float64)
-    n = np.linalg.norm(A, axis=1, keepdims=True)
-    return A / np.where(n > 0, n, 1.0)
+ALL = "translate all"
 
 
 @dataclass
@@ -195,43 +204,6 @@ class RowCalibration:
         if self.kind == "moments":
             out["spread"] = round(float(self.spread), 4)
         return out
-
-
-def _off(U, z):
-    """Unit rows ``U`` less their component along the unit vector ``z`` (or per row: ``z`` of
-    the same shape as ``U``)."""
-    along = (U * z).sum(axis=1, keepdims=True) if z.ndim == 2 else (U @ z)[:, None]
-    return _unit(U - along * z)
-
-
-def _pad(U, z, c):
-    r"""Unit rows :math:`c\,u' + \sqrt{1 - c^2}\,z` with :math:`u'` the row less its
-    component along ``z``: unit length, and every cosine with a query orthogonal to ``z``
-    multiplied by ``c``."""
-    return c * _off(U, z) + np.sqrt(1.0 - c * c) * z
-
-
-def _moments(Tu, Yu):
-    """``(m_Y, m_T, s)`` of the ``"moments"`` calibration from unit rows."""
-    mean, centre = Yu.mean(axis=0), Tu.mean(axis=0)
-    vt = float(((Tu - centre) ** 2).sum(axis=1).mean())
-    vy = float(((Yu - mean) ** 2).sum(axis=1).mean())
-    return mean, centre, float(np.sqrt(vy / vt)) if vt > 0 else 1.0
-
-
-def _pad_direction(Yu, Tu):
-    """The unit direction of least second moment of the new vectors ``Yu``; where they leave
-    several at zero (fewer rows than dimensions), the one of those with least second moment
-    of the translations ``Tu``."""
-    from scipy.linalg import eigh
-
-    from ..utils._backend import work_threads
-
-    M = Yu.T @ Yu / len(Yu) + 1e-3 * (Tu.T @ Tu) / len(Tu)
-    with work_threads(len(M) ** 3):  # 768 x 768 beside the suite: 0.77 s on 2 threads, 0.02 on 1
-        z = eigh(M, subset_by_index=[0, 0])[1][:, 0]
-    # a fixed sign, so that the same pairs always give the same rows
-    return z if z[np.argmax(np.abs(z))] > 0 else -z
 
 
 def fit_calibration(kind, score_scale, T_cross, Y):
@@ -341,82 +313,6 @@ def cross_translations(method, model, X, Y, *, n_splits=None, random_state=0):
             out = np.zeros((n, T.shape[1]))
         out[test] = T
     return out
-
-
-def _folds(n, n_splits, random_state):
-    from sklearn.model_selection import KFold
-
-    return list(KFold(n_splits, shuffle=True, random_state=random_state).split(np.arange(n)))
-
-
-def _held_out_rows(T_cross, Y, folds):
-    """Per calibration kind, the unit translations calibrated by it fitted without their fold;
-    and each row's padding direction (from the other folds)."""
-    Tu, Yu = _unit(T_cross), _unit(Y)
-    out = {kind: np.empty_like(Tu) for kind in KINDS}
-    pads = np.empty_like(Tu)
-    for train, test in folds:
-        out["none"][test] = Tu[test]
-        mean, centre, spread = _moments(Tu[train], Yu[train])
-        out["moments"][test] = _unit(mean + spread * (Tu[test] - centre))
-        pads[test] = _pad_direction(Yu[train], Tu[train])
-    return {kind: (rows, _off(rows, pads), pads) for kind, rows in out.items()}
-
-
-@dataclass
-class _Check:
-    """The held-out check's matrices for one draw of exact rows."""
-
-    queries: np.ndarray      # positions of the query rows (not exact)
-    exact: np.ndarray        # bool mask over the rows
-    truth: np.ndarray        # (n_queries, k): true top-k among the exact vectors
-    S_exact: np.ndarray      # (n_queries, n): cosines with the exact vectors
-    S_trans: dict = field(default_factory=dict)  # kind -> cosines with the translations
-    S_off: dict = field(default_factory=dict)    # kind -> the same, padding direction removed
-    S_pad: dict = field(default_factory=dict)    # kind -> q . z of each query's row's fold
-
-
-def _top_k(S, queries, k):
-    S = S.copy()
-    S[np.arange(len(queries)), queries] = -np.inf
-    return np.argpartition(-S, k, axis=1)[:, :k]
-
-
-def _recall(truth, got):
-    return (truth[:, :, None] == got[:, None, :]).any(axis=2).mean(axis=1)
-
-
-def _draw(Yu, share, k, rng, rows):
-    """A check: ``share`` of the rows exact, the others' new vectors the queries."""
-    n = len(Yu)
-    n_exact = int(round(share * n))
-    n_exact = min(max(n_exact, 0), n - 1)
-    exact = np.zeros(n, dtype=bool)
-    exact[rng.choice(n, n_exact, replace=False)] = True
-    queries = np.flatnonzero(~exact)
-    S_exact = Yu[queries] @ Yu.T
-    check = _Check(queries, exact, _top_k(S_exact, queries, k), S_exact)
-    for kind, (Tu, off, pads) in rows.items():
-        check.S_trans[kind] = Yu[queries] @ Tu.T
-        check.S_off[kind] = Yu[queries] @ off.T
-        # a translated row's padding direction is its own fold's: q . z per (query, row)
-        check.S_pad[kind] = Yu[queries] @ pads.T
-    return check
-
-
-def _scores(check, kind, mode, c):
-    if c < 1.0:
-        S = c * check.S_off[kind] + np.sqrt(1.0 - c * c) * check.S_pad[kind]
-    else:
-        S = check.S_trans[kind]
-    if mode == MIXED:
-        S = np.where(check.exact[None, :], check.S_exact, S)
-    return S
-
-
-def _per_query(check, kind, mode, c, k):
-    S = _scores(check, kind, mode, c)
-    return _recall(check.truth, _top_k(S, check.queries, k))
 
 
 def _options():
@@ -534,11 +430,13 @@ def price_written(T_cross, Y, share, store_size, *, k=10, modes=(MIXED, ALL), ra
     folds = _folds(n, n_splits, random_state)
     Yu = _unit(Y[keep])
     rows = _held_out_rows(T_cross[keep], Y[keep], folds)
+    # the draws' matrices are rows of these: computed once
+    sims = _similarities(Yu, rows, folds)
     rng = np.random.default_rng([random_state, 60])
     check_share = max(share, MIN_CHECK_SHARE)
     per = {}
     for _ in range(CHECK_DRAWS):
-        check = _draw(Yu, check_share, k, rng, rows)
+        check = _draw(sims, n, check_share, k, rng, KINDS)
         for opt in _options():
             per.setdefault(opt, []).append(_per_query(check, opt[1], opt[0], opt[2], k))
     per = {o: np.concatenate(v) for o, v in per.items()}
@@ -555,9 +453,10 @@ def price_written(T_cross, Y, share, store_size, *, k=10, modes=(MIXED, ALL), ra
     cal = fit_calibration(kind, c, T_cross, Y)
 
     # the estimate: the chosen store at the migration's own share, carried to the store size
-    check = _draw(Yu, share, k, np.random.default_rng([random_state, 61]), {kind: rows[kind]})
+    check = _draw(sims, n, share, k, np.random.default_rng([random_state, 61]), (kind,))
     per = _per_query(check, kind, mode, c, k)
     est_rng = np.random.default_rng([random_state, 62])
+    scores = _scores(check, kind, mode, c)
 
     def score(idx):
         sub = np.zeros(n, dtype=bool)
@@ -565,7 +464,7 @@ def price_written(T_cross, Y, share, store_size, *, k=10, modes=(MIXED, ALL), ra
         qsel = np.flatnonzero(sub[check.queries])
         if not len(qsel):
             return float(per.mean()), 0.0
-        S = _scores(check, kind, mode, c)[np.ix_(qsel, idx)]
+        S = scores[np.ix_(qsel, idx)]
         T = check.S_exact[np.ix_(qsel, idx)]
         local = np.searchsorted(idx, check.queries[qsel])
         r = _recall(_top_k(T, local, k), _top_k(S, local, k)).mean()

@@ -1,0 +1,170 @@
+"""The held-out check's numerics for :mod:`skalign._migrate.calibration`: unit rows, the
+``"moments"`` calibration's statistics, the padding direction of the score scale, and the
+check's matrices (one draw of exact rows at a time, every draw's cosines rows of matrices made
+once) with its per-query recall@k. What the check is and how its result is used: the
+calibration module's docstring."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["KINDS", "MIXED"]
+
+#: the store with the encoded rows' exact vectors written (calibration.py's ``MIXED``)
+MIXED = "mixed"
+#: calibrations tried
+KINDS = ("none", "moments")
+
+
+def _unit(A):
+    A = np.asarray(A, dtype=np.float64)
+    n = np.linalg.norm(A, axis=1, keepdims=True)
+    return A / np.where(n > 0, n, 1.0)
+
+
+def _off(U, z):
+    """Unit rows ``U`` less their component along the unit vector ``z`` (or per row: ``z`` of
+    the same shape as ``U``)."""
+    along = (U * z).sum(axis=1, keepdims=True) if z.ndim == 2 else (U @ z)[:, None]
+    return _unit(U - along * z)
+
+
+def _pad(U, z, c):
+    r"""Unit rows :math:`c\,u' + \sqrt{1 - c^2}\,z` with :math:`u'` the row less its
+    component along ``z``: unit length, and every cosine with a query orthogonal to ``z``
+    multiplied by ``c``."""
+    return c * _off(U, z) + np.sqrt(1.0 - c * c) * z
+
+
+def _moments(Tu, Yu):
+    """``(m_Y, m_T, s)`` of the ``"moments"`` calibration from unit rows."""
+    mean, centre = Yu.mean(axis=0), Tu.mean(axis=0)
+    vt = float(((Tu - centre) ** 2).sum(axis=1).mean())
+    vy = float(((Yu - mean) ** 2).sum(axis=1).mean())
+    return mean, centre, float(np.sqrt(vy / vt)) if vt > 0 else 1.0
+
+
+def _pad_direction(Yu, Tu):
+    """The unit direction of least second moment of the new vectors ``Yu``; where they leave
+    several at zero (fewer rows than dimensions), the one of those with least second moment
+    of the translations ``Tu``."""
+    from scipy.linalg import eigh
+
+    from ..utils._backend import work_threads
+
+    M = Yu.T @ Yu / len(Yu) + 1e-3 * (Tu.T @ Tu) / len(Tu)
+    with work_threads(len(M) ** 3):  # 768 x 768 beside the suite: 0.77 s on 2 threads, 0.02 on 1
+        z = eigh(M, subset_by_index=[0, 0])[1][:, 0]
+    # a fixed sign, so that the same pairs always give the same rows
+    return z if z[np.argmax(np.abs(z))] > 0 else -z
+
+
+def _folds(n, n_splits, random_state):
+    from sklearn.model_selection import KFold
+
+    return list(KFold(n_splits, shuffle=True, random_state=random_state).split(np.arange(n)))
+
+
+def _held_out_rows(T_cross, Y, folds):
+    """Per calibration kind, the unit translations calibrated by it fitted without their fold;
+    and each row's padding direction (from the other folds)."""
+    Tu, Yu = _unit(T_cross), _unit(Y)
+    out = {kind: np.empty_like(Tu) for kind in KINDS}
+    pads = np.empty_like(Tu)
+    for train, test in folds:
+        out["none"][test] = Tu[test]
+        mean, centre, spread = _moments(Tu[train], Yu[train])
+        out["moments"][test] = _unit(mean + spread * (Tu[test] - centre))
+        pads[test] = _pad_direction(Yu[train], Tu[train])
+    return {kind: (rows, _off(rows, pads), pads) for kind, rows in out.items()}
+
+
+@dataclass
+class _Check:
+    """The held-out check's matrices for one draw of exact rows."""
+
+    queries: np.ndarray      # positions of the query rows (not exact)
+    exact: np.ndarray        # bool mask over the rows
+    truth: np.ndarray        # (n_queries, k): true top-k among the exact vectors
+    S_exact: np.ndarray      # (n_queries, n): cosines with the exact vectors
+    S_trans: dict = field(default_factory=dict)  # kind -> cosines with the translations
+    S_off: dict = field(default_factory=dict)    # kind -> the same, padding direction removed
+    S_pad: dict = field(default_factory=dict)    # kind -> q . z of each query's row's fold
+
+
+def _top_k(S, queries, k):
+    """Columns of each row's ``k`` largest entries of ``S`` (in no particular order), row
+    ``i``'s own column ``queries[i]`` left out; on one thread (a few milliseconds each)."""
+    import torch
+
+    from ..utils._backend import one_thread
+
+    with one_thread():
+        T = torch.from_numpy(np.ascontiguousarray(S)).clone()
+        T[torch.arange(len(queries)), torch.from_numpy(np.asarray(queries))] = -torch.inf
+        return torch.topk(T, k, dim=1, sorted=False).indices.numpy()
+
+
+def _recall(truth, got):
+    return (truth[:, :, None] == got[:, None, :]).any(axis=2).mean(axis=1)
+
+
+def _similarities(Yu, rows, folds):
+    """Every new vector's cosines with every row of the check (all draws index them): with the
+    exact vectors, and per calibration kind with the translations, the same less their padding
+    direction, and ``q . z`` of each row's fold's padding direction.
+
+    With :math:`u` a unit translation, :math:`z` its fold's direction and :math:`a = u^\top z`,
+    the row less that component is :math:`(u - a z) / \lVert u - a z \rVert`, so its cosine
+    with ``q`` is :math:`(q^\top u - a\, q^\top z) / \lVert u - a z \rVert`: products with the
+    few folds' directions instead of one with every row."""
+    SE = Yu @ Yu.T
+    pads = next(iter(rows.values()))[2]  # one padding direction per fold, for every kind
+    SP = np.empty_like(SE)
+    for _, test in folds:
+        SP[:, test] = (Yu @ pads[test[0]])[:, None]
+    out = {}
+    for kind, (Tu, _, _) in rows.items():
+        ST = Yu @ Tu.T
+        along = (Tu * pads).sum(axis=1)
+        norm = np.linalg.norm(Tu - along[:, None] * pads, axis=1)
+        SO = (ST - along * SP) / np.where(norm > 0, norm, 1.0)
+        out[kind] = (ST, SO)
+    return SE, SP, out
+
+
+def _draw(sims, n, share, k, rng, kinds):
+    """A check: ``share`` of the ``n`` rows exact, the others' new vectors the queries."""
+    SE, SP, per_kind = sims
+    n_exact = int(round(share * n))
+    n_exact = min(max(n_exact, 0), n - 1)
+    exact = np.zeros(n, dtype=bool)
+    exact[rng.choice(n, n_exact, replace=False)] = True
+    queries = np.flatnonzero(~exact)
+    S_exact = SE[queries]
+    check = _Check(queries, exact, _top_k(S_exact, queries, k), S_exact)
+    S_pad = SP[queries]
+    for kind in kinds:
+        ST, SO = per_kind[kind]
+        check.S_trans[kind] = ST[queries]
+        check.S_off[kind] = SO[queries]
+        # a translated row's padding direction is its own fold's: q . z per (query, row)
+        check.S_pad[kind] = S_pad
+    return check
+
+
+def _scores(check, kind, mode, c):
+    if c < 1.0:
+        S = c * check.S_off[kind] + np.sqrt(1.0 - c * c) * check.S_pad[kind]
+    else:
+        S = check.S_trans[kind]
+    if mode == MIXED:
+        S = np.where(check.exact[None, :], check.S_exact, S)
+    return S
+
+
+def _per_query(check, kind, mode, c, k):
+    S = _scores(check, kind, mode, c)
+    return _recall(check.truth, _top_k(S, check.queries, k))
