@@ -43,7 +43,14 @@ def open_field_migration(source, field, *, continue_=False, text_field=None, col
         A context manager: closing it closes the fields and releases the field's lock.
     """
     from .._stores.address import parse_address
-    from .._stores.fields import FILLING, field_key, open_target, read_field_stamp, source_of
+    from .._stores.fields import (
+        FILLING,
+        field_key,
+        open_target,
+        read_field_stamp,
+        source_of,
+        unwritten,
+    )
 
     src = parse_address(source)
     stack = contextlib.ExitStack()
@@ -63,6 +70,8 @@ def open_field_migration(source, field, *, continue_=False, text_field=None, col
             raise StoreError(f"{where}: the first step of its migration was interrupted; run "
                              f"the same skalign migrate STORE --into {field} again to finish "
                              "it, then --continue")
+        if not continue_ and state is not None and stamp is None and unwritten(src, field):
+            ours = True  # added by a run killed before its first stamp: nothing written yet
         if not continue_ and state is not None and not ours:
             raise StoreExistsError(
                 f"{where} already holds vectors skalign migrate did not write there (another "

@@ -35,7 +35,8 @@ from .live_input import shown
 from .registry import engine
 
 __all__ = ["FIELD_KEY_PREFIX", "FILLING", "check_field_name", "field_key", "field_lock",
-           "field_stamp", "open_field", "open_target", "read_field_stamp", "translate_into"]
+           "field_stamp", "open_field", "open_target", "read_field_stamp", "translate_into",
+           "unwritten"]
 
 #: the mark of a field's stamp while a step writes it
 FILLING = "filling"
@@ -86,6 +87,15 @@ def open_field(address, field, *, text_field=None, **options):
         return store
     return open_live(dataclasses.replace(address, column=None), column=field,
                      text_field=text_field, provenance_key=field_key(field), **options)
+
+
+def unwritten(address, field):
+    """Whether no row of the field ``field`` holds a value skalign wrote (a field added by a
+    run killed before it stamped it: taken as new)."""
+    with open_field(address, field) as store:
+        ids = list(store.ids())
+        return all(p is None for lo in range(0, len(ids), BATCH)
+                   for p in store.fetch(ids[lo:lo + BATCH]).provenance)
 
 
 def read_field_stamp(address, field):
@@ -163,6 +173,8 @@ def translate_into(model, address, field, *, column=None, batch_size=None, progr
     with open_target(address, field, column=column) as (eng, source, state):
         old, n = source.vector_field, source.n_rows
         stamp = read_field_stamp(address, field) if state is not None else None
+        if state is not None and stamp is None and unwritten(address, field):
+            stamp = {"model": model_fp}  # added by a run killed before its first stamp
         if state is not None and (stamp is None or stamp.get("model") != model_fp
                                   or "migration" in stamp):
             what = "a migration" if stamp is not None and "migration" in stamp else \

@@ -303,8 +303,9 @@ def fields_info(address):
             item.update(added=True, stamp=read_field_stamp(address, name),
                         vectors=field_counts(address, name))
         out.append(item)
-    for item in out:
-        if not item["added"] and any(o["added"] for o in out):
+    replaced = {(o.get("stamp") or {}).get("from_field") for o in out if o["added"]}
+    for item in out:  # the old fields a new one was made from
+        if not item["added"] and item["field"] in replaced:
             item["drop"] = eng.drop_field_command(address, item["field"])
     return out
 
