@@ -144,7 +144,9 @@ def test_names_qdrant_holds_or_refuses_are_refused_before_anything_is_written(tm
 
 def test_a_kill_between_the_mark_and_the_vector_is_finished_by_the_rerun(tmp_path):
     """add_field writes the field's mark, then creates the vector: a run killed between the
-    two left the mark alone, and the rerun adds the vector and fills it."""
+    two left the mark alone, and the rerun adds the vector and fills it; one killed after the
+    vector was made, before the field's first stamp, left an empty vector of skalign's, which
+    the rerun fills."""
     from skalign._stores.address import parse_address
     from skalign._stores.qdrant import fields
     from skalign.io import translate
@@ -159,6 +161,11 @@ def test_a_kill_between_the_mark_and_the_vector_is_finished_by_the_rerun(tmp_pat
     assert fields.field_state(parse_address(address), "new") is None
     assert int(translate(model, address, into="new")) == N
     assert fields.field_state(parse_address(address), "new") == 6
+    # killed after the vector was made, before the first stamp: an empty field of skalign's
+    fields.add_field(parse_address(address), "late", 6, "emb")
+    assert fields.field_state(parse_address(address), "late") == 6
+    assert fields.read_field_stamp(parse_address(address), "late") is None
+    assert int(translate(model, address, into="late")) == N
 
 
 def test_drop_command_drops_the_old_vector_only(tmp_path):
