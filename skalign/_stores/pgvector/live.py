@@ -254,7 +254,7 @@ class PgvectorLive(LiveStore):
         op = sql.SQL(OPERATORS[self.metric])
         col = sql.SQL("skalign_t.{}").format(self._ident(self.column))
         query = sql.SQL(
-            "SELECT skalign_q.n, skalign_s.id, skalign_s.d FROM unnest(%s::vector[]) WITH "
+            "SELECT skalign_q.n, skalign_s.id, skalign_s.d FROM unnest(%b::vector[]) WITH "
             "ORDINALITY AS skalign_q(v, n) CROSS JOIN LATERAL (SELECT skalign_t.{key} AS id, "
             "{col} {op} skalign_q.v AS d FROM {table} AS skalign_t WHERE {col} IS NOT NULL "
             "ORDER BY {col} {op} "
@@ -401,7 +401,7 @@ class PgvectorLive(LiveStore):
         mark_col = self._ident(self.provenance_key)
         update = sql.SQL(
             "UPDATE {table} AS skalign_t SET {col} = skalign_u.v, {mark} = skalign_u.m FROM "
-            "unnest(%s::{ids}[], %s::vector[], %s::text[], %s::text[]) AS "
+            "unnest(%s::{ids}[], %b::vector[], %s::text[], %s::text[]) AS "
             "skalign_u(id, v, m, e) WHERE skalign_t.{key} = skalign_u.id AND (NOT %s OR "
             "skalign_t.{mark} IS NOT DISTINCT FROM skalign_u.e) RETURNING skalign_u.id").format(
                 table=table, col=self._ident(self.column), mark=mark_col, key=key,
