@@ -552,3 +552,31 @@ def test_a_field_added_by_a_run_killed_before_its_stamp_is_taken_as_new(corpus, 
     eng.write_field_stamp(address, "other", {})  # rows written, the stamp lost
     with pytest.raises(StoreError, match="stamp is missing"):
         translate(model, store.address, into="other")
+
+
+@pytest.mark.parametrize("engine", ["parquet", "lance", "pgvector"])
+def test_a_live_store_asked_for_the_new_column_reads_the_field(engine, corpus, tmp_path,
+                                                               request):
+    """A live store opened on the new column by its name (``search --column new``, not
+    ``--field``) is the field: its rows' marks are the field's, and a write-back marks them
+    there, never under the old field's provenance key."""
+    import dataclasses
+
+    from skalign import ProcrustesAligner
+    from skalign._stores import open_live
+    from skalign._stores.address import parse_address
+    from skalign._stores.live import translated_mark
+
+    texts, old, new = corpus
+    store = make(engine, tmp_path, corpus, request)
+    model = ProcrustesAligner().fit(old, new)
+    translate(model, store.address, into="new")
+    address = dataclasses.replace(parse_address(store.address), column=None)
+    mark = translated_mark(model_fingerprint(model))
+    with open_live(address, column="new", text_field="text") as live:
+        rows = live.fetch(store.keys[:3], text_field="text")
+        assert rows.provenance == [mark] * 3 and rows.vectors.shape == (3, new.shape[1])
+        assert live.write_back(store.keys[:1], new[:1], ["encoded:x:text:" + "0" * 16],
+                               [mark]).all()
+    with open_live(address, column=store.old) as live:  # the old field's own marks: none
+        assert live.fetch(store.keys[:3]).provenance == [None] * 3

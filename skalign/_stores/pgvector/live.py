@@ -52,7 +52,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...exceptions import StoreError, StoreNotFoundError
-from ..live import LiveRows, LiveStore, check_key_name
+from ..live import LiveRows, LiveStore, check_key_name, field_key
 from ..live_input import (
     check_ids,
     check_k,
@@ -206,10 +206,23 @@ class PgvectorLive(LiveStore):
                 raise StoreError(f"{address}: the index {index!r} ranks by {found}, not "
                                  f"{metric}; leave the metric out or build the index for it.")
             self.metric = found or metric or "cosine"
+            if provenance_key is None and self._added_field():
+                # a vector column --into added: its rows' marks are the field's own
+                self.provenance_key = field_key(r.column)
             self._has_mark = self.provenance_key in r.names
         except BaseException:
             r.conn.close()
             raise
+
+    def _added_field(self):
+        """Whether the vector column is one ``--into`` added (:mod:`.fields`)."""
+        from .fields import FIELD_PREFIX
+
+        with _mapped(self.address, "cannot read the column's comment"):
+            comment = self._reader.conn.execute(
+                "SELECT col_description(attrelid, attnum) FROM pg_attribute WHERE attrelid = "
+                "%s AND attname = %s", (self._reader.oid, self._reader.column)).fetchone()
+        return bool(comment and comment[0] and comment[0].startswith(FIELD_PREFIX))
 
     @property
     def _conn(self):
