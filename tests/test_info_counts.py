@@ -106,6 +106,18 @@ def test_kept_counts_are_used_while_nothing_changed(parquet_store, monkeypatch):
     assert not calls  # read back, not counted again
 
 
+def test_kept_counts_are_read_without_opening_the_store(parquet_store, monkeypatch):
+    first = count_provenance(parquet_store, text_field="text")
+    import skalign._stores as stores
+
+    opened, real = [], stores.open_live
+    monkeypatch.setattr(stores, "open_live", lambda *a, **k: opened.append(1) or real(*a, **k))
+    assert count_provenance(parquet_store, text_field="text") == first and not opened
+    # the store's files changed under the same overlay: opened, and refused as search refuses
+    os.utime(parquet_store.path, ns=(1, 1))
+    assert count_provenance(parquet_store, text_field="text") is None and opened
+
+
 def test_a_write_back_makes_kept_counts_stale(parquet_store):
     count_provenance(parquet_store, text_field="text")
     _encoded(parquet_store, "text", range(120, 160))  # a searcher's write-back: a new segment

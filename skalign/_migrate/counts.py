@@ -17,6 +17,7 @@ import os
 
 import numpy as np
 
+from .._stores.files.overlay import OVERLAY_SUFFIX, SEGMENT
 from ..exceptions import StoreError
 
 __all__ = ["COUNTS_FILE", "count_provenance", "counts_key"]
@@ -54,13 +55,19 @@ def count_provenance(address, text_field=None):
     mine = migration.get("encoder") if isinstance(migration.get("encoder"), str) else None
     if text_field is None and isinstance(migration.get("text_field"), str):
         text_field = migration["text_field"]
+    quick = _quick_key(address, mine, text_field)
+    if quick is not None:
+        kept = _read_counts(address.path.with_name(address.path.name + OVERLAY_SUFFIX), quick,
+                            "quick")
+        if kept is not None:  # nothing changed since they were counted: the store unopened
+            return kept
     try:
         store = open_live(address, text_field=text_field)
     except StoreError:
         return None
     with store:
         if getattr(store, "overlay", None) is not None and hasattr(store, "texts_at"):
-            return _overlay_counts(store, mine)
+            return _overlay_counts(store, mine, quick)
         counts = _empty()
         ids = store.ids()
         for lo in range(0, len(ids), BATCH):
@@ -148,14 +155,41 @@ def _text_files(store, tokens):
     return out
 
 
-def _read_counts(store, key):
-    """The counts kept for ``key``, or ``None`` (none kept, of another state, or unreadable)."""
+def _quick_key(address, mine, text_field):
+    """What the counts of the file store at ``address`` depend on, read without opening it:
+    the overlay's recorded base (``base.json``, whose files must be the store's files now:
+    device, inode, size and time), its segments, the encoder ``mine`` and the ``text_field``
+    asked for; ``None`` for another kind of store, or a file store without an overlay."""
+    from .._stores.address import FILE_KINDS
+    from .._stores.files.live import files_state
+
+    if address.kind not in FILE_KINDS:
+        return None
+    folder = address.path.with_name(address.path.name + OVERLAY_SUFFIX)
     try:
-        with open(store.overlay.folder / COUNTS_FILE, "rb") as f:
+        with open(folder / "base.json", "rb") as f:
+            base = json.loads(f.read(1 << 16))
+        if not isinstance(base, dict) or base.get("files") != files_state(address.path):
+            return None
+        names = sorted(n for n in os.listdir(folder) if SEGMENT.fullmatch(n))
+        segments = [[n, *_stat(folder / n)] for n in names]
+    except (OSError, ValueError):
+        return None
+    return {"version": _VERSION, "base": base, "mine": mine,
+            "text_field": None if text_field is None else str(text_field),
+            "segments": segments}
+
+
+def _read_counts(folder, key, which="key"):
+    """The counts kept in ``folder`` for ``key`` (under ``which``: ``"key"``, what the store
+    opened gives, or ``"quick"``, :func:`_quick_key`), or ``None`` (none kept, of another
+    state, or unreadable)."""
+    try:
+        with open(folder / COUNTS_FILE, "rb") as f:
             kept = json.loads(f.read(1 << 20))
     except (OSError, ValueError):
         return None
-    if not isinstance(kept, dict) or kept.get("key") != key \
+    if not isinstance(kept, dict) or kept.get(which) != key \
             or not isinstance(kept.get("texts"), dict):
         return None
     for path, ident in kept["texts"].items():
@@ -176,19 +210,23 @@ def _read_counts(store, key):
     return counts
 
 
-def _write_counts(store, key, texts, counts):
-    """Keep ``counts`` for ``key`` (skipped where the overlay's folder cannot be written)."""
+def _write_counts(store, key, quick, texts, counts):
+    """Keep ``counts`` for ``key`` and ``quick`` (skipped where the overlay's folder cannot be
+    written)."""
     from .._stores.journal import write_durably
 
     try:
         write_durably(store.overlay.folder / COUNTS_FILE, json.dumps(
-            {"key": key, "texts": texts, "counts": counts}, sort_keys=True).encode())
+            {"key": key, "quick": quick, "texts": texts, "counts": counts},
+            sort_keys=True).encode())
     except OSError:
         pass
 
 
-def _overlay_counts(store, mine):
-    """The counts of a file store from its overlay (see the module docstring)."""
+def _overlay_counts(store, mine, quick):
+    """The counts of a file store from its overlay (see the module docstring); ``quick``: the
+    :func:`_quick_key` read before the store was opened, kept with them where its segments are
+    those counted."""
     from .._stores.live import parse_mark
 
     overlay = store.overlay
@@ -197,7 +235,7 @@ def _overlay_counts(store, mine):
         key = counts_key(store, mine, names)
     except OSError:  # a segment merged away meanwhile: counted, not kept
         key = None
-    counts = None if key is None else _read_counts(store, key)
+    counts = None if key is None else _read_counts(overlay.folder, key)
     if counts is not None:
         return counts
     marks, positions = state.marks.tolist(), state.positions
@@ -216,5 +254,8 @@ def _overlay_counts(store, mine):
 
     _count_marks(marks, read_texts, mine, counts)
     if key is not None and texts == _text_files(store, tokens):
-        _write_counts(store, key, texts, counts)
+        if quick is None or quick["segments"] != key["segments"] \
+                or quick["base"] != overlay.base:
+            quick = None  # a writer added a segment meanwhile: only the full key is kept
+        _write_counts(store, key, quick, texts, counts)
     return counts
