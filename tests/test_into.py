@@ -465,6 +465,7 @@ def test_search_field_and_info_show_both_fields(engine, corpus, tmp_path, reques
     base = ["migrate", store.address, "--into", "new", "--encoder", spec, "--text-field",
             "text", "--quiet"]
     assert main(base + ["--budget", "40"]) == 0
+    assert "(field new): 40 of 160 rows encoded" in capsys.readouterr().out
     assert main(base + ["--budget", "50", "--continue"]) == 0
     capsys.readouterr()
     queries = tmp_path / "q.txt"

@@ -262,7 +262,8 @@ def cmd_migrate(args, out):
     how = f"{result.n_encoded} texts encoded now" + (
         f", {hits} read from the encode cache" if hits else "") + (
         f", {repeated} repeating a text of another row" if repeated else "")
-    out(f"{result.action}: {result.output}: {result.n_encoded_rows} of {result.n_rows} rows "
+    where = result.output + (f" (field {args.into})" if args.into else "")
+    out(f"{result.action}: {where}: {result.n_encoded_rows} of {result.n_rows} rows "
         f"encoded ({share:.1%}; {how})")
     out(normalize_line(cached, why))
     if result.method:
