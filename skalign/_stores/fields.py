@@ -145,7 +145,13 @@ def open_target(address, field, *, column=None, text_field=None, **options):
             # made from
             from_field = (read_field_stamp(address, field) or {}).get("from_field")
             column = from_field if isinstance(from_field, str) else None
-        with open_live(address, column=column, text_field=text_field, **options) as source:
+        try:
+            source = open_live(address, column=column, text_field=text_field, **options)
+        except StoreError:
+            if taken is not None:  # e.g. several vector fields now: the name's own refusal
+                raise taken from None
+            raise
+        with source:
             old = source.vector_field
             if old is not None and old == field:
                 raise StoreError(f"{address}: --into {field!r} is the store's own vector field "

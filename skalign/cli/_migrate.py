@@ -199,8 +199,8 @@ def _open_step(args):
                               text_field=args.text_field, column=args.column,
                               provenance_key=args.provenance_key, **metric)
     if args.into is None or args.output is not None:
-        raise ValueError("give OUTPUT, or --into FIELD for a new field of SOURCE itself (not "
-                         "both).")
+        raise ValueError("give OUTPUT, or --into FIELD for a new field of SOURCE itself"
+                         + (", not both." if args.output is not None else "."))
     if args.provenance_key is not None:
         raise ValueError("--provenance-key does not apply to --into: a field's rows are "
                          f"marked under skalign_vector_{args.into}.")

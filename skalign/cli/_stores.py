@@ -190,8 +190,8 @@ def _translate_into(args, model, out, t0):
     from ..io import output_dim, translate
 
     if args.into is None or args.output is not None:
-        raise ValueError("give OUTPUT, or --into FIELD for a new field of INPUT itself (not "
-                         "both).")
+        raise ValueError("give OUTPUT, or --into FIELD for a new field of INPUT itself"
+                         + (", not both." if args.output is not None else "."))
     for flag in ("replace", "force", "scheduler"):
         if getattr(args, flag):
             raise ValueError(f"--{flag} does not apply to --into: the field is written in "
