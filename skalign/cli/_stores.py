@@ -345,7 +345,8 @@ LENGTH_BLOCK = 128
 
 def vector_lengths(address):
     """Mean L2 norm of the encoded rows and of the other rows (translated or stale) of a live
-    store, over up to :data:`LENGTH_SAMPLE` rows spread evenly over it:
+    store, over every row of a store of at most :data:`LENGTH_SAMPLE` rows, else over that many
+    in blocks spread evenly over it:
     ``{"sampled", "encoded", "translated"}`` (a mean ``None`` where the sample has no such
     row); ``None`` when the store cannot be read live."""
     import numpy as np
@@ -361,10 +362,12 @@ def vector_lengths(address):
                 return None
             # blocks of consecutive rows: a file store decodes a row group or page per block,
             # not per row (2,048 rows spread one by one read a whole 10^6-row store)
-            block = min(LENGTH_BLOCK, len(ids))
-            starts = np.linspace(0, len(ids) - block, max(1, min(len(ids), LENGTH_SAMPLE)
-                                                          // block)).astype(np.int64)
-            pick = np.unique((starts[:, None] + np.arange(block)).ravel())
+            if len(ids) <= LENGTH_SAMPLE:
+                pick = np.arange(len(ids))
+            else:
+                starts = np.linspace(0, len(ids) - LENGTH_BLOCK, LENGTH_SAMPLE // LENGTH_BLOCK)
+                pick = np.unique((starts.astype(np.int64)[:, None]
+                                  + np.arange(LENGTH_BLOCK)).ravel())
             rows = store.fetch([ids[i] for i in pick])
     except StoreError:
         return None
