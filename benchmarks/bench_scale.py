@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import write_rows  # noqa: E402
 from bench_migrate import make_store, real_encoder_rate, run_timed  # noqa: E402
 
 COSTLY = '''"""bench_scale.py's stand-in: bench_migrate's, sleeping a set time a text."""
@@ -162,6 +163,23 @@ def print_table(results, floor, args, cost):
         print(f"{'1000':>9} {'info 1k':>10} {floor[0]:>8.1f} {0.0:>9.1f} {floor[1]:>8.0f}")
 
 
+def table_rows(results, floor):
+    """The printed table as CSV rows."""
+    out = []
+    for n, rows in results:
+        ref = rows["translate"]["MB"]
+        for name in COMMANDS:
+            r = rows[name]
+            out.append({"rows": n, "command": name, "wall s": f"{r['s']:.1f}",
+                        "+ model s": f"{r['model_s']:.1f}", "peak MB": f"{r['MB']:.0f}",
+                        "x translate": f"{r['MB'] / ref:.2f}", "texts": r["texts"]})
+    if floor is not None:
+        out.append({"rows": 1000, "command": "info 1k", "wall s": f"{floor[0]:.1f}",
+                    "+ model s": "0.0", "peak MB": f"{floor[1]:.0f}", "x translate": "",
+                    "texts": 0})
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", type=int, nargs="+", default=[100_000])
@@ -175,6 +193,7 @@ def main(argv=None):
     ap.add_argument("--sleep", action="store_true",
                     help="the stand-in sleeps --text-cost a text (else it is added)")
     ap.add_argument("--keep", metavar="DIR", help="work in DIR and keep it")
+    ap.add_argument("--csv", metavar="PATH", help="also write the table to this CSV file")
     args = ap.parse_args(argv)
     root = Path(args.keep or tempfile.mkdtemp(prefix="bench_scale_"))
     cost = args.text_cost
@@ -197,6 +216,8 @@ def main(argv=None):
                 shutil.rmtree(work)
         floor = info_floor(root)
         print_table(results, floor, args, cost)
+        if args.csv:
+            write_rows(args.csv, table_rows(results, floor))
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
