@@ -7,7 +7,10 @@ vectors. They are kept in ``counts.json`` in the overlay's folder together with 
 computed from (:func:`counts_key`: the overlay's segments and base, the store's files, the text
 files read, the encoder the stamp names); a reader uses them only while all of that is
 unchanged and counts again otherwise, so counts of an earlier state are never shown as current.
-Other stores are read row by row, in batches.
+A live store with a ``count_marks(mine)`` method (a database that checks each mark's text
+digest against the row's text itself) counts its rows itself where it can (``None`` where it
+cannot); other stores are read row by
+row, in batches.
 """
 
 from __future__ import annotations
@@ -68,6 +71,9 @@ def count_provenance(address, text_field=None):
     with store:
         if getattr(store, "overlay", None) is not None and hasattr(store, "texts_at"):
             return _overlay_counts(store, mine, quick)
+        counts = store.count_marks(mine) if hasattr(store, "count_marks") else None
+        if counts is not None:  # a database that counts its marks itself
+            return counts
         counts = _empty()
         ids = store.ids()
         for lo in range(0, len(ids), BATCH):

@@ -346,17 +346,21 @@ LENGTH_BLOCK = 128
 def vector_lengths(address):
     """Mean L2 norm of the encoded rows and of the other rows (translated or stale) of a live
     store, over every row of a store of at most :data:`LENGTH_SAMPLE` rows, else over that many
-    in blocks spread evenly over it:
+    in blocks spread evenly over it (a store with a ``sample_norms(rows)`` method samples
+    itself: a database's own block sample):
     ``{"sampled", "encoded", "translated"}`` (a mean ``None`` where the sample has no such
     row); ``None`` when the store cannot be read live."""
     import numpy as np
 
     from .._stores import open_live
-    from .._stores.live import parse_mark
     from ..exceptions import StoreError
 
     try:
         with open_live(address) as store:
+            if hasattr(store, "sample_norms"):  # a database that samples itself
+                got = store.sample_norms(LENGTH_SAMPLE)
+                if got is not None:
+                    return _lengths(*got) if len(got[0]) else None
             ids = list(store.ids())
             if not ids:
                 return None
@@ -371,9 +375,18 @@ def vector_lengths(address):
             rows = store.fetch([ids[i] for i in pick])
     except StoreError:
         return None
-    norms = np.linalg.norm(np.asarray(rows.vectors, dtype=np.float64), axis=1)
-    encoded = np.array([getattr(parse_mark(p), "kind", None) == "encoded"
-                        for p in rows.provenance], dtype=bool)
+    return _lengths(np.linalg.norm(np.asarray(rows.vectors, dtype=np.float64), axis=1),
+                    rows.provenance)
+
+
+def _lengths(norms, marks):
+    """:func:`vector_lengths`' means of the rows' lengths ``norms`` by their ``marks``."""
+    import numpy as np
+
+    from .._stores.live import parse_mark
+
+    encoded = np.array([getattr(parse_mark(p), "kind", None) == "encoded" for p in marks],
+                       dtype=bool)
     return {"sampled": int(len(norms)),
             "encoded": round(float(norms[encoded].mean()), 4) if encoded.any() else None,
             "translated": round(float(norms[~encoded].mean()), 4) if (~encoded).any() else None}

@@ -368,6 +368,20 @@ class PgvectorLive(LiveStore):
         vectors = _stack([zero if r[0] is None else r[0] for r in rows])
         return LiveRows(ids, vectors, [r[1] for r in rows], [r[2] for r in rows])
 
+    def count_marks(self, mine=None, empty=False):
+        """Rows per provenance, counted by PostgreSQL without reading a vector or a text
+        (:func:`~skalign._stores.pgvector.marks.count_marks`)."""
+        from .marks import count_marks
+
+        return count_marks(self, mine, empty)
+
+    def sample_norms(self, rows):
+        """The lengths and marks of every row, or of a block sample of about ``rows`` rows
+        (:func:`~skalign._stores.pgvector.marks.sample_norms`)."""
+        from .marks import sample_norms
+
+        return sample_norms(self, rows)
+
     def _not_a_key(self, exc):
         """The error for ids that are not values of the key's type (PostgreSQL could not cast
         one, or a domain's check refused it): no row has them."""
