@@ -469,6 +469,7 @@ class ClusterEncoder:
             self._cluster = LocalCluster(n_workers=int(self.workers), threads_per_worker=1,
                                          processes=True, dashboard_address=None)
             self._client, self._owned = Client(self._cluster), True
+            self._client.wait_for_workers(int(self.workers), timeout="60s")
         elif isinstance(self.scheduler, Client):
             self._client = self.scheduler
         elif self.scheduler is None:
@@ -484,10 +485,14 @@ class ClusterEncoder:
             except OSError as exc:
                 raise StoreError(f"cannot reach the dask scheduler {self.scheduler!r}: "
                                  f"{exc}") from None
-        if not isinstance(self.encoder, (str, os.PathLike)):
-            # the object once per worker, not with every task
-            self._ref = self._client.scatter(self.encoder, broadcast=True, hash=False)
+        self._scatter()
         return self._client
+
+    def _scatter(self):
+        """Send an encoder object once per worker, not with every task (a spec is loaded by
+        each worker itself)."""
+        if not isinstance(self.encoder, (str, os.PathLike)):
+            self._ref = self._client.scatter(self.encoder, broadcast=True, hash=False)
 
     def close(self):
         """Close the client and the local cluster this object started."""
@@ -555,9 +560,9 @@ class ClusterEncoder:
         if expected is not None:
             frame["expected"] = pd.Series(list(expected), dtype=object)
         session = uuid.uuid4().hex
-        encoder = self._ref if self._ref is not None else self.encoder
 
         def submit(lo):
+            encoder = self._ref if self._ref is not None else self.encoder
             return client.submit(
                 encode_partition, frame.iloc[lo:lo + size].reset_index(drop=True), encoder,
                 output=output, text_field=text_field, column=column,
@@ -581,6 +586,10 @@ class ClusterEncoder:
                     again[lo] = again.get(lo, 0) + 1
                     if again[lo] > 3:
                         raise
+                    if self._ref is not None and self._ref.status != "finished":
+                        # the scattered encoder was lost with every worker that held it
+                        # (a task then fails for "lost dependencies"): send it again
+                        self._scatter()
                     starts = itertools.chain([lo], starts)
                 future.release()
                 for lo in itertools.islice(starts, 1):

@@ -400,3 +400,24 @@ def test_each_worker_loads_the_encoder_once(cluster):
     workers = {int(v[1]) for v in list(out.vector) + list(again.vector)}
     # each worker that ran a partition loaded the model once (both ran some, as a rule)
     assert len(loads) == len(set(loads)) and set(map(int, loads)) == workers
+
+
+def _lengths(texts):
+    return np.array([[len(t)] for t in texts], np.float32)
+
+
+def test_an_encoder_object_lost_with_its_workers_is_sent_again(tmp_path):
+    """An encoder object is scattered to the workers once; when every worker holding it is
+    gone (here: the cluster restarted), the next pass sends it again instead of failing each
+    partition for 'lost dependencies'."""
+    encoder = CallableEncoder(_lengths, fingerprint="lengths")
+    texts = [f"t{'x' * i}" for i in range(30)]
+    with dask.config.set({"temporary-directory": str(tmp_path)}), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with ClusterEncoder(encoder, workers=1, partition_rows=10) as pool:
+            first = pool.encode(range(30), texts)
+            pool._client.restart()  # the worker and the scattered encoder go
+            again = pool.encode(range(30), texts)
+    for out in (first, again):
+        assert (out.status == "encoded").all()
+        np.testing.assert_array_equal(np.stack(out.vector)[:, 0], [len(t) for t in texts])
