@@ -40,12 +40,13 @@ FINISHING THE JOB:
 INTO (--into FIELD):
   skalign migrate STORE --into FIELD --encoder SPEC --budget N
   writes the migration into a new vector field of STORE (a pgvector column with an index like
-  the old one's, a LanceDB or Parquet column), every row in place: the old field, the rows'
-  texts, payloads and metadata are never touched, and old queries keep working. Each row of
-  FIELD is marked under skalign_vector_FIELD; killed part-way, the same command finishes it.
-  Then `skalign migrate STORE --into FIELD --continue ...` as above, `skalign search --field
-  FIELD` to query it, and your engine's own command to drop the old field (`skalign info`
-  prints it). Chroma holds one embedding per collection: migrate into a second collection.
+  the old one's, a LanceDB or Parquet column, a Qdrant named vector), every row in place: the
+  old field, the rows' texts, payloads and metadata are never touched, and old queries keep
+  working. Each row of FIELD is marked under skalign_vector_FIELD; killed part-way, the same
+  command finishes it. Then `skalign migrate STORE --into FIELD --continue ...` as above,
+  `skalign search --field FIELD` to query it, and your engine's own command to drop the old
+  field (`skalign info` prints it). Chroma holds one embedding per collection and Milvus Lite
+  cannot add a field: migrate those into a second collection.
 
 ENCODER (SPEC):
   a sentence-transformers model folder or a model name in the local Hugging Face cache

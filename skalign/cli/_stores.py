@@ -54,9 +54,10 @@ SAFETY:
 
 INTO (--into FIELD):
   skalign translate MODEL STORE --into FIELD writes the translation into a new vector field of
-  STORE (a pgvector column with an index like the old one's, a LanceDB or Parquet column): the
-  old field, the rows and their other fields are never changed, old queries keep working, and
-  each row of FIELD is marked translated:<model> under skalign_vector_FIELD. Killed part-way?
+  STORE (a pgvector column with an index like the old one's, a LanceDB or Parquet column, a
+  Qdrant named vector): the old field, the rows and their other fields are never changed, old
+  queries keep working, and each row of FIELD is marked translated:<model> under
+  skalign_vector_FIELD. Killed part-way?
   The same command writes the rows left. Query it with `skalign search --field FIELD`; drop
   the old field with your engine's own command once you have switched (the guide gives it).
 """
