@@ -133,6 +133,11 @@ class Engine:
     #: why ``--into FIELD`` cannot be done on this kind's stores (``None``: it can, where
     #: :meth:`add_field` is implemented); said as the refusal's reason
     into_refusal = None
+    #: the module (dotted name) whose functions ``vector_fields``, ``field_state``,
+    #: ``add_field``, ``read_field_stamp``, ``write_field_stamp`` and ``drop_field_command``
+    #: (each taking the address first) implement the field methods below; ``None``: the
+    #: engine overrides them, or has none
+    fields_module = None
 
     def check_into(self, address):
         """Refuse (:class:`~skalign.exceptions.StoreError`) ``--into`` on a kind whose stores
@@ -141,21 +146,28 @@ class Engine:
 
         if self.into_refusal is not None:
             raise StoreError(f"{address}: --into FIELD is not possible: {self.into_refusal}")
-        if type(self).add_field is Engine.add_field:
+        if self.fields_module is None and type(self).add_field is Engine.add_field:
             raise StoreError(f"{address}: --into FIELD is not supported for {self.kind} "
                              "stores; translate or migrate into a second store instead.")
+
+    def _field_functions(self, address):
+        """The module :attr:`fields_module`, imported (its client first)."""
+        if self.fields_module is None:
+            raise NotImplementedError
+        self.import_client(address)
+        return importlib.import_module(self.fields_module)
 
     def vector_fields(self, address):
         """Every vector field of the store: ``{name: width}`` in the store's order (a store of
         one unnamed array: ``{None: width}``)."""
-        raise NotImplementedError
+        return self._field_functions(address).vector_fields(address)
 
     def field_state(self, address, field):
         """The width of the vector field ``field`` where skalign added it (:meth:`add_field`),
         ``None`` where the store has no field, column or key of that name; a name the store
         holds otherwise (the user's own column, another type) raises
         :class:`~skalign.exceptions.StoreError` naming it."""
-        raise NotImplementedError
+        return self._field_functions(address).field_state(address, field)
 
     def add_field(self, address, field, dim, like):
         """Add the empty vector field ``field`` of width ``dim`` to the store, beside its
@@ -163,7 +175,7 @@ class Engine:
         absent), an index of ``like``'s kind, metric and parameters where ``like`` has one, and
         the engine's mark that skalign added it (what :meth:`field_state` reads). Called only
         where :meth:`field_state` said ``None``; atomic (a kill leaves the field or nothing)."""
-        raise NotImplementedError
+        self._field_functions(address).add_field(address, field, dim, like)
 
     def open_field(self, address, field, *, text_field=None, **options):
         """The field ``field`` as a :class:`~skalign._stores.live.LiveStore` where the engine
@@ -174,11 +186,11 @@ class Engine:
 
     def read_field_stamp(self, address, field):
         """The provenance stamp of the field ``field`` as parsed, unchecked (``None``: none)."""
-        raise NotImplementedError
+        return self._field_functions(address).read_field_stamp(address, field)
 
     def write_field_stamp(self, address, field, stamp):
         """Record ``stamp`` as the provenance of the field ``field``."""
-        raise NotImplementedError
+        self._field_functions(address).write_field_stamp(address, field, stamp)
 
     def finish_field(self, address, field):
         """After a step wrote rows of ``field`` through :meth:`open_field` (closed since),
@@ -188,4 +200,4 @@ class Engine:
     def drop_field_command(self, address, field):
         """The user's own command that drops the vector field ``field`` (said in the guide
         and by ``skalign info``; skalign never drops a field)."""
-        raise NotImplementedError
+        return self._field_functions(address).drop_field_command(address, field)

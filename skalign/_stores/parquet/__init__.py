@@ -10,38 +10,17 @@ from ..files.engine import FileEngine
 __all__ = ["ParquetFileEngine", "ParquetFolderEngine"]
 
 
-def _fields():
-    from . import fields
-
-    return fields
-
-
 class _FileFields:
     """A second vector column of a single Parquet file (``--into FIELD``): :mod:`.fields`."""
 
-    def vector_fields(self, address):
-        return _fields().vector_fields(address)
-
-    def field_state(self, address, field):
-        return _fields().field_state(address, field)
-
-    def add_field(self, address, field, dim, like):
-        _fields().add_field(address, field, dim, like)
+    fields_module = "skalign._stores.parquet.fields"
 
     def open_field(self, address, field, *, text_field=None, **options):
-        return _fields().open_field(address, field, text_field=text_field, **options)
-
-    def read_field_stamp(self, address, field):
-        return _fields().read_field_stamp(address, field)
-
-    def write_field_stamp(self, address, field, stamp):
-        _fields().write_field_stamp(address, field, stamp)
+        return self._field_functions(address).open_field(address, field, text_field=text_field,
+                                                         **options)
 
     def finish_field(self, address, field):
-        _fields().finish_field(address, field)
-
-    def drop_field_command(self, address, field):
-        return _fields().drop_field_command(address, field)
+        self._field_functions(address).finish_field(address, field)
 
 
 class ParquetFileEngine(_FileFields, FileEngine):

@@ -32,31 +32,9 @@ class PgvectorEngine(DatabaseEngine):
         return address.with_name(f"{schema}{dot}{derived_name(table, 'backup')}")
 
     # a second vector column (--into FIELD): .fields
-    def _fields(self, address):
-        self.import_client(address)
-        from . import fields
-
-        return fields
-
-    def vector_fields(self, address):
-        return self._fields(address).vector_fields(address)
-
-    def field_state(self, address, field):
-        return self._fields(address).field_state(address, field)
-
-    def add_field(self, address, field, dim, like):
-        self._fields(address).add_field(address, field, dim, like)
-
-    def read_field_stamp(self, address, field):
-        return self._fields(address).read_field_stamp(address, field)
-
-    def write_field_stamp(self, address, field, stamp):
-        self._fields(address).write_field_stamp(address, field, stamp)
+    fields_module = "skalign._stores.pgvector.fields"
 
     def finish_field(self, address, field):
-        fields = self._fields(address)
+        fields = self._field_functions(address)
         like = (fields.read_field_stamp(address, field) or {}).get("from_field")
         fields.finish_field(address, field, like if isinstance(like, str) else None)
-
-    def drop_field_command(self, address, field):
-        return self._fields(address).drop_field_command(address, field)

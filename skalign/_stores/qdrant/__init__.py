@@ -22,26 +22,4 @@ class QdrantEngine(DatabaseEngine):
         return store, recovery
 
     # a second named vector (--into FIELD): .fields
-    def _fields(self, address):
-        self.import_client(address)
-        from . import fields
-
-        return fields
-
-    def vector_fields(self, address):
-        return self._fields(address).vector_fields(address)
-
-    def field_state(self, address, field):
-        return self._fields(address).field_state(address, field)
-
-    def add_field(self, address, field, dim, like):
-        self._fields(address).add_field(address, field, dim, like)
-
-    def read_field_stamp(self, address, field):
-        return self._fields(address).read_field_stamp(address, field)
-
-    def write_field_stamp(self, address, field, stamp):
-        self._fields(address).write_field_stamp(address, field, stamp)
-
-    def drop_field_command(self, address, field):
-        return self._fields(address).drop_field_command(address, field)
+    fields_module = "skalign._stores.qdrant.fields"
