@@ -27,7 +27,15 @@ from .files.arrow import (
 )
 from .files.arrow_live import id_index, text_column
 from .files.engine import FileEngine
-from .files.fields import OWNED, FieldLive, fold, owned, read_sidecar, write_sidecar
+from .files.fields import (
+    OWNED,
+    column_state,
+    fold,
+    open_column_field,
+    owned,
+    read_sidecar,
+    write_sidecar,
+)
 from .files.live import FileLiveStore, IdIndex, check_metric
 from .files.shadow import FileShadow
 from .journal import write_journal
@@ -269,32 +277,20 @@ class LanceEngine(FileEngine):
 
 
 def _field_state(address, field):
-    """The width of the field where skalign added it (a column with :data:`~skalign._stores.
-    files.fields.OWNED`, or a field whose stamp is written and whose first fold is to come),
-    ``None`` where the table has no column ``field``; a column of the user's is refused."""
-    pa, _ = import_pyarrow(address.path)
-    schema = _table(address.path).schema
-    if field in schema.names:
-        f = schema.field(field)
-        if not owned(f) or not pa.types.is_fixed_size_list(f.type):
-            raise StoreError(f"{address.path}: the table already has a column {field!r} "
-                             f"({f.type}) that skalign did not add; --into writes a new "
-                             "column: choose another name.")
-        return int(f.type.list_size)
-    stamp = read_sidecar(address.path, field)
-    return None if stamp is None else int(stamp.get("d_out") or 0) or None
+    """The field's width where skalign added it (:func:`~skalign._stores.files.fields.
+    column_state` on the table's schema)."""
+    import_pyarrow(address.path)
+    return column_state(address, _table(address.path).schema, field, "table")
 
 
 def _open_field(address, field, *, text_field=None, **options):
     """The field as a :class:`~skalign._stores.files.fields.FieldLive` over the table opened
     on its old column (the stamp's ``from_field``)."""
-    stamp = read_sidecar(address.path, field) or {}
     dim = _field_state(address, field)
-    if dim is None:
-        raise StoreError(f"{address.path}: no field {field!r}.")
-    old = stamp.get("from_field") if isinstance(stamp.get("from_field"), str) else None
-    base = LanceLive(address, column=old, text_field=text_field, **options)
-    return FieldLive(base, field, dim, lambda: _field_rows(base, field, dim))
+    return open_column_field(
+        address, field, dim,
+        lambda old: LanceLive(address, column=old, text_field=text_field, **options),
+        lambda base: _field_rows(base, field, dim))
 
 
 def _table(path):

@@ -32,8 +32,8 @@ from ..live import LiveRows, similarity
 from .live import FileLiveStore, ids_digest
 from .overlay import OVERLAY_SUFFIX, Overlay
 
-__all__ = ["OWNED", "FieldLive", "field_folder", "fold", "owned", "read_sidecar",
-           "sidecar", "write_sidecar"]
+__all__ = ["OWNED", "FieldLive", "column_state", "field_folder", "fold", "open_column_field",
+           "owned", "read_sidecar", "sidecar", "write_sidecar"]
 
 #: the Arrow field metadata of a vector column skalign added (``--into``)
 OWNED = {b"skalign_field": b"1"}
@@ -82,6 +82,35 @@ def read_sidecar(path, field):
 def write_sidecar(path, field, stamp):
     """Record the field's stamp beside the store (durably, atomically)."""
     write_durably(sidecar(path, field), json.dumps(stamp, sort_keys=True).encode())
+
+
+def column_state(address, schema, field, holder):
+    """The width of the field ``field`` of a store with the Arrow ``schema`` where skalign
+    added it (a column it folded in, or a field whose stamp is written and whose first fold is
+    to come), ``None`` where the store has no column ``field``; a column of the user's is
+    refused (``holder`` names the store in the message: "file", "table")."""
+    import pyarrow as pa
+
+    if field in schema.names:
+        f = schema.field(field)
+        if not owned(f) or not pa.types.is_fixed_size_list(f.type):
+            raise StoreError(f"{address.path}: the {holder} already has a column {field!r} "
+                             f"({f.type}) that skalign did not add; --into writes a new "
+                             "column: choose another name.")
+        return int(f.type.list_size)
+    stamp = read_sidecar(address.path, field)
+    return None if stamp is None else int(stamp.get("d_out") or 0) or None
+
+
+def open_column_field(address, field, dim, live, values):
+    """The field as a :class:`FieldLive` over ``live(old)``, the store opened on its old
+    column (the stamp's ``from_field``); ``values(base)`` reads the field's stored values."""
+    if dim is None:
+        raise StoreError(f"{address.path}: no field {field!r}.")
+    stamp = read_sidecar(address.path, field) or {}
+    old = stamp.get("from_field") if isinstance(stamp.get("from_field"), str) else None
+    base = live(old)
+    return FieldLive(base, field, dim, lambda: values(base))
 
 
 @contextlib.contextmanager

@@ -10,7 +10,7 @@ import numpy as np
 from ...exceptions import StoreError
 from ..files.arrow import arrow_vectors, import_pyarrow
 from ..files.arrow_live import id_index, text_column
-from ..files.fields import FieldLive, owned, read_sidecar
+from ..files.fields import column_state, open_column_field, owned, read_sidecar
 from ..files.live import WINDOW_ROWS, FileLiveStore, check_metric, files_state
 from ..live import field_key
 from .store import TAKE_BATCH_ROWS, ParquetReader
@@ -132,32 +132,20 @@ def _schema(path):
 
 
 def field_state(address, field):
-    """The field's width where skalign added it (a column it folded in, or a field whose
-    stamp is written and whose first fold is to come), ``None`` where the file has no column
-    ``field``; a column of the user's is refused."""
-    pa, _ = import_pyarrow(address.path)
-    schema = _schema(address.path)
-    if field in schema.names:
-        f = schema.field(field)
-        if not owned(f) or not pa.types.is_fixed_size_list(f.type):
-            raise StoreError(f"{address.path}: the file already has a column {field!r} "
-                             f"({f.type}) that skalign did not add; --into writes a new "
-                             "column: choose another name.")
-        return int(f.type.list_size)
-    stamp = read_sidecar(address.path, field)
-    return None if stamp is None else int(stamp.get("d_out") or 0) or None
+    """The field's width where skalign added it (:func:`~skalign._stores.files.fields.
+    column_state` on the file's schema)."""
+    import_pyarrow(address.path)
+    return column_state(address, _schema(address.path), field, "file")
 
 
 def open_field(address, field, *, text_field=None, **options):
     """The field as a :class:`~skalign._stores.files.fields.FieldLive` over the file opened on
     its old column (the stamp's ``from_field``)."""
-    stamp = read_sidecar(address.path, field) or {}
     dim = field_state(address, field)
-    if dim is None:
-        raise StoreError(f"{address.path}: no field {field!r}.")
-    old = stamp.get("from_field") if isinstance(stamp.get("from_field"), str) else None
-    base = ParquetLive(address, column=old, text_field=text_field, **options)
-    return FieldLive(base, field, dim, lambda: _values(address.path, field, dim))
+    return open_column_field(
+        address, field, dim,
+        lambda old: ParquetLive(address, column=old, text_field=text_field, **options),
+        lambda base: _values(address.path, field, dim))
 
 
 def open_owned(address, column, options):
