@@ -25,9 +25,8 @@ import dataclasses
 import numpy as np
 
 from ..exceptions import StoreError, StoreExistsError
-from ..utils._console import stage
 from .calibration import writes_exact
-from .migration import BATCH, Migration, MigrationResult, _model_fingerprint, _text_field
+from .migration import BATCH, Migration, MigrationResult, _text_field
 
 __all__ = ["FieldMigration", "field_counts", "migrate_into", "open_field_migration"]
 
@@ -154,18 +153,7 @@ class FieldMigration(Migration):
         from .._stores.live import LiveRows, parse_mark, translated_mark
 
         n = len(self.ids)
-        with stage(f"choosing {budget} of {n} rows", self.progress):
-            pos = self._choose(budget, self.random_state)
-        if len(pos) < 2:
-            raise ValueError(f"budget={budget}: at least 2 rows must be encoded to fit a map")
-        if len(pos) == n:
-            raise ValueError(f"budget={budget} covers all {n} rows: re-embed the store "
-                             "instead (nothing would be translated)")
-        ids = [self.ids[i] for i in pos]
-        X, texts = self._read(ids)
-        Y = self.enc.encode(texts)
-        method, model, estimate = self._fit(X, Y, anyway=anyway)
-        fp = _model_fingerprint(method, X, Y)
+        pos, ids, X, texts, Y, method, model, estimate, fp = self._first_map(budget, anyway)
         if self.record is not None and self.record.get("map") != fp:
             raise StoreExistsError(
                 f"{self.src} (field {self.field}) already holds a migration with another map "

@@ -348,7 +348,10 @@ class Migration:
         return self.enc.n_encoded - self.n_before + (
             0 if self.cluster is None else self.cluster.n_encoded - self.cluster_before)
 
-    def _first(self, budget, anyway):
+    def _first_map(self, budget, anyway):
+        """The first step's rows (positions ``pos``, ids), their old vectors ``X``, texts and
+        new vectors ``Y`` (encoded here or on the cluster), and the map fitted on them with
+        its fingerprint ``fp``."""
         n = len(self.ids)
         with stage(f"choosing {budget} of {n} rows", self.progress):
             pos = self._choose(budget, self.random_state)
@@ -362,7 +365,11 @@ class Migration:
         Y = self.enc.encode(texts) if self.cluster is None else \
             self.cluster.encode_step(self, ids, texts, write=False)[1]
         method, model, estimate = self._fit(X, Y, anyway=anyway)
-        fp = _model_fingerprint(method, X, Y)
+        return pos, ids, X, texts, Y, method, model, estimate, _model_fingerprint(method, X, Y)
+
+    def _first(self, budget, anyway):
+        n = len(self.ids)
+        pos, ids, X, texts, Y, method, model, estimate, fp = self._first_map(budget, anyway)
         if self.record is not None and self.record.get("map") != fp:
             raise StoreExistsError(
                 f"OUTPUT {self.out} already holds a migration of {self.src} with another map "
