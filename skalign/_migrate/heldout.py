@@ -112,7 +112,7 @@ def _recall(truth, got):
 
 
 def _similarities(Yu, rows, folds):
-    """Every new vector's cosines with every row of the check (all draws index them): with the
+    r"""Every new vector's cosines with every row of the check (all draws index them): with the
     exact vectors, and per calibration kind with the translations, the same less their padding
     direction, and ``q . z`` of each row's fold's padding direction.
 

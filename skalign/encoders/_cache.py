@@ -5,9 +5,11 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import random
 import sqlite3
 import stat
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +29,9 @@ __all__ = ["CachedEncoder", "EncodeCache", "default_cache_path", "text_digest"]
 
 #: sqlite's default limit on host parameters is 999 (older builds); stay under it
 _IN_CHUNK = 900
+
+#: seconds a cache waits for another process's lock
+_LOCK_WAIT = 60
 
 
 def text_digest(text):
@@ -109,9 +114,7 @@ class EncodeCache:
         self.path = Path(self.path).expanduser()
         fd = _open_checked(self.path)
         try:
-            self._db = sqlite3.connect(str(self.path), timeout=60, isolation_level=None,
-                                       check_same_thread=False)
-            self._setup()
+            self._connect()
             # sqlite opened the file by name: it must be the one checked, not one put there since
             here = os.stat(self.path, follow_symlinks=False)
             if not os.path.samestat(os.fstat(fd), here):
@@ -128,6 +131,29 @@ class EncodeCache:
         finally:
             os.close(fd)
 
+    def _connect(self):
+        """Connect and set up, waiting out another process's lock.
+
+        SQLite answers "database is locked" at once, without its busy handler, to some opens
+        that race another process's: the change to WAL mode, or the recovery of the log of a
+        process killed while writing (a killed cluster worker). Such an open is retried, with
+        jitter, for as long as a write would wait.
+        """
+        deadline = time.monotonic() + _LOCK_WAIT
+        while True:
+            self._db = sqlite3.connect(str(self.path), timeout=_LOCK_WAIT,
+                                       isolation_level=None, check_same_thread=False)
+            try:
+                self._setup()
+                return
+            except sqlite3.OperationalError as exc:
+                self._db.close()
+                self._db = None
+                busy = any(w in str(exc).lower() for w in ("locked", "busy"))
+                if not busy or time.monotonic() > deadline:
+                    raise
+            time.sleep(random.uniform(0.01, 0.2))
+
     def _setup(self):
         db = self._db
         # before anything is written: another program's database is left as it is
@@ -139,7 +165,8 @@ class EncodeCache:
                                       "not an encode cache")
         if tables and _columns(db) != ["fingerprint", "digest", "dim", "vector"]:
             raise _refused(self.path, "holds a table 'vectors' that is not an encode cache's")
-        if str(self.path) != ":memory:":
+        if str(self.path) != ":memory:" and \
+                db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
             db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
         db.execute(
@@ -282,12 +309,13 @@ def _open_checked(path):
         raise _refused(path, f"cannot have its folder created ({describe_error(exc)})") from None
     try:
         # 0600 before any byte is written; umask can only take bits away
-        fd = os.open(path, os.O_CLOEXEC | os.O_NOFOLLOW | os.O_RDWR | os.O_CREAT | os.O_EXCL,
-                     0o600)
+        os.close(os.open(path, os.O_CLOEXEC | os.O_NOFOLLOW | os.O_RDWR | os.O_CREAT
+                         | os.O_EXCL, 0o600))
     except FileExistsError:
-        fd = _open_existing(path)
+        pass
     except (OSError, ValueError) as exc:
         raise _refused(path, f"cannot be created ({describe_error(exc)})") from None
+    fd = _open_existing(path)
     try:
         _check_file(path, fd)
         _check_sidecars(path, tighten=False)
@@ -302,8 +330,9 @@ def _check_sidecars(path, tighten):
     ``0600`` too when ``tighten``."""
     for suffix in ("-wal", "-shm", "-journal"):
         side = path.with_name(path.name + suffix)
-        if os.path.lexists(side):
-            fd = _open_existing(side)
+        # another process's last connection deletes its log files as it closes
+        fd = _open_existing(side, missing_ok=True)
+        if fd is not None:
             try:
                 _check_file(side, fd)
                 if tighten:
@@ -312,11 +341,21 @@ def _check_sidecars(path, tighten):
                 os.close(fd)
 
 
-def _open_existing(path):
-    # O_NONBLOCK: a FIFO planted at the path must not hang the open
+#: How the cache's files are held while they are checked. Closing any descriptor of a file
+#: releases every POSIX lock this process holds on it, SQLite's included: a plain descriptor
+#: closed beside an open connection lets another process take the database for unused,
+#: recover or delete its log under this connection ("locking protocol", "database disk image
+#: is malformed"). Linux's path-only descriptors (O_PATH) take no part in locking.
+#: O_NONBLOCK: a FIFO planted at the path must not hang the open.
+_HANDLE = getattr(os, "O_PATH", os.O_RDONLY | os.O_NONBLOCK)
+
+
+def _open_existing(path, missing_ok=False):
     try:
-        return os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+        return os.open(path, _HANDLE | os.O_CLOEXEC | os.O_NOFOLLOW)
     except OSError as exc:
+        if missing_ok and exc.errno == errno.ENOENT:
+            return None
         if exc.errno == errno.ELOOP or os.path.islink(path):
             raise _refused(path, "is a symbolic link, which skalign does not follow (give the "
                                  "file's own path)") from None
@@ -325,6 +364,9 @@ def _open_existing(path):
 
 def _check_file(path, fd):
     st = os.fstat(fd)
+    if stat.S_ISLNK(st.st_mode):  # O_PATH with O_NOFOLLOW holds the link itself
+        raise _refused(path, "is a symbolic link, which skalign does not follow (give the "
+                             "file's own path)")
     if stat.S_ISDIR(st.st_mode):
         raise _refused(path, "is a folder, not a file")
     if not stat.S_ISREG(st.st_mode):
@@ -338,7 +380,11 @@ def _make_private(path, fd):
     mode = stat.S_IMODE(os.fstat(fd).st_mode)
     if mode & 0o077:
         try:
-            os.fchmod(fd, mode & 0o700)
+            if _HANDLE == getattr(os, "O_PATH", None):
+                # a path-only descriptor cannot be fchmod-ed; its /proc link names its inode
+                os.chmod(f"/proc/self/fd/{fd}", mode & 0o700)
+            else:
+                os.fchmod(fd, mode & 0o700)
         except OSError as exc:
             raise _refused(path, f"may be read by other users (mode {mode:o}) and cannot be "
                                  f"made private ({describe_error(exc)})") from None
