@@ -112,9 +112,12 @@ from .heldout import (
     KINDS,
     MIXED,
     _draw,
+    _exact_rows,
+    _fold_of,
     _folds,
     _held_out_rows,
     _moments,
+    _option_recalls,
     _pad,
     _pad_direction,
     _per_query,
@@ -434,11 +437,12 @@ def price_written(T_cross, Y, share, store_size, *, k=10, modes=(MIXED, ALL), ra
     sims = _similarities(Yu, rows, folds)
     rng = np.random.default_rng([random_state, 60])
     check_share = max(share, MIN_CHECK_SHARE)
+    fold = _fold_of(folds, n)
     per = {}
     for _ in range(CHECK_DRAWS):
-        check = _draw(sims, n, check_share, k, rng, KINDS)
-        for opt in _options():
-            per.setdefault(opt, []).append(_per_query(check, opt[1], opt[0], opt[2], k))
+        recalls = _option_recalls(sims, fold, _exact_rows(n, check_share, rng), _options(), k)
+        for opt, r in recalls.items():
+            per.setdefault(opt, []).append(r)
     per = {o: np.concatenate(v) for o, v in per.items()}
     # below the check's share, the exact rows' part of each mixed store's recall is taken in
     # proportion to the share: from translating every row (share 0) to the check's share
@@ -472,7 +476,7 @@ def price_written(T_cross, Y, share, store_size, *, k=10, modes=(MIXED, ALL), ra
 
     m = n
     if m >= 2 * k + 2:
-        sizes, draws = substore_draws(score, m, k, est_rng)
+        sizes, draws = substore_draws(score, m, k, est_rng, full=(float(per.mean()), 0.0))
         ci = percentile_ci(per, n_resamples, confidence, est_rng)
         p = project(sizes, draws[:, :, 0], ci, int(store_size), k, confidence)
     else:

@@ -1,7 +1,8 @@
 """The held-out check's numerics for :mod:`skalign._migrate.calibration`: unit rows, the
 ``"moments"`` calibration's statistics, the padding direction of the score scale, and the
 check's matrices (one draw of exact rows at a time, every draw's cosines rows of matrices made
-once) with its per-query recall@k. What the check is and how its result is used: the
+once), its per-query recall@k, and every option's recall in one draw from each query's few
+candidates (:func:`_option_recalls`). What the check is and how its result is used: the
 calibration module's docstring."""
 
 from __future__ import annotations
@@ -135,13 +136,20 @@ def _similarities(Yu, rows, folds):
     return SE, SP, out
 
 
-def _draw(sims, n, share, k, rng, kinds):
-    """A check: ``share`` of the ``n`` rows exact, the others' new vectors the queries."""
-    SE, SP, per_kind = sims
+def _exact_rows(n, share, rng):
+    """One draw of the check's exact rows: ``share`` of the ``n`` rows (at least one left to
+    be a query), a bool mask."""
     n_exact = int(round(share * n))
     n_exact = min(max(n_exact, 0), n - 1)
     exact = np.zeros(n, dtype=bool)
     exact[rng.choice(n, n_exact, replace=False)] = True
+    return exact
+
+
+def _draw(sims, n, share, k, rng, kinds):
+    """A check: ``share`` of the ``n`` rows exact, the others' new vectors the queries."""
+    SE, SP, per_kind = sims
+    exact = _exact_rows(n, share, rng)
     queries = np.flatnonzero(~exact)
     S_exact = SE[queries]
     check = _Check(queries, exact, _top_k(S_exact, queries, k), S_exact)
@@ -168,3 +176,98 @@ def _scores(check, kind, mode, c):
 def _per_query(check, kind, mode, c, k):
     S = _scores(check, kind, mode, c)
     return _recall(check.truth, _top_k(S, check.queries, k))
+
+
+def _fold_of(folds, n):
+    """The fold of each of the ``n`` rows."""
+    fold = np.empty(n, dtype=np.int64)
+    for f, (_, test) in enumerate(folds):
+        fold[test] = f
+    return fold
+
+
+def _top_in(M, queries, cols, k):
+    """Per query row of ``M``: the columns of its ``k`` largest entries among ``cols`` (sorted;
+    all of them when fewer), its own column ``queries[i]`` left out; global column indices."""
+    import torch
+
+    from ..utils._backend import one_thread
+
+    sub = M[np.ix_(queries, cols)]
+    pos = np.minimum(np.searchsorted(cols, queries), len(cols) - 1)
+    mine = np.flatnonzero(cols[pos] == queries)
+    sub[mine, pos[mine]] = -np.inf
+    with one_thread():
+        idx = torch.topk(torch.from_numpy(sub), min(k, len(cols)), dim=1,
+                         sorted=False).indices.numpy()
+    return cols[idx]
+
+
+def _option_recalls(sims, fold, exact, options, k):
+    r"""Per option ``(mode, kind, c)``: each query's recall@``k`` in one draw of exact rows
+    (``exact``, a bool mask), as :func:`_per_query` gives it on :func:`_draw`'s check, from
+    each query's few candidates instead of a ranking of every row per option.
+
+    A store's top-``k`` lies among the top-``k`` of each part of it ranked alone: the exact
+    rows (by :math:`q^\top y`, the same for every option), and the translated rows, which a
+    score scale :math:`c < 1` ranks by :math:`c \cos(q, \hat t_\perp) + \sqrt{1-c^2}\,
+    q^\top z_f` with :math:`z_f` constant within a fold :math:`f`: within a fold by
+    :math:`\cos(q, \hat t_\perp)` alone, whatever :math:`c`. So per draw and calibration one
+    ranking of the translations (:math:`c = 1`, the translated rows and every row) and one of
+    their padded parts per fold give every score scale's top-``k`` among at most
+    ``(folds + 1) k`` candidates per query: :math:`O(n_q\, n)` per draw instead of per option.
+
+    Parameters
+    ----------
+    sims : tuple
+        :func:`_similarities`' matrices.
+    fold : ndarray of int
+        Each row's fold (:func:`_fold_of`).
+    exact : ndarray of bool
+        The rows written exactly; the others' new vectors are the queries.
+    options : iterable of (mode, kind, c)
+    k : int
+
+    Returns
+    -------
+    dict
+        Option → recall@``k`` per query (in the order of the queries).
+    """
+    SE, SP, per_kind = sims
+    n = len(exact)
+    queries, ex_cols = np.flatnonzero(~exact), np.flatnonzero(exact)
+    rows = np.arange(len(queries))[:, None]
+    truth = _top_k(SE[queries], queries, k)
+    top_exact = _top_in(SE, queries, ex_cols, k) if len(ex_cols) else \
+        np.zeros((len(queries), 0), dtype=np.int64)
+    columns = {MIXED: queries, "all": np.arange(n)}
+    ranked = {}  # (kind, mode, scaled) -> candidate columns per query
+
+    def candidates(kind, mode, scaled):
+        key = (kind, mode, scaled)
+        if key not in ranked:
+            ST, SO = per_kind[kind]
+            cols = columns[MIXED if mode == MIXED else "all"]
+            if not scaled:
+                ranked[key] = _top_in(ST, queries, cols, k)
+            else:  # within a fold the padding term is one constant: rank by S_off alone
+                ranked[key] = np.hstack([_top_in(SO, queries, cols[fold[cols] == f], k)
+                                         for f in np.unique(fold[cols])])
+        return ranked[key]
+
+    out = {}
+    for mode, kind, c in options:
+        ST, SO = per_kind[kind]
+        idx = candidates(kind, mode, c < 1.0)
+        if c < 1.0:
+            val = c * SO[queries[:, None], idx] + np.sqrt(1.0 - c * c) * SP[queries[:, None], idx]
+        else:
+            val = ST[queries[:, None], idx]
+        val[idx == queries[:, None]] = -np.inf  # a query's own row (a block short of k)
+        if mode == MIXED:
+            idx = np.hstack([idx, top_exact])
+            val = np.hstack([val, SE[queries[:, None], top_exact]])
+        if idx.shape[1] > k:
+            idx = idx[rows, np.argpartition(-val, k - 1, axis=1)[:, :k]]
+        out[(mode, kind, c)] = _recall(truth, idx)
+    return out
