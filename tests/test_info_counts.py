@@ -193,3 +193,97 @@ def test_an_unwritable_overlay_folder_still_counts(parquet_store):
         assert not (folder / COUNTS_FILE).exists()
     finally:
         os.chmod(folder, 0o700)
+
+
+# ------------------------------------------------------------------ databases, counted without
+# their vectors (LiveStore.count_marks): equal to a row-by-row count on each real engine
+ENGINE_ROWS = 60
+
+
+def _row_by_row(store, mine, empty=False):
+    """Each row read with ``fetch`` (its vector too) and its text read from the field its mark
+    names: :func:`mark_state` of every row, counted."""
+    from urllib.parse import unquote
+
+    from skalign._stores.live import parse_mark
+    from skalign.exceptions import StoreError
+
+    out = {"rows": 0, "encoded": 0, "stale": 0, "translated": 0, "encoders": {}}
+    if empty:
+        out["empty"] = 0
+    for ident in store.ids():
+        p = store.fetch([ident]).provenance[0]
+        mark = parse_mark(p)
+        field, text = None, None
+        if mark is not None and mark.kind == "encoded":
+            field = unquote(mark.field) if mark.field else None
+            try:
+                text = store.fetch([ident], text_field=field).texts[0]
+            except StoreError:
+                text = None
+            if mark_state(p, None, field, text) == "encoded":
+                out["encoders"][mark.fingerprint] = out["encoders"].get(mark.fingerprint, 0) + 1
+        out["rows"] += 1
+        if empty and p is None:
+            out["empty"] += 1
+        else:
+            out[mark_state(p, mine, field, text)] += 1
+    return out
+
+
+@pytest.fixture(params=["duckdb", "sqlite-vec", "qdrant", "chroma", "milvus"])
+def engine_store(request, tmp_path, monkeypatch):
+    """A store of :data:`ENGINE_ROWS` rows of each engine, made with the engine's own client
+    (tests/test_live_stores.py's makers), and its address."""
+    import tempfile
+
+    import test_live_stores as makers
+
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    maker = {"chroma": makers.Chroma, "qdrant": makers.Qdrant, "sqlite-vec": makers.Vec,
+             "milvus": makers.Milvus, "duckdb": makers.Duck}[request.param](tmp_path)
+    X = np.random.default_rng(3).normal(size=(ENGINE_ROWS, 16)).astype(np.float32)
+    return maker.make(X, "cosine")
+
+
+def _mixed_marks(store):
+    """Write fresh, stale, other-encoder, translated, old-version and other-field marks."""
+    ids = store.ids()
+    field = store.text_source(None)
+    texts = store.fetch(ids[:40]).texts
+    marks = [encoded_mark("enc-1", field, t) for t in texts[:20]]  # fresh
+    marks += [encoded_mark("enc-2", field, t) for t in texts[20:25]]  # another encoder
+    marks += [encoded_mark("enc-1", field, "not its text")] * 5  # the text changed since
+    marks += [translated_mark("m")] * 5 + ["encoded:enc-0"] * 2  # an earlier version's mark
+    marks += [encoded_mark("enc-1", "nope", t) for t in texts[37:39]]  # a field not held
+    marks += [encoded_mark("enc-1", "text", texts[39])]  # the text field named
+    store.write_back(ids[:40], np.ones((40, store.dim), np.float32), marks)
+
+
+def test_engines_count_their_marks_as_a_row_by_row_read_does(engine_store, monkeypatch):
+    with open_live(engine_store) as store:
+        fresh = store.count_marks("enc-1")
+        assert fresh == _row_by_row(store, "enc-1")
+        assert fresh["rows"] == fresh["translated"] == ENGINE_ROWS
+        assert store.count_marks("enc-1", empty=True)["empty"] == ENGINE_ROWS
+        _mixed_marks(store)
+    with open_live(engine_store) as store:
+        fetched = []
+        real = type(store).fetch
+        monkeypatch.setattr(type(store), "fetch",
+                            lambda self, ids, **k: fetched.extend(ids) or real(self, ids, **k))
+        got = {mine: store.count_marks(mine) for mine in ("enc-1", None)}
+        got["empty"] = store.count_marks("enc-1", empty=True)
+        # no row's vector read but those whose mark names another text field
+        assert len(fetched) <= 3 * 3
+        monkeypatch.undo()
+        assert got["enc-1"] == _row_by_row(store, "enc-1")
+        assert got[None] == _row_by_row(store, None)
+        assert got["empty"] == _row_by_row(store, "enc-1", empty=True)
+    counts = got["enc-1"]
+    assert counts["encoded"] >= 20 and counts["encoders"]["enc-2"] == 5
+    assert counts["stale"] >= 5 + 5 + 2 + 2 and counts["translated"] == ENGINE_ROWS - 40 + 5
+    assert got["empty"]["empty"] == ENGINE_ROWS - 40
+    assert got[None]["encoded"] == counts["encoded"] + 5
+    assert count_provenance(engine_store) == got[None]  # `skalign info` (no stamp: any encoder)

@@ -7,10 +7,10 @@ vectors. They are kept in ``counts.json`` in the overlay's folder together with 
 computed from (:func:`counts_key`: the overlay's segments and base, the store's files, the text
 files read, the encoder the stamp names); a reader uses them only while all of that is
 unchanged and counts again otherwise, so counts of an earlier state are never shown as current.
-A live store with a ``count_marks(mine)`` method (a database that checks each mark's text
-digest against the row's text itself) counts its rows itself where it can (``None`` where it
-cannot); other stores are read row by
-row, in batches.
+Another live store counts its rows itself where its engine can read the marks apart from the
+vectors (:meth:`~skalign._stores.live.LiveStore.count_marks`: one SQL statement, or a scan of
+the marks and texts alone); a store whose engine cannot (``None``) is read row by row, in
+batches.
 """
 
 from __future__ import annotations
@@ -69,10 +69,10 @@ def count_provenance(address, text_field=None):
     except StoreError:
         return None
     with store:
-        if getattr(store, "overlay", None) is not None and hasattr(store, "texts_at"):
+        if store.overlay is not None:
             return _overlay_counts(store, mine, quick)
-        counts = store.count_marks(mine) if hasattr(store, "count_marks") else None
-        if counts is not None:  # a database that counts its marks itself
+        counts = store.count_marks(mine)
+        if counts is not None:  # an engine that counts its marks without the vectors
             return counts
         counts = _empty()
         ids = store.ids()
@@ -98,33 +98,11 @@ def _count_batch(store, ids, mine, counts):
 
 def _count_marks(marks, read_texts, mine, counts):
     """Add the rows of provenance ``marks`` to ``counts``; ``read_texts(field, rows)`` gives
-    the current texts of the rows (indexes into ``marks``) in ``field``."""
-    from urllib.parse import unquote
+    the current texts of the rows (indexes into ``marks``) in ``field``
+    (:func:`~skalign._stores.live.add_marks`)."""
+    from .._stores.live import add_marks
 
-    from .._stores.live import mark_state, parse_mark
-
-    fields = {}
-    for n, p in enumerate(marks):
-        mark = parse_mark(p)
-        if mark is not None and mark.kind == "encoded":
-            fields.setdefault(mark.field, []).append(n)
-        elif isinstance(p, str) and p.startswith("encoded:"):
-            counts["stale"] += 1  # an earlier version's mark: nothing to check it against
-        else:
-            counts["translated"] += 1
-    for token, rows_n in fields.items():
-        field = unquote(token) if token else None
-        try:
-            texts = read_texts(field, rows_n)
-        except StoreError:
-            texts = [None] * len(rows_n)  # the field is gone: nothing is encoded from it
-        for n, text in zip(rows_n, texts):
-            p = marks[n]
-            ok = mark_state(p, None, field, text) == "encoded"
-            fp = parse_mark(p).fingerprint
-            if ok:
-                counts["encoders"][fp] = counts["encoders"].get(fp, 0) + 1
-            counts["encoded" if ok and (mine is None or fp == mine) else "stale"] += 1
+    add_marks(marks, read_texts, mine, counts)
 
 
 # ------------------------------------------------------------------------ file stores

@@ -216,7 +216,7 @@ def field_counts(address, field, text_field=None):
     counts = {"rows": 0, "encoded": 0, "stale": 0, "translated": 0, "encoders": {},
               "empty": 0}
     with store:
-        fast = store.count_marks(mine, empty=True) if hasattr(store, "count_marks") else None
+        fast = store.count_marks(mine, empty=True)
         if fast is not None:  # a database that counts its marks itself
             return fast
         ids = store.ids()

@@ -41,7 +41,7 @@ from ..exceptions import StoreError
 from .live_input import check_write, shown
 
 __all__ = ["FIELD_KEY_PREFIX", "METRICS", "PROVENANCE_KEY", "TEXT_FIELDS", "LiveRows",
-           "LiveStore", "check_key_name", "encoded_mark", "field_key", "field_token",
+           "LiveStore", "add_marks", "check_key_name", "encoded_mark", "field_key", "field_token",
            "first_text_field", "is_mark", "mark_state", "owned_key_or_refuse", "parse_mark",
            "similarity", "text_digest", "translated_mark", "without_marks"]
 
@@ -242,6 +242,86 @@ def mark_state(value, fingerprint, field, text):
     return "encoded"
 
 
+def empty_counts(empty=False):
+    """Counts of no row, as :meth:`LiveStore.count_marks` returns them."""
+    out = {"rows": 0, "encoded": 0, "stale": 0, "translated": 0, "encoders": {}}
+    if empty:
+        out["empty"] = 0
+    return out
+
+
+def add_marks(marks, read_texts, mine, counts, texts=None, tokens=(), empty=False):
+    """Add the rows of provenance ``marks`` to ``counts`` (:meth:`LiveStore.count_marks`'s
+    dict), each row as :func:`mark_state` finds it against its current text.
+
+    Parameters
+    ----------
+    marks : list of (str or None)
+        The rows' provenance values.
+    read_texts : callable
+        ``read_texts(field, rows)``: the current texts in the text field ``field`` (``None``:
+        the store's default) of the rows ``rows`` (indexes into ``marks``); a
+        :class:`~skalign.exceptions.StoreError` counts them as texts the field does not hold.
+    mine : str or None
+        The encoder a row must be encoded by to count as encoded (``None``: any).
+    counts : dict
+        Updated in place: ``encoded``, ``stale``, ``translated``, ``encoders`` (the rows each
+        encoder fingerprint holds exactly) and, with ``empty``, ``empty``; ``rows`` is the
+        caller's.
+    texts : list, default=None
+        Each row's text in the store's default field where the caller read it beside the
+        marks: the rows whose mark names one of ``tokens`` take theirs from it.
+    tokens : collection of str, default=()
+        The field tokens (:func:`field_token`) ``texts`` answers for.
+    empty : bool, default=False
+        Count the rows without a mark under ``empty``, not among ``translated``.
+    """
+    from urllib.parse import unquote
+
+    fields = {}
+    stale = translated = unmarked = 0
+    for n, p in enumerate(marks):
+        if p is None:
+            unmarked += 1
+            continue
+        mark = parse_mark(p)
+        if mark is not None and mark.kind == "encoded":
+            fields.setdefault(mark.field, []).append(n)
+        elif isinstance(p, str) and p.startswith("encoded:"):
+            stale += 1  # an earlier version's mark: nothing to check it against
+        else:
+            translated += 1
+    if empty:
+        counts["empty"] += unmarked
+    else:
+        translated += unmarked
+    encoders = counts["encoders"]
+    for token, rows_n in fields.items():
+        field = unquote(token) if token else None
+        if field_token(field) != token:  # not the token a mark of that field holds
+            stale += len(rows_n)
+            continue
+        if texts is not None and token in tokens:
+            got = [texts[n] for n in rows_n]
+        else:
+            try:
+                got = read_texts(field, rows_n)
+            except StoreError:
+                got = [None] * len(rows_n)  # the field is gone: nothing is encoded from it
+        for n, text in zip(rows_n, got):
+            p = marks[n]
+            mark = parse_mark(p)
+            if isinstance(text, str) and mark.digest == text_digest(text):
+                fp = mark.fingerprint
+                encoders[fp] = encoders.get(fp, 0) + 1
+                if mine is None or fp == mine:
+                    counts["encoded"] += 1
+                    continue
+            stale += 1
+    counts["stale"] += stale
+    counts["translated"] += translated
+
+
 @dataclass(frozen=True)
 class LiveRows:
     """Rows read by id from a live store, in the order asked for.
@@ -295,6 +375,9 @@ class LiveStore(ABC):
     provenance_key = PROVENANCE_KEY
     #: whether the provenance is kept in the rows (under :attr:`provenance_key`)
     in_row_provenance = False
+    #: a file store's overlay (:mod:`skalign._stores.files.overlay`: every row's provenance
+    #: beside read-only files, the rows' texts read by position); ``None`` for the others
+    overlay = None
 
     @property
     def vector_field(self):
@@ -310,6 +393,71 @@ class LiveStore(ABC):
         (``None``: the store's own default)."""
         field = text_field if text_field is not None else getattr(self, "text_field", None)
         return None if field is None else str(field)
+
+    def count_marks(self, mine=None, empty=False):
+        """Rows per provenance, each encoded mark checked against the row's current text, read
+        without the rows' vectors: ``{"rows", "encoded", "stale", "translated", "encoders"}``
+        as :func:`~skalign._migrate.counts.count_provenance` counts them row by row (the same
+        numbers: :func:`add_marks` over every row).
+
+        This default counts the batches of :meth:`mark_scan`; an engine that can count in the
+        engine itself overrides it. ``None`` where the engine cannot read its marks apart from
+        its vectors (:meth:`mark_scan` gives ``None``): the caller reads row by row.
+
+        Parameters
+        ----------
+        mine : str, default=None
+            The encoder a row must be encoded by to count as encoded (``None``: any).
+        empty : bool, default=False
+            Count the rows without a mark apart (``"empty"``, not among ``"translated"``: rows
+            of a field ``--into`` has not written yet).
+
+        Returns
+        -------
+        dict or None
+        """
+        scan = self.mark_scan()
+        if scan is None:
+            return None
+        counts = empty_counts(empty)
+        default = self.text_source(None)
+        tokens = {"", field_token(default)} if default is not None else {""}
+        for translated, unmarked, ids, marks, texts in scan:
+            counts["rows"] += translated + unmarked + len(marks)
+            counts["translated"] += translated + (0 if empty else unmarked)
+            if empty:
+                counts["empty"] += unmarked
+
+            def read_texts(field, rows, ids=ids):
+                return self.mark_texts([ids[k] for k in rows], field)
+
+            add_marks(marks, read_texts, mine, counts, texts, tokens, empty)
+        return counts
+
+    def mark_scan(self):
+        """Every row's provenance read without its vector, for :meth:`count_marks`: batches
+        ``(translated, unmarked, ids, marks, texts)``, each of ``translated`` rows whose mark
+        does not begin with ``encoded:``, ``unmarked`` rows without a mark (both counted by
+        the engine, not listed) and the rows ``ids`` (a list) with their provenance values
+        ``marks`` (``None``: none) and their texts ``texts`` in the store's default text field
+        (``None`` where the batch holds none). The batches read one state of the store where
+        the engine allows it.
+
+        ``None`` (this default): the engine cannot read its marks apart from its vectors."""
+        return None
+
+    def mark_texts(self, ids, text_field):
+        """The texts of the rows ``ids`` in ``text_field`` (``None``: the store's default), for
+        :meth:`count_marks`'s rows whose mark names another field than the one
+        :meth:`mark_scan` read; this default reads them with :meth:`fetch`."""
+        return self.fetch(ids, text_field=text_field).texts
+
+    def sample_norms(self, rows):
+        """The vector lengths and provenance values ``(norms, marks)`` of every row of a store
+        of at most ``rows`` rows, else of about ``rows`` of them the engine samples itself
+        (``skalign info``'s vector-length line). ``None`` (this default): the engine has no
+        sample of its own, and the caller reads blocks of rows spread over the store."""
+        return None
 
     def check_provenance_key(self):
         """Refuse (:class:`~skalign.exceptions.StoreError`) a provenance key that holds a user's

@@ -55,6 +55,8 @@ __all__ = ["ChromaLive"]
 PAGE = 4096
 #: records whose provenance key is read before the first write-back
 KEY_SAMPLE = 2000
+#: records of each ``get`` of :meth:`ChromaLive.mark_scan`
+SCAN_PAGE = 8192
 
 #: Chroma's distance spaces → the store's metric
 _SPACES = {"cosine": "cosine", "ip": "ip", "l2": "l2"}
@@ -197,6 +199,44 @@ class ChromaLive(LiveStore):
         raise StoreError(f"{self.address}: record {ident!r:.80} holds {type(value).__name__} "
                          f"{value!r:.40} under the metadata key {field!r}, not text; a record's "
                          "text must be a string: name the key that holds it with --text-field.")
+
+    def mark_scan(self):
+        """The records' provenance without their embeddings (:meth:`LiveStore.mark_scan
+        <skalign._stores.live.LiveStore.mark_scan>`): ``get`` in pages of :data:`SCAN_PAGE`
+        records of their metadata (and documents, where they are the texts) alone."""
+        include = ["metadatas"] + (["documents"] if self.text_field is None else [])
+        done = 0
+        while True:
+            with self._lock:
+                got = self._collection.get(limit=SCAN_PAGE, offset=done, include=include)
+            page = got["ids"]
+            done += len(page)
+            metas, docs = got.get("metadatas") or [None] * len(page), got.get("documents")
+            translated = unmarked = 0
+            ids, marks, texts = [], [], []
+            for j, (i, meta) in enumerate(zip(page, metas)):
+                m = (meta or {}).get(self.provenance_key)
+                if not isinstance(m, str):
+                    unmarked += 1
+                elif not m.startswith("encoded:"):
+                    translated += 1
+                else:
+                    ids.append(i)
+                    marks.append(m)
+                    texts.append(docs[j] if self.text_field is None
+                                 else self._text(i, meta or {}, self.text_field))
+            yield translated, unmarked, ids, marks, texts
+            if len(page) < SCAN_PAGE:
+                return
+
+    def mark_texts(self, ids, text_field):
+        """The texts of ``ids`` in ``text_field``, read without the embeddings."""
+        field = self.text_field if text_field is None else text_field
+        with self._lock:
+            found = self._get(ids, ["documents"] if field is None else ["metadatas"])
+        if field is None:
+            return [found[i][1] for i in ids]
+        return [self._text(i, found[i][2] or {}, field) for i in ids]
 
     def check_provenance_key(self):
         """Refuse a collection whose records hold the provenance key with values skalign did

@@ -61,6 +61,8 @@ KEY_TYPES = re.compile(r"(TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT|UTINYINT|USMAL
 EF_SEARCH = 64
 #: how long a call waits for a file another process holds
 WAIT_SECONDS = 30.0
+#: encoded rows per batch of :meth:`DuckDBLive.mark_scan`
+SCAN_BATCH = 65536
 _VIEWS = itertools.count()
 
 
@@ -253,6 +255,32 @@ class DuckDBLive(LiveStore):
                 raise missing_id(self.address, ident_)
         V = np.asarray([r[1] for r in got], np.float32).reshape(len(ids), self.dim)
         return LiveRows(ids, V, [r[2] for r in got], [r[3] for r in got])
+
+    def mark_scan(self):
+        """The rows' provenance without their vectors (:meth:`LiveStore.mark_scan
+        <skalign._stores.live.LiveStore.mark_scan>`), in one transaction: the rows without a
+        mark and those of another mark than ``encoded:…`` counted by DuckDB, then the key,
+        mark and default text of each ``encoded:…`` row, :data:`SCAN_BATCH` at a time."""
+        table, mark = qualified(self.address.name), ident(self.provenance_key)
+        text = self._text_column(None)
+        with self._session("cannot count the table's provenance") as cur:
+            cur.execute("BEGIN")
+            try:
+                if self.provenance_key not in {c[0] for c in columns_of(cur, self.address.name)}:
+                    n = cur.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+                    return [(0, n, [], [], None)]
+                unmarked, translated = cur.execute(
+                    f"SELECT count(*) FILTER (WHERE {mark} IS NULL), count(*) FILTER (WHERE NOT "
+                    f"starts_with({mark}, 'encoded:')) FROM {table}").fetchone()
+                encoded = cur.execute(
+                    f"SELECT {ident(self.key)}, {mark}, "
+                    + (ident(text) if text is not None else "NULL::VARCHAR")
+                    + f" FROM {table} WHERE starts_with({mark}, 'encoded:')").to_arrow_table()
+            finally:
+                cur.execute("COMMIT")
+        return itertools.chain([(translated, unmarked, [], [], None)], (
+            (0, 0, *(c.to_pylist() for c in encoded.slice(lo, SCAN_BATCH).columns))
+            for lo in range(0, encoded.num_rows, SCAN_BATCH)))
 
     def check_provenance_key(self):
         """The provenance column is skalign's (its comment says so, or it is ``VARCHAR``

@@ -37,7 +37,7 @@ from ..live_input import (
     database_lock,
     missing_id,
 )
-from .names import _edges, check_field, shown_name
+from .names import _edges, check_field, literal, shown_name
 from .store import ID_QUERY, Reader, in_filter
 
 __all__ = ["MilvusLive"]
@@ -48,6 +48,8 @@ METRICS = {"COSINE": "cosine", "IP": "ip", "L2": "l2"}
 PAGE = 512
 #: entities whose provenance is read before the first write-back
 KEY_SAMPLE = 2000
+#: entities of each ``query`` of :meth:`MilvusLive.mark_scan` (Milvus returns at most 16,384)
+SCAN_PAGE = 16384
 #: fields of a row's text, in order, when no ``text_field`` is given
 TEXT_KEYS = ("text", "document")
 
@@ -182,6 +184,41 @@ class MilvusLive(LiveStore):
         marks = [e.get(self.provenance_key) for _, e in got]
         return LiveRows(ids, vectors, [self._text(i, e, field) for i, (_, e) in zip(ids, got)],
                         [m if isinstance(m, str) else None for m in marks])
+
+    def mark_scan(self):
+        """The entities' provenance without their vectors (:meth:`LiveStore.mark_scan
+        <skalign._stores.live.LiveStore.mark_scan>`): per partition, ``query`` pages of
+        :data:`SCAN_PAGE` entities after the last primary key read, ``output_fields`` kept to
+        the primary key, the provenance field and the text fields."""
+        pk = self._reader.pk
+        held = {f["name"] for f in self._reader.info["fields"]}
+        wanted = [self.provenance_key, *([self.text_field] if self.text_field is not None
+                                         else TEXT_KEYS)]
+        fields = [pk] + [f for f in dict.fromkeys(wanted)
+                         if f != pk and (f in held or self._reader.dynamic)]
+        for part in self._reader.partitions:
+            expr = ""
+            while True:
+                with self._lock:
+                    page = sorted(self._client.query(
+                        self.address.name, filter=expr, output_fields=fields, limit=SCAN_PAGE,
+                        **({"partition_names": [part]} if part else {})), key=lambda e: e[pk])
+                translated = unmarked = 0
+                ids, marks, texts = [], [], []
+                for e in page:
+                    m = e.get(self.provenance_key)
+                    if not isinstance(m, str):
+                        unmarked += 1
+                    elif not m.startswith("encoded:"):
+                        translated += 1
+                    else:
+                        ids.append(e[pk])
+                        marks.append(m)
+                        texts.append(self._text(e[pk], e, self.text_field))
+                yield translated, unmarked, ids, marks, texts
+                if len(page) < SCAN_PAGE:
+                    break
+                expr = f"{pk} > {literal(page[-1][pk])}"
 
     def _check_holder(self):
         """Refuse a collection that has nowhere to keep the provenance: no dynamic fields, and

@@ -55,6 +55,8 @@ __all__ = ["QdrantLive"]
 #: Queries per ``query_batch_points`` request, points per ``retrieve`` and ``upsert``
 PAGE = 512
 
+#: points a ``scroll`` of :meth:`QdrantLive.mark_scan` reads at a time
+SCAN_PAGE = 8192
 #: points whose provenance key is read before the first write-back
 KEY_SAMPLE = 2000
 
@@ -199,6 +201,43 @@ class QdrantLive(LiveStore):
         marks = [pl.get(self.provenance_key) for pl in payloads]
         return LiveRows(ids, vectors, [self._text(i, pl, field) for i, pl in zip(ids, payloads)],
                         [p if isinstance(p, str) else None for p in marks])
+
+    def mark_scan(self):
+        """The points' provenance without their vectors (:meth:`LiveStore.mark_scan
+        <skalign._stores.live.LiveStore.mark_scan>`): a ``scroll`` of :data:`SCAN_PAGE`
+        points a request, ``with_vectors=False`` and the payload kept to the provenance key and
+        the text keys."""
+        keys = [self.provenance_key, *([self.text_field] if self.text_field is not None
+                                       else TEXT_KEYS)]
+        offset = None
+        while True:
+            with self._lock:
+                points, offset = self._client.scroll(
+                    self.address.name, limit=SCAN_PAGE, offset=offset, with_payload=keys,
+                    with_vectors=False)
+            translated = unmarked = 0
+            ids, marks, texts = [], [], []
+            for p in points:
+                payload = p.payload or {}
+                m = payload.get(self.provenance_key)
+                if not isinstance(m, str):
+                    unmarked += 1
+                elif not m.startswith("encoded:"):
+                    translated += 1
+                else:
+                    ids.append(p.id)
+                    marks.append(m)
+                    texts.append(self._text(p.id, payload, self.text_field))
+            yield translated, unmarked, ids, marks, texts
+            if offset is None:
+                return
+
+    def mark_texts(self, ids, text_field):
+        """The texts of ``ids`` in ``text_field``, read with their payloads alone."""
+        field = self.text_field if text_field is None else text_field
+        with self._lock:
+            points = self._points(ids, False)
+        return [self._text(i, p.payload or {}, field) for i, p in zip(ids, points)]
 
     def _vectors(self, points):
         """The vectors of ``points`` (directions where cosine); a zero row for a point that
