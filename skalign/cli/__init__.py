@@ -42,7 +42,7 @@ import numpy as np
 
 from ..utils._console import warning_line, warnings_as_lines
 from ._migrate import add_migrate_command, cmd_migrate
-from ._plan import add_plan_command, check_report
+from ._plan import add_plan_command, check_report, cost_report, plan_cost
 from ._search import add_search_command, cmd_search
 from ._stores import (
     _positive_int,
@@ -564,18 +564,20 @@ def cmd_plan(args, out):
     if all(judged):
         queries = (_read(args.queries_source, args.source_column, "--queries-source"),
                    _read(args.queries_target, args.target_column, "--queries-target"))
+    store_rows, rates = plan_cost(args)  # the store's size and the cost's calibration
+    store_size = args.store_size or store_rows
     sides = ("document", "query") if args.sides == "both" else (args.sides,)
     import warnings
 
     from ..utils._console import stage
 
-    what = f"planning on {len(X)} pairs" + (f" for a store of {args.store_size}"
-                                           if args.store_size else "")
+    what = f"planning on {len(X)} pairs" + (f" for a store of {store_size}"
+                                           if store_size else "")
     with warnings.catch_warnings(record=True) as caught, stage(what, not args.quiet
                                                                 and not args.json):
         warnings.simplefilter("always", UserWarning)
         plan = plan_migration(X, Y, unpaired=pool, methods=methods, sides=sides, k=args.k,
-                              store_size=args.store_size, curve=not args.no_curve,
+                              store_size=store_size, curve=not args.no_curve,
                               min_recall=args.min_recall, normalize=not args.no_normalize,
                               budget=args.budget, queries=queries, qrels=qrels,
                               random_state=args.seed)
@@ -584,10 +586,11 @@ def cmd_plan(args, out):
             out(warning_line("plan", w.message), file=sys.stderr)
     if args.report:
         write_report(plan, args.report, overwrite=args.overwrite, mode=report_mode)
+    cost = cost_report(args, rates, store_size or plan.store_size) if rates else ([], None)
     if args.json:
-        out(json.dumps(plan.to_dict()))
+        out(json.dumps(dict(plan.to_dict(), **({"cost": cost[1]} if rates else {}))))
     else:
-        for line in plan.summary():
+        for line in plan.summary() + ([""] + cost[0] if rates else []):
             out(line)
         if args.report:
             out(f"report written to {args.report}")

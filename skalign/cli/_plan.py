@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-__all__ = ["add_plan_command", "check_report"]
+__all__ = ["add_plan_command", "check_report", "plan_cost"]
 
 
 def add_plan_command(sub, positive_int, column_args):
@@ -62,6 +62,81 @@ def add_plan_command(sub, positive_int, column_args):
     pl.add_argument("--overwrite", action="store_true",
                     help="replace the --report file if it exists (default: refuse)")
     column_args(pl)
+    cost = pl.add_argument_group(
+        "cost", "with --store and --encoder, a short calibration run encodes texts of the store "
+        "on this machine and the plan states each option's encoder calls and time on 1 and on "
+        "N workers from the rates measured (the guide's 'skalign plan' page gives the model)")
+    cost.add_argument("--store", metavar="S", help="the store to migrate: its row count is the "
+                      "default --store-size, and its texts calibrate the cost (with --encoder); "
+                      "only read")
+    cost.add_argument("--store-column", metavar="NAME", help="the vector column or named vector "
+                      "of --store")
+    cost.add_argument("--text-field", metavar="NAME", help="where each row's text is in --store "
+                      "(default: Chroma's documents, else a text or document field)")
+    cost.add_argument("--encoder", metavar="SPEC", help="the new encoder, as skalign migrate "
+                      "takes it: a sentence-transformers folder or cached name, or "
+                      "module:callable")
+    cost.add_argument("--calibrate", type=float, default=10.0, metavar="SECONDS",
+                      help="time budget of the calibration run, the encoder's loading not "
+                      "counted (default: 10)")
+    cost.add_argument("--workers", type=positive_int, metavar="N", help="also price N workers "
+                      "(the table always has 1, 4, 16 and 64)")
+    cost.add_argument("--device", default="auto", help="where the encoder runs for the "
+                      "calibration: auto, cpu, cuda (default: auto)")
+    cost.add_argument("--encode-batch", type=positive_int, default=64, metavar="N",
+                      help="texts per encoder call, as skalign migrate's (default: 64)")
+
+
+def plan_cost(args):
+    """``(store_rows, rates)`` of ``--store`` and ``--encoder``: the store's row count
+    (``None`` without ``--store``) and the calibration's
+    :class:`~skalign.plan._cost.Rates` (``None`` without ``--encoder``); refuses an encoder
+    without a store, or a time budget that is not a positive number, before any work."""
+    import math
+
+    if args.encoder is not None and args.store is None:
+        raise ValueError("--encoder calibrates the cost on the store's own texts: give --store "
+                         "too.")
+    given = [flag for flag, value in (("--text-field", args.text_field),
+                                      ("--store-column", args.store_column))
+             if value is not None]
+    if given and args.store is None:
+        raise ValueError(f"{given[0]} applies to --store; give --store too.")
+    if not (math.isfinite(args.calibrate) and args.calibrate > 0):
+        raise ValueError(f"--calibrate must be a positive number of seconds, got "
+                         f"{args.calibrate}.")
+    if args.store is None:
+        return None, None
+    if args.encoder is None:
+        from .._stores import open_live
+
+        with open_live(args.store, column=args.store_column) as store:
+            return int(store.n_rows), None
+    from ..plan._cost import calibrate
+    from ..utils._console import stage
+
+    with stage(f"calibrating the cost: encoding texts of the store for up to {args.calibrate:g} "
+               "s", not args.quiet and not args.json):
+        rates = calibrate(args.store, args.encoder, seconds=args.calibrate,
+                          text_field=args.text_field, column=args.store_column,
+                          device=args.device, batch_size=args.encode_batch,
+                          random_state=args.seed)
+    return rates.store_rows, rates
+
+
+def cost_report(args, rates, store_size):
+    """``(lines, record)``: the cost table of the plan for a store of ``store_size`` rows as
+    lines of text and as a JSON-ready dict."""
+    from ..plan._cost import cost_lines, price, worker_counts
+
+    options = price(rates, store_size, budget=args.budget, workers=worker_counts(args.workers))
+    record = {"store_size": int(store_size), "calibration": rates.to_dict(),
+              "options": [dict(o, seconds={str(w): s for w, s in o["seconds"].items()})
+                          for o in options]}
+    where = f"a store of {store_size:,} rows" + (
+        "" if store_size == rates.store_rows else
+        f" (--store-size; --store has {rates.store_rows:,})")
+    return cost_lines(rates, options, where), record
 
 
 def check_report(args):
@@ -79,7 +154,8 @@ def check_report(args):
     inputs = {"--source": args.source, "--target": args.target,
               "--unpaired-source": args.unpaired_source,
               "--unpaired-target": args.unpaired_target,
-              "--queries-source": args.queries_source, "--queries-target": args.queries_target}
+              "--queries-source": args.queries_source, "--queries-target": args.queries_target,
+              "--store": args.store}
     guards = [g for flag, store in inputs.items() if store is not None
               for g in store_guards(store, f"the {flag} store")]
     files = {"--queries-source": args.queries_source, "--queries-target": args.queries_target,

@@ -13,7 +13,8 @@ __all__ = ["TRANSLATE_EPILOG", "_positive_int", "add_store_commands", "cmd_info"
 _PAIRS = {"source": False, "target": False, "unpaired_source": False, "unpaired_target": False}
 #: command -> its store arguments, each with whether the store is written (an output)
 STORE_ARGS = {"translate": {"input": False, "output": True}, "restore": {"output": True},
-              "info": {"address": False}, "fit": _PAIRS, "evaluate": _PAIRS, "plan": _PAIRS,
+              "info": {"address": False}, "fit": _PAIRS, "evaluate": _PAIRS,
+              "plan": {**_PAIRS, "store": False},
               "migrate": {"source": False, "output": True}, "search": {"store": False}}
 
 
