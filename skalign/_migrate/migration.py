@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from ..encoders._grouping import encode_by_length
 from ..exceptions import MigrationRefused, StoreError, StoreExistsError
 from ..utils._console import stage
 from .calibration import (
@@ -300,7 +301,7 @@ class Migration:
                 self, [ids[j] for j in new], [texts[j] for j in new], write=len(kept) > 0)
             self.cluster_written.update(ids[j] for j in new[written])
             kept, new, encoded = np.union1d(kept, new[written]), new[~written], encoded[~written]
-        parts = [(new, self.enc.encode([texts[j] for j in new]) if encoded is None
+        parts = [(new, encode_by_length(self.enc, [texts[j] for j in new]) if encoded is None
                   else encoded)] if len(new) else []
         parts += [(kept[lo:lo + BATCH], self.output.fetch([ids[j] for j in kept[lo:lo + BATCH]])
                    .vectors) for lo in range(0, len(kept), BATCH)]
@@ -362,7 +363,7 @@ class Migration:
                              "instead (nothing would be translated)")
         ids = [self.ids[i] for i in pos]
         X, texts = self._read(ids)
-        Y = self.enc.encode(texts) if self.cluster is None else \
+        Y = encode_by_length(self.enc, texts) if self.cluster is None else \
             self.cluster.encode_step(self, ids, texts, write=False)[1]
         method, model, estimate = self._fit(X, Y, anyway=anyway)
         return pos, ids, X, texts, Y, method, model, estimate, _model_fingerprint(method, X, Y)

@@ -116,6 +116,9 @@ def add_migrate_command(sub, positive_int):
     mg.add_argument("--device", default="auto", help="where the encoder runs: auto, cpu, cuda")
     mg.add_argument("--encode-batch", type=positive_int, default=64, metavar="N",
                     help="texts per encoder call (default: 64)")
+    mg.add_argument("--precision", choices=("full", "half"), default="full",
+                    help="half: a sentence-transformers model in float16 on a GPU, bfloat16 "
+                    "on a CPU (another encoder fingerprint; default: full)")
     mg.add_argument("--batch-size", type=positive_int, metavar="N",
                     help="rows per translation batch (as `skalign translate`)")
     where = mg.add_mutually_exclusive_group()
@@ -223,9 +226,20 @@ def cmd_migrate(args, out):
         before = step.record or {}
         spec, unit, _, why = choose_normalize(args, None, "SOURCE", migration=step.record,
                                               metric=step.metric)
-        with stage(f"loading the encoder {spec}", progress):  # before anything is encoded
-            encoder = load_encoder(spec, device=args.device, batch_size=args.encode_batch,
-                                   normalize=unit)
+        if args.workers or args.scheduler:  # the encoder pass on a dask cluster
+            from ..parallel import ClusterEncoder
+
+            step.cluster = ClusterEncoder(spec, scheduler=args.scheduler, workers=args.workers,
+                                          device=args.device, batch_size=args.encode_batch,
+                                          normalize=unit, cache=args.encode_cache or True,
+                                          precision=args.precision)
+            # loaded on the workers only: this process never loads the model (nor a GPU)
+            with stage(f"loading the encoder {spec} on the workers", progress):
+                encoder = step.cluster.worker_encoder()
+        else:
+            with stage(f"loading the encoder {spec}", progress):  # before anything is encoded
+                encoder = load_encoder(spec, device=args.device, batch_size=args.encode_batch,
+                                       normalize=unit, precision=args.precision)
         label = normalize_label(encoder)
         if before.get("normalize") not in (None, label) and before.get("encoder") != \
                 encoder.fingerprint:
@@ -234,12 +248,6 @@ def cmd_migrate(args, out):
                              "--normalize")
         cached = CachedEncoder(encoder, cache=EncodeCache(args.encode_cache),
                                progress=progress)
-        if args.workers or args.scheduler:  # the encoder pass on a dask cluster
-            from ..parallel import ClusterEncoder
-
-            step.cluster = ClusterEncoder(spec, scheduler=args.scheduler, workers=args.workers,
-                                          device=args.device, batch_size=args.encode_batch,
-                                          normalize=unit, cache=args.encode_cache or True)
         try:
             result = step.run(cached, args.budget,
                               methods=args.methods.split(",") if args.methods else None,

@@ -17,6 +17,8 @@ _CALLABLE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 _OPTION = re.compile(r"^(?P<spec>.+)\?normalize=(?P<value>[^?=&]*)$", re.DOTALL)
 #: what ``normalize`` may be, as the command line and the spec write it
 NORMALIZE_CHOICES = ("auto", "yes", "no")
+#: what ``precision`` may be: float32, or 16 bits (float16 on a GPU, bfloat16 on a CPU)
+PRECISIONS = ("full", "half")
 #: metrics under which a vector's length changes the ranking
 LENGTH_METRICS = ("ip", "l2")
 
@@ -79,7 +81,7 @@ def split_spec(spec):
 
 
 def load_encoder(spec, *, device="auto", batch_size=64, normalize=None, prefix="",
-                 metric=None):
+                 metric=None, precision="full"):
     """The encoder ``spec`` names.
 
     Parameters
@@ -110,6 +112,11 @@ def load_encoder(spec, *, device="auto", batch_size=64, normalize=None, prefix="
         Prepended to every text by a sentence-transformers model.
     metric : {"cosine", "ip", "l2"} or None, default=None
         What the store the vectors go to ranks by; only ``normalize="auto"`` reads it.
+    precision : {"full", "half"}, default="full"
+        ``"half"`` runs a sentence-transformers model in 16 bits: float16 on a GPU, bfloat16 on
+        a CPU (:class:`~skalign.encoders.SentenceTransformerEncoder`); its fingerprint then
+        names the type, since its vectors differ from the float32 model's. Another encoder
+        runs at its own precision: ``"half"`` is refused for it.
 
     Returns
     -------
@@ -123,7 +130,8 @@ def load_encoder(spec, *, device="auto", batch_size=64, normalize=None, prefix="
         imported (missing, raising or not compiling as it is imported), an attribute it lacks,
         a class that fails as it is created, a model that is neither a folder nor in the local
         Hugging Face cache (nothing is ever downloaded); or if the spec's ``?normalize=`` and
-        ``normalize`` disagree.
+        ``normalize`` disagree; or ``precision="half"`` for an encoder that is not a
+        sentence-transformers model.
     MissingDependencyError
         A model name or folder without sentence-transformers installed.
 
@@ -143,7 +151,13 @@ def load_encoder(spec, *, device="auto", batch_size=64, normalize=None, prefix="
         raise EncoderError(f"the encoder spec says normalize={given} but normalize={normalize} "
                            "was given; give one")
     unit = resolve_normalize(normalize if normalize is not None else given, metric)
-    encoder = _load(spec, device, batch_size, unit, prefix)
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be full or half, got {escape_control(repr(precision))}")
+    encoder = _load(spec, device, batch_size, unit, prefix, precision)
+    if precision == "half" and getattr(encoder, "precision", "full") != "half":
+        raise EncoderError(f"precision half applies to a sentence-transformers model; the "
+                           f"encoder {escape_control(str(encoder.name))} runs at its own "
+                           "precision: drop the half precision")
     if unit is True and encoder.normalize is not True:
         encoder = UnitEncoder(encoder)
     elif unit is False and isinstance(encoder, CallableEncoder) and encoder is not spec:
@@ -151,7 +165,7 @@ def load_encoder(spec, *, device="auto", batch_size=64, normalize=None, prefix="
     return encoder
 
 
-def _load(spec, device, batch_size, normalize, prefix):
+def _load(spec, device, batch_size, normalize, prefix, precision="full"):
     if isinstance(spec, Encoder):
         return spec
     if callable(spec) and not isinstance(spec, (str, os.PathLike)):
@@ -182,7 +196,7 @@ def _load(spec, device, batch_size, normalize, prefix):
     from ._sentence_transformers import SentenceTransformerEncoder
 
     return SentenceTransformerEncoder(text, device=device, batch_size=batch_size,
-                                      normalize=normalize, prefix=prefix)
+                                      normalize=normalize, prefix=prefix, precision=precision)
 
 
 def as_encoder(obj):
