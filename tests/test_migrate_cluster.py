@@ -387,9 +387,11 @@ def test_first_step_on_a_cluster_with_a_killed_worker_encodes_nothing_twice(
 
 
 def test_each_worker_loads_the_encoder_once(cluster):
-    """A spec is loaded once per worker process and kept: eight partitions, two loads."""
+    """A spec is loaded once per worker process and kept: eight partitions, two loads. The
+    encoder as the command sees it is described by a worker and encodes on the cluster."""
     texts = [f"text number {i}" for i in range(80)]
-    with ClusterEncoder(f"{__name__}:Counted", scheduler=cluster, partition_rows=10) as pool:
+    with ClusterEncoder(f"{__name__}:Counted", scheduler=cluster, partition_rows=10,
+                        batch_size=10) as pool:
         out = pool.encode(range(80), texts)
         again = pool.encode(range(80), texts)
     assert (out.status == "encoded").all() and (again.status == "encoded").all()
@@ -400,6 +402,13 @@ def test_each_worker_loads_the_encoder_once(cluster):
     workers = {int(v[1]) for v in list(out.vector) + list(again.vector)}
     # each worker that ran a partition loaded the model once (both ran some, as a rule)
     assert len(loads) == len(set(loads)) and set(map(int, loads)) == workers
+    with ClusterEncoder(f"{__name__}:Counted", scheduler=cluster, batch_size=10) as pool:
+        remote = pool.worker_encoder()
+        V = remote.encode(texts[:5] + texts[:1])
+    assert remote.fingerprint == "counted" and remote.normalize is None
+    np.testing.assert_array_equal(V[:, 0], [len(t) for t in texts[:5] + texts[:1]])
+    with open(os.environ["SKALIGN_TEST_LOADS"]) as f:
+        assert str(os.getpid()) not in f.read().split()
 
 
 def _lengths(texts):
