@@ -287,3 +287,27 @@ def test_engines_count_their_marks_as_a_row_by_row_read_does(engine_store, monke
     assert got["empty"]["empty"] == ENGINE_ROWS - 40
     assert got[None]["encoded"] == counts["encoded"] + 5
     assert count_provenance(engine_store) == got[None]  # `skalign info` (no stamp: any encoder)
+
+
+def test_duckdb_samples_vector_lengths_itself(tmp_path, monkeypatch):
+    """``sample_norms``: every row's length and mark in a small table, a seeded sample of
+    whole rows (its lengths and marks those of rows of the table) in a larger one."""
+    import tempfile
+
+    import test_live_stores as makers
+
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    X = np.random.default_rng(4).normal(size=(ENGINE_ROWS, 16)).astype(np.float32) * 3
+    address = makers.Duck(tmp_path).make(X, "cosine")
+    with open_live(address) as store:
+        _mixed_marks(store)
+        rows = store.fetch(store.ids())
+        lengths = np.linalg.norm(rows.vectors.astype(np.float64), axis=1)
+        truth = sorted(zip(lengths.round(3).tolist(), map(str, rows.provenance)))
+        norms, marks = store.sample_norms(1000)
+        assert sorted(zip(np.round(norms, 3).tolist(), map(str, marks))) == truth
+        norms, marks = store.sample_norms(20)
+        again = store.sample_norms(20)  # seeded: the same rows
+        assert 10 <= len(norms) <= 20 and np.array_equal(norms, again[0]) and marks == again[1]
+        assert set(zip(np.round(norms, 3).tolist(), map(str, marks))) <= set(truth)

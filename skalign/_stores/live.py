@@ -149,6 +149,7 @@ def encoded_mark(fingerprint, field, text):
 _ENCODED = re.compile(
     r"encoded:(?P<fp>[^\x00-\x1f\x7f]+):(?P<field>[^:\s]*):(?P<digest>[0-9a-f]{16})")
 _TRANSLATED = re.compile(r"translated:(?P<fp>[^\x00-\x1f\x7f]+)")
+_DIGEST = re.compile(r"[0-9a-f]{16}")
 
 
 @dataclass(frozen=True)
@@ -280,24 +281,31 @@ def add_marks(marks, read_texts, mine, counts, texts=None, tokens=(), empty=Fals
 
     fields = {}
     stale = translated = unmarked = 0
+    heads = {}  # the rows of each mark less its digest: each parsed once, not once a row
     for n, p in enumerate(marks):
         if p is None:
             unmarked += 1
-            continue
-        mark = parse_mark(p)
-        if mark is not None and mark.kind == "encoded":
-            fields.setdefault(mark.field, []).append(n)
-        elif isinstance(p, str) and p.startswith("encoded:"):
-            stale += 1  # an earlier version's mark: nothing to check it against
-        else:
+        elif not isinstance(p, str) or not p.startswith("encoded:"):
             translated += 1
+        elif len(p) <= 4096 and p[-17:-16] == ":" and _DIGEST.fullmatch(p, len(p) - 16):
+            heads.setdefault(p[:-17], []).append(n)
+        else:
+            stale += 1  # an earlier version's mark: nothing to check it against
     if empty:
         counts["empty"] += unmarked
     else:
         translated += unmarked
+    fields = {}
+    for head, rows_n in heads.items():
+        mark = parse_mark(f"{head}:{'0' * 16}")  # as parse_mark reads the whole mark
+        if mark is None or mark.kind != "encoded":
+            stale += len(rows_n)
+        else:
+            fields.setdefault(mark.field, []).append((mark.fingerprint, rows_n))
     encoders = counts["encoders"]
-    for token, rows_n in fields.items():
+    for token, groups in fields.items():
         field = unquote(token) if token else None
+        rows_n = [n for _, part in groups for n in part]
         if field_token(field) != token:  # not the token a mark of that field holds
             stale += len(rows_n)
             continue
@@ -308,16 +316,20 @@ def add_marks(marks, read_texts, mine, counts, texts=None, tokens=(), empty=Fals
                 got = read_texts(field, rows_n)
             except StoreError:
                 got = [None] * len(rows_n)  # the field is gone: nothing is encoded from it
-        for n, text in zip(rows_n, got):
-            p = marks[n]
-            mark = parse_mark(p)
-            if isinstance(text, str) and mark.digest == text_digest(text):
-                fp = mark.fingerprint
-                encoders[fp] = encoders.get(fp, 0) + 1
-                if mine is None or fp == mine:
-                    counts["encoded"] += 1
-                    continue
-            stale += 1
+        at = 0
+        for fp, part in groups:
+            ok = 0
+            for n, text in zip(part, got[at:at + len(part)]):
+                if isinstance(text, str) and marks[n][-16:] == text_digest(text):
+                    ok += 1
+            at += len(part)
+            if ok:
+                encoders[fp] = encoders.get(fp, 0) + ok
+            if mine is None or fp == mine:
+                counts["encoded"] += ok
+                stale += len(part) - ok
+            else:
+                stale += len(part)
     counts["stale"] += stale
     counts["translated"] += translated
 

@@ -348,7 +348,7 @@ LENGTH_BLOCK = 128
 def vector_lengths(address):
     """Mean L2 norm of the encoded rows and of the other rows (translated or stale) of a live
     store, over every row of a store of at most :data:`LENGTH_SAMPLE` rows, else over that many
-    in blocks spread evenly over it (a store with a ``sample_norms(rows)`` method samples
+    in blocks spread evenly over it (a store whose ``sample_norms`` gives a sample samples
     itself: a database's own block sample):
     ``{"sampled", "encoded", "translated"}`` (a mean ``None`` where the sample has no such
     row); ``None`` when the store cannot be read live."""
@@ -359,10 +359,9 @@ def vector_lengths(address):
 
     try:
         with open_live(address) as store:
-            if hasattr(store, "sample_norms"):  # a database that samples itself
-                got = store.sample_norms(LENGTH_SAMPLE)
-                if got is not None:
-                    return _lengths(*got) if len(got[0]) else None
+            got = store.sample_norms(LENGTH_SAMPLE)  # None: no sample of the engine's own
+            if got is not None:
+                return _lengths(*got) if len(got[0]) else None
             ids = list(store.ids())
             if not ids:
                 return None

@@ -61,6 +61,9 @@ KEY_TYPES = re.compile(r"(TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT|UTINYINT|USMAL
 EF_SEARCH = 64
 #: how long a call waits for a file another process holds
 WAIT_SECONDS = 30.0
+#: the seed of :meth:`DuckDBLive.sample_norms`' sample (the same rows while the table is
+#: unchanged)
+SAMPLE_SEED = 0
 #: encoded rows per batch of :meth:`DuckDBLive.mark_scan`
 SCAN_BATCH = 65536
 _VIEWS = itertools.count()
@@ -281,6 +284,30 @@ class DuckDBLive(LiveStore):
         return itertools.chain([(translated, unmarked, [], [], None)], (
             (0, 0, *(c.to_pylist() for c in encoded.slice(lo, SCAN_BATCH).columns))
             for lo in range(0, encoded.num_rows, SCAN_BATCH)))
+
+    def sample_norms(self, rows):
+        """The vector lengths and marks of every row of a table of at most ``rows`` rows, else
+        of at most ``rows`` rows of DuckDB's ``system`` sample (whole vectors of 2,048 rows,
+        seeded by :data:`SAMPLE_SEED`) of about ``rows`` rows, drawn again with twice the
+        share while it holds fewer than half of them; a ``NULL`` vector counts as length 0
+        (``fetch`` reads it as zeros). ``(norms, marks)``."""
+        table, emb = qualified(self.address.name), ident(self.column)
+        with self._session("cannot sample the table") as cur:
+            has_mark = self.provenance_key in {c[0] for c in columns_of(cur, self.address.name)}
+            head = (f"SELECT coalesce(sqrt(array_inner_product({emb}, {emb})), 0), "
+                    + (ident(self.provenance_key) if has_mark else "NULL") + f" FROM {table}")
+            n = cur.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+            if n <= rows:
+                got = cur.execute(head).fetchall()
+            else:
+                share = min(100.0, 100.0 * 1.5 * rows / n)
+                while True:  # a small share can draw too few vectors of rows: a larger one
+                    got = cur.execute(f"{head} USING SAMPLE {share!r}% (system, {SAMPLE_SEED}) "
+                                      f"LIMIT {int(rows)}").fetchall()
+                    if 2 * len(got) >= rows or share >= 100.0:
+                        break
+                    share = min(100.0, 2 * share)
+        return np.array([r[0] for r in got], dtype=np.float64), [r[1] for r in got]
 
     def check_provenance_key(self):
         """The provenance column is skalign's (its comment says so, or it is ``VARCHAR``

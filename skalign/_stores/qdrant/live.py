@@ -55,8 +55,9 @@ __all__ = ["QdrantLive"]
 #: Queries per ``query_batch_points`` request, points per ``retrieve`` and ``upsert``
 PAGE = 512
 
-#: points a ``scroll`` of :meth:`QdrantLive.mark_scan` reads at a time
-SCAN_PAGE = 8192
+#: points a ``scroll`` of :meth:`QdrantLive.mark_scan` reads at a time (payloads of two or
+#: three keys; the local mode sorts every id of the collection for each page: few pages)
+SCAN_PAGE = 65536
 #: points whose provenance key is read before the first write-back
 KEY_SAMPLE = 2000
 
