@@ -121,7 +121,7 @@ def calibrate(address, encoder, *, seconds=10.0, text_field=None, column=None, d
     Parameters
     ----------
     address : str or Address
-        The store to migrate (any form :func:`skalign.io.open_store` reads).
+        The store to migrate (any address ``skalign migrate`` takes).
     encoder : str or callable
         The new encoder, as ``skalign migrate --encoder`` takes it
         (:func:`skalign.encoders.load_encoder`).
