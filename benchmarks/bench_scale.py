@@ -99,7 +99,7 @@ def measure(n, args, work, cost):
     rows = {}
 
     def run(name, cmd, texts=0):
-        wall, mb, stdout = run_timed([*sk, *cmd], env)
+        wall, mb, stdout = run_timed([*sk, *cmd], env)[:3]
         rows[name] = {"s": wall, "MB": mb, "texts": texts,
                       "model_s": 0.0 if args.sleep else texts * cost}
         return _figures(stdout)
@@ -114,7 +114,7 @@ def measure(n, args, work, cost):
     rows["migrate"]["model_s"] = 0.0 if args.sleep else rows["migrate"]["texts"] * cost
     wall, mb, said = run_timed([*sk, "search", out, "--queries", str(work / "q.npy"),
                                 "--encoder", enc, "--candidates", "100", "--index", "exact",
-                                "--output", str(work / "results.jsonl"), "--overwrite"], env)
+                                "--output", str(work / "results.jsonl"), "--overwrite"], env)[:3]
     found = re.search(r"(\d+) texts encoded", said)
     rows["search"] = {"s": wall, "MB": mb, "texts": int(found.group(1)) if found else 0}
     rows["search"]["model_s"] = 0.0 if args.sleep else rows["search"]["texts"] * cost

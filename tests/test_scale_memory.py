@@ -2,9 +2,11 @@
 store's size: vectors read by position from the vector column alone, the output scanned
 without its vectors into compact arrays, and the map fitted on at most ``FIT_PAIRS`` pairs
 (the same ones again when ``--continue`` refits the previous step's map). The memory itself is
-measured by ``benchmarks/bench_scale.py``."""
+measured by ``benchmarks/bench_scale.py``; here, with ``tracemalloc``, that an overlay is read
+and a ``--continue`` step done without an array of all their rows' vectors."""
 
 import hashlib
+import tracemalloc
 
 import numpy as np
 import pyarrow as pa
@@ -17,7 +19,10 @@ from skalign._migrate.migration import fit_rows, migrate_store
 from skalign._migrate.scan import ENCODED, STALE, TRANSLATED, all_ids, same_ids, scan_rows
 from skalign._stores import open_live
 from skalign._stores.address import parse_address
+from skalign._stores.files import overlay as overlay_module
+from skalign._stores.files.overlay import Overlay
 from skalign._stores.live import encoded_mark, mark_state, translated_mark
+from skalign._stores.parquet import live as parquet_live
 from skalign._stores.parquet.live import ParquetLive
 from skalign.encoders import CachedEncoder
 
@@ -129,3 +134,90 @@ def test_continue_fits_on_a_capped_sample_and_keeps_every_encoded_row(tmp_path, 
         got = rows.vectors[hit]
         cos = np.sum(want * got, 1) / np.linalg.norm(want, axis=1) / np.linalg.norm(got, axis=1)
         assert np.allclose(cos, 1.0, atol=1e-5)  # each encoded row holds its text's vector
+
+
+#: the new vectors' width in the memory tests
+WIDE = 768
+
+
+class WideEncoder(HashEncoder):
+    fingerprint = "scale-wide-v1"
+
+    def __call__(self, texts):
+        return np.stack([np.resize(hashed(t), WIDE) for t in texts])
+
+
+def _peak(fn):
+    """``fn()`` and the most memory Python and numpy held at once during it (bytes)."""
+    tracemalloc.start()
+    try:
+        out = fn()
+        return out, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_an_overlay_is_read_by_row_never_loaded_whole(tmp_path, monkeypatch):
+    monkeypatch.setattr(overlay_module, "CHUNK_ROWS", 256)
+    monkeypatch.setattr(overlay_module, "COMPACT_SEGMENTS", 4)  # and one compaction, streamed
+    n, dim = 8000, 256
+    V = np.random.default_rng(0).normal(size=(n, dim)).astype(np.float32)
+    store = tmp_path / "s.npy"
+    writer = Overlay(store, dim, {"rows": n})
+    for part in np.array_split(np.random.default_rng(1).permutation(n), 5):
+        writer.write(part, V[part], ["translated:m"] * len(part))
+    assert len(writer._segments()) < 5  # compacted
+    ask = np.random.default_rng(2).integers(0, n, 500)
+
+    def read():
+        state = Overlay(store, dim, {"rows": n}).refresh()
+        return state, state.vectors[state.lookup(ask)], state.sq_norms, state.vectors[100:300]
+
+    (state, got, sq, span), peak = _peak(read)
+    assert np.array_equal(state.positions, np.arange(n)) and np.array_equal(got, V[ask])
+    assert np.array_equal(span, V[100:300])
+    assert np.allclose(sq, np.einsum("ij,ij->i", V, V), rtol=1e-5)
+    assert peak < V.nbytes / 2, peak  # loading the vectors whole takes V.nbytes (8 MB)
+
+
+def test_a_continue_step_holds_no_array_of_its_pairs(tmp_path, monkeypatch):
+    # the fit's and the plan's samples made small, so that what is left is what grows with
+    # the step: its pairs' old and new vectors (kept on disk) and the overlay's
+    monkeypatch.setattr(migration_module, "FIT_PAIRS", 100)
+    monkeypatch.setattr(migration_module, "PLAN_PAIRS", 100)
+    monkeypatch.setattr(migration_module, "ENCODE_ROWS", 256)
+    monkeypatch.setattr(overlay_module, "CHUNK_ROWS", 256)
+    monkeypatch.setattr(parquet_live, "CACHE_BYTES", 0)  # a small store's vectors are cached
+    address, _ = _store(tmp_path / "s.parquet", 12000)
+    out = str(tmp_path / "out.parquet")
+    enc = CachedEncoder(WideEncoder())
+    migrate_store(str(address.path), out, enc, 100, text_field="text", anyway=True,
+                  batch_size=256)
+    fit, before = migration_module.Migration._fit, []
+
+    def fit_aside(self, *a, **k):
+        # the plan's and the fit's own memory (a fixed ~35 MB on their capped samples,
+        # whatever the step) is set aside: what is measured is what grows with the step
+        before.append(tracemalloc.get_traced_memory()[1])
+        try:
+            return fit(self, *a, **k)
+        finally:
+            tracemalloc.reset_peak()
+
+    monkeypatch.setattr(migration_module.Migration, "_fit", fit_aside)
+    step, peak = _peak(lambda: migrate_store(str(address.path), out, enc, 10000,
+                                             text_field="text", continue_=True,
+                                             batch_size=256))
+    peak = max([peak, *before])
+    assert step.n_encoded == 10000 and len(before) == 1
+    pairs = 10000 * WIDE * 4  # the step's new vectors alone: 31 MB
+    assert peak < pairs * 0.75, (peak, pairs)  # holding them takes 1 x pairs, and more
+    with open_live(parse_address(out), text_field="text") as store:
+        state = store.overlay.refresh()
+        texts = store.texts_at(state.positions)
+        marked = np.array([m.startswith("encoded:") for m in state.marks])
+        want = np.stack([np.resize(hashed(t), WIDE) for t in np.asarray(texts)[marked]])
+        got = state.vectors[np.flatnonzero(marked)]
+        assert marked.sum() == step.n_encoded_rows
+        assert np.allclose(got / np.linalg.norm(got, axis=1, keepdims=True),
+                           want / np.linalg.norm(want, axis=1, keepdims=True), atol=1e-5)

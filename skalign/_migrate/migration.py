@@ -29,7 +29,6 @@ the output holds exactly what encoding every current text gives.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -48,7 +47,8 @@ from .calibration import (
 )
 from .choice import centre_rows, choose_rows, rows_to_cluster
 from .counts import count_provenance
-from .rows import ExactRowsModel
+from .rows import ExactRowsModel, RowFile, RowSubset
+from .rows import pairs_fingerprint as _model_fingerprint
 from .scan import ENCODED, STALE, all_ids, cached_positions, same_ids, scan_rows, texts_of
 
 __all__ = ["Migration", "MigrationResult", "count_provenance", "migrate_store",
@@ -56,6 +56,8 @@ __all__ = ["Migration", "MigrationResult", "count_provenance", "migrate_store",
 
 #: rows per read and write-back batch
 BATCH = 2048
+#: rows a ``--continue`` step encodes (or reads back) at a time
+ENCODE_ROWS = 8192
 #: encoded pairs the plan chooses the map on at most (a seeded sample of more)
 PLAN_PAIRS = 2000
 #: encoded pairs the map is fitted and the written store priced on at most (a seeded sample
@@ -275,25 +277,31 @@ class Migration:
         self.rows = scan_rows(self.output, ids, self.text_field,
                               self.output.text_source(self.text_field))
 
-    def _read(self, ids, texts=True):
+    def _read(self, ids, texts=True, to_file=False):
         """The old vectors of the rows ``ids`` (float32) and, with ``texts``, their texts,
-        from the source, in one read per batch."""
+        from the source, in one read per batch; ``to_file``: the vectors in a
+        :class:`~skalign._migrate.rows.RowFile`, never held whole."""
         X, got = [], []
         for lo in range(0, len(ids), BATCH):
             rows = self.source.fetch(ids[lo:lo + BATCH],
                                      text_field=self.text_field if texts else None)
-            X.append(rows.vectors)
+            if to_file:
+                X = X or [RowFile(rows.vectors.shape[1])]
+                X[0].append(rows.vectors)
+            else:
+                X.append(rows.vectors)
             got.extend(rows.texts)
-        X = np.concatenate(X).astype(np.float32, copy=False)
+        X = X[0] if to_file else np.concatenate(X).astype(np.float32, copy=False)
         return (X, _texts_or_refuse(ids, got, self.src, self.text_field)) if texts else X
 
     def _new_vectors(self, ids, texts, held):
-        """The new encoder's vectors of the rows ``ids``: read back from the output where it
-        holds them already (``held``: marked encoded by this encoder, for the text it holds
-        now), encoded only for the others — an earlier step's rows are never encoded again,
-        with or without an encode cache."""
+        """The new encoder's vectors of the rows ``ids``, in a
+        :class:`~skalign._migrate.rows.RowFile` (:data:`ENCODE_ROWS` rows at a time): read
+        back from the output where it holds them already (``held``: marked encoded by this
+        encoder, for the text it holds now), encoded only for the others — an earlier step's
+        rows are never encoded again, with or without an encode cache."""
         new, kept = np.flatnonzero(~held), np.flatnonzero(held)
-        encoded = None
+        encoded, at = None, None
         if self.cluster is not None and len(new):
             # the workers write the rows (marked) when the step keeps encoded rows for sure
             # (an earlier step encoded some): a partition redone after a dead worker skips them
@@ -301,13 +309,23 @@ class Migration:
                 self, [ids[j] for j in new], [texts[j] for j in new], write=len(kept) > 0)
             self.cluster_written.update(ids[j] for j in new[written])
             kept, new, encoded = np.union1d(kept, new[written]), new[~written], encoded[~written]
-        parts = [(new, encode_by_length(self.enc, [texts[j] for j in new]) if encoded is None
-                  else encoded)] if len(new) else []
-        parts += [(kept[lo:lo + BATCH], self.output.fetch([ids[j] for j in kept[lo:lo + BATCH]])
-                   .vectors) for lo in range(0, len(kept), BATCH)]
-        Y = np.empty((len(ids), parts[0][1].shape[1]), dtype=np.float32)
-        for rows, V in parts:
-            Y[rows] = V
+            at = np.full(len(ids), -1, np.int64)
+            at[new] = np.arange(len(new))
+        is_kept = np.zeros(len(ids), bool)
+        is_kept[kept] = True
+        Y = None
+        for lo in range(0, len(ids), ENCODE_ROWS):
+            part = np.arange(lo, min(len(ids), lo + ENCODE_ROWS))
+            mine, back = part[~is_kept[part]], part[is_kept[part]]
+            pieces = [(mine, encode_by_length(self.enc, [texts[j] for j in mine])
+                       if encoded is None else encoded[at[mine]])] if len(mine) else []
+            pieces += [(back[b:b + BATCH], self.output.fetch(
+                [ids[j] for j in back[b:b + BATCH]]).vectors) for b in range(0, len(back), BATCH)]
+            V = np.empty((len(part), pieces[0][1].shape[1]), dtype=np.float32)
+            for rows, got in pieces:
+                V[rows - lo] = got
+            Y = RowFile(V.shape[1]) if Y is None else Y
+            Y.append(V)
         return Y
 
     def _choose(self, budget, random_state):
@@ -459,19 +477,20 @@ class Migration:
                 fresh, texts_of(self.output, fresh, self.text_field), self.out,
                 self.text_field)):
             enc_texts[j] = t
-        X, Y = self._read(enc_ids, texts=False), self._new_vectors(enc_ids, enc_texts, was)
-        old = np.isin(encoded, np.union1d(done, held))  # the previous step's pairs
+        # on disk: a step's pairs grow with the store (10 % of 10^6 rows: 0.46 GB a copy)
+        X, Y = self._read(enc_ids, False, True), self._new_vectors(enc_ids, enc_texts, was)
+        old = np.flatnonzero(np.isin(encoded, np.union1d(done, held)))  # the previous pairs
         new = np.flatnonzero(~was)  # rows of X and Y encoded now: marked by this step
         rest = np.setdiff1d(np.arange(n), encoded)
         if not len(rest):
             record = self._record("", None, len(encoded), {})
-            marks = self._marks([all_ids[i] for i in pos], Y[new],
+            marks = self._marks([all_ids[i] for i in pos], RowSubset(Y, new),
                                 [enc_texts[j] for j in new], [prov[i] for i in pos])
             if in_place:
                 marks.write(self.output)
                 self._stamp(record)
             else:
-                self._republish(ExactRowsModel(self._refit_old(X[old], Y[old]), X, Y,
+                self._republish(ExactRowsModel(self._refit_old(X, Y, old), X, Y,
                                                exact=True), record, marks)
             return MigrationResult(str(self.out), n, self.n_encoded, len(encoded), None, {},
                                    0, "complete")
@@ -486,13 +505,13 @@ class Migration:
         if not better:
             method, estimate, fp = rec["method"], rec["estimate"], rec["map"]
             if not in_place or (states[rest] == STALE).any():
-                model = self._refit_old(X[old], Y[old])
+                model = self._refit_old(X, Y, old)
         if estimate.get("store") == "translate all":
             # a store of translations only: the rows encoded now are translated too, unmarked
             rest, new, pos = np.setdiff1d(np.arange(n), done), new[:0], pos[:0]
         stale = rest[states[rest] == STALE]
-        marks = self._marks([all_ids[i] for i in pos], Y[new], [enc_texts[j] for j in new],
-                            [prov[i] for i in pos])
+        marks = self._marks([all_ids[i] for i in pos], RowSubset(Y, new),
+                            [enc_texts[j] for j in new], [prov[i] for i in pos])
         record = self._record(fp, method, len(encoded), estimate)
         if in_place:
             # every remaining row when the map is better, else the stale ones only (their
@@ -548,13 +567,13 @@ class Migration:
         if getattr(result, "backup", None) is not None:
             self._drop_backup(parse_address(result.backup))
 
-    def _refit_old(self, X, Y):
-        """The map of the previous step, fitted again on its own rows ``X``, ``Y``
+    def _refit_old(self, X, Y, rows):
+        """The map of the previous step, fitted again on its own rows ``rows`` of ``X``, ``Y``
         (deterministic); after a step that left no translated row (rows have gone stale since:
         their texts changed), the linear map."""
         from ..plan._inputs import make_candidate
 
-        keep = fit_rows(len(X), self.random_state)
+        keep = rows[fit_rows(len(rows), self.random_state)]
         X, Y = X[keep], Y[keep]
         model = make_candidate(self.record.get("method") or "linear", n_pairs=len(X),
                                random_state=self.random_state).fit(X, Y)
@@ -595,13 +614,6 @@ def _texts_or_refuse(ids, texts, store, text_field):
             f"{where} (first: id {ids[missing[0]]!r}); name the field that holds the "
             "texts with --text-field")
     return list(texts)
-
-
-def _model_fingerprint(method, X, Y):
-    h = hashlib.sha256(method.encode())
-    for a in (X, Y):
-        h.update(np.ascontiguousarray(a, dtype=np.float32).tobytes())
-    return h.hexdigest()[:16]
 
 
 def _plan_and_fit(X, Y, n_rows, *, min_recall, anyway, methods, random_state,

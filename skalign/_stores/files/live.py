@@ -294,8 +294,9 @@ class FileLiveStore(LiveStore):
 
     def _merged_top_k(self, Q, k, state):
         out_p, out_s = [], []
-        encoded = similarity(Q, state.vectors, self.metric, state.sq_norms) \
-            if len(state.positions) else None
+        encoded = np.concatenate([  # the encoded vectors read a chunk at a time
+            similarity(Q, V, self.metric, state.sq_norms[lo:lo + len(V)])
+            for lo, V in state.vectors.chunks()], axis=1) if len(state.positions) else None
         for i, q in enumerate(Q):
             want = k
             while True:

@@ -5,10 +5,12 @@ reader holding the file memory-mapped would see a row half written. Its encoded 
 instead to an *overlay*, the folder ``PATH.skalign-live`` beside the store, as *segments*:
 each write-back is one ``seg-NNNNNNNNNNNN.npz`` (the rows' positions in the store, their
 vectors, their provenance marks) written under a temporary name, fsynced and renamed into
-place. A reader lists the folder and loads the segments it has not seen, later ones winning
-for the same row; a segment is there whole or not at all, so a row is seen with its old
-vector and provenance or with its new ones, never a mix. Writers take an exclusive ``flock``
-on ``PATH.skalign-live/.lock`` (waiting for it), so that segment numbers never collide;
+place. A reader lists the folder and reads the positions and marks of the segments it has not
+seen, later ones winning for the same row; their vectors stay in the segment files, held
+open, and are read by row when asked for (:class:`LazyRows`), so that a reader's memory does
+not grow with the encoded rows. A segment is there whole or not at all, so a row is seen with
+its old vector and provenance or with its new ones, never a mix. Writers take an exclusive
+``flock`` on ``PATH.skalign-live/.lock`` (waiting for it), so that segment numbers never collide;
 every :data:`COMPACT_SEGMENTS` segments, the writer merges them into one (written first,
 under the next number, then the older ones removed: a reader that finds a segment gone
 loads the folder again).
@@ -47,8 +49,8 @@ from ...exceptions import StoreError
 from ..journal import fsync_dir, write_durably
 from .shadow import create_file, output_modes
 
-__all__ = ["COMPACT_SEGMENTS", "OVERLAY_SUFFIX", "SEGMENT", "Overlay", "OverlayState",
-           "rebinding"]
+__all__ = ["CHUNK_ROWS", "COMPACT_SEGMENTS", "OVERLAY_SUFFIX", "SEGMENT", "FileRows", "LazyRows",
+           "Overlay", "OverlayState", "rebinding"]
 
 #: set by :func:`rebinding`: overlays opened meanwhile follow their store's rewrite
 _REBIND = contextvars.ContextVar("skalign_overlay_rebind", default=False)
@@ -73,6 +75,107 @@ COMPACT_SEGMENTS = 64
 SEGMENT = re.compile(r"seg-([0-9]{12})\.npz")
 
 
+#: rows read, checked or written at a time (a segment is never read whole)
+CHUNK_ROWS = 8192
+
+
+class FileRows:
+    """Rows of vectors in an open file (a segment's), read on demand (``pread``), never
+    loaded whole: a segment removed by a compaction stays readable through the open file.
+
+    Parameters
+    ----------
+    f : file object
+        The file, open for reading.
+    offset : int
+        Where the rows start (a segment's ``vectors`` array's data).
+    n, dim : int
+        Its rows and their width.
+    dtype : numpy.dtype
+        Its values' type (a float type; read as float32).
+    """
+
+    def __init__(self, f, offset, n, dim, dtype):
+        self.f, self.offset, self.n, self.dim, self.dtype = f, offset, n, dim, dtype
+        self.row_bytes = dim * dtype.itemsize
+
+    def span(self, lo, hi):
+        """Rows ``lo`` to ``hi`` (excluded), float32, read straight into the array returned."""
+        out = np.empty((hi - lo, self.dim), self.dtype)
+        buf, at, done = memoryview(out).cast("B"), self.offset + lo * self.row_bytes, 0
+        while done < len(buf):  # a read returns at most about 2 GiB
+            got = os.preadv(self.f.fileno(), [buf[done:done + (1 << 30)]], at + done)
+            if not got:
+                raise StoreError(f"{self.f.name}: a file of encoded rows was cut short while "
+                                 "it was read; remove it, or its folder, to search the store "
+                                 "as it is.")
+            done += got
+        return out if self.dtype == np.float32 else out.astype(np.float32)
+
+    def rows(self, rows):
+        """The rows ``rows`` (any order), float32: one read per run of consecutive rows."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if len(rows) and (np.diff(rows) == 1).all():  # one run, in order: read as it is
+            return self.span(int(rows[0]), int(rows[-1]) + 1)
+        out = np.empty((len(rows), self.dim), np.float32)
+        if not len(rows):
+            return out
+        order = np.argsort(rows, kind="stable")
+        r = rows[order]
+        cuts = np.flatnonzero(np.diff(r) != 1) + 1
+        for a, b in zip(np.concatenate([[0], cuts]), np.concatenate([cuts, [len(r)]])):
+            out[order[a:b]] = self.span(int(r[a]), int(r[b - 1]) + 1)
+        return out
+
+
+class LazyRows:
+    """The overlay's vectors, row ``i`` being row ``rows[i]`` of segment ``segs[seg[i]]``:
+    indexing (an integer, a slice, an array of integers or booleans) reads those rows alone;
+    ``np.asarray`` reads them all.
+
+    Attributes
+    ----------
+    shape : tuple
+        ``(rows, dim)``.
+    """
+
+    dtype = np.dtype(np.float32)
+    ndim = 2
+
+    def __init__(self, segs, seg, rows, dim):
+        self.segs, self.seg, self.rows, self.dim = tuple(segs), seg, rows, dim
+        self.shape = (len(seg), dim)
+
+    def __len__(self):
+        return len(self.seg)
+
+    def __getitem__(self, key):
+        if isinstance(key, (int, np.integer)):
+            return self[np.array([key])][0]
+        if isinstance(key, slice):
+            idx = np.arange(len(self))[key]
+        else:
+            idx = np.asarray(key)
+            idx = np.flatnonzero(idx) if idx.dtype == bool else idx.astype(np.int64)
+        out = np.empty((len(idx), self.dim), np.float32)
+        seg, rows = self.seg[idx], self.rows[idx]
+        for s in np.unique(seg):
+            at = seg == s
+            out[at] = self.segs[s].rows(rows[at])
+        return out
+
+    def __array__(self, dtype=None, copy=None):
+        V = self[:]
+        return V if dtype is None else V.astype(dtype, copy=False)
+
+    def chunks(self, size=None):
+        """Yield ``(start, vectors)`` over every row, ``size`` rows at a time (default:
+        :data:`CHUNK_ROWS`)."""
+        size = size or CHUNK_ROWS
+        for lo in range(0, len(self), size):
+            yield lo, self[lo:lo + size]
+
+
 @dataclass(frozen=True)
 class OverlayState:
     """One consistent view of the overlay (replaced whole, never changed in place).
@@ -81,20 +184,24 @@ class OverlayState:
     ----------
     positions : ndarray of int64, sorted
         The store positions of the encoded rows.
-    vectors : ndarray of shape (len(positions), dim), float32
+    vectors : LazyRows of shape (len(positions), dim)
+        Their vectors, read from the segments when indexed (never held whole).
     marks : ndarray of str
         Each row's provenance value.
     """
 
     positions: np.ndarray
-    vectors: np.ndarray
+    vectors: LazyRows
     marks: np.ndarray
 
     @property
     def sq_norms(self):
-        """Each row's squared norm (computed once per state)."""
+        """Each row's squared norm (computed once per state, a chunk of rows at a time)."""
         if "_sq" not in self.__dict__:
-            object.__setattr__(self, "_sq", np.einsum("ij,ij->i", self.vectors, self.vectors))
+            sq = np.empty(len(self.positions), np.float32)
+            for lo, V in self.vectors.chunks():
+                sq[lo:lo + len(V)] = np.einsum("ij,ij->i", V, V)
+            object.__setattr__(self, "_sq", sq)
         return self.__dict__["_sq"]
 
     def lookup(self, positions):
@@ -105,39 +212,34 @@ class OverlayState:
         at = np.searchsorted(self.positions, positions).clip(0, len(self.positions) - 1)
         return np.where(self.positions[at] == positions, at, -1)
 
-    def merged(self, positions, vectors, marks):
-        """A new state: this one with the rows ``positions`` set (later rows win)."""
-        positions = np.asarray(positions, dtype=np.int64)
-        # the last occurrence of each position wins, as it does across segments
-        _, last = np.unique(positions[::-1], return_index=True)
-        keep = len(positions) - 1 - last
-        positions, vectors, marks = positions[keep], vectors[keep], np.asarray(marks)[keep]
-        old = ~np.isin(self.positions, positions)
-        P = np.concatenate([self.positions[old], positions])
-        order = np.argsort(P, kind="stable")
-        V = np.concatenate([self.vectors[old], vectors.astype(np.float32, copy=False)])
-        M = np.concatenate([self.marks[old].astype(str), np.asarray(marks, dtype=str)])
-        return OverlayState(P[order], V[order], M[order])
-
 
 def _merge(state, parts):
-    """``state`` with the rows of ``parts`` (``(positions, vectors, marks)`` each, in order)
-    set: the last occurrence of a position wins, as :meth:`OverlayState.merged` does, in one
-    pass over all of them."""
+    """``state`` with the rows of ``parts`` (``(positions, segment, marks)`` each, in order)
+    set: the last occurrence of a position wins, as a later segment does, in one pass over
+    all of them; no vector is read."""
     if not parts:
         return state
+    old = state.vectors
+    segs = list(old.segs) + [s for _, s, _ in parts]
     P = np.concatenate([state.positions] + [p for p, _, _ in parts])
     _, last = np.unique(P[::-1], return_index=True)
     keep = len(P) - 1 - last  # sorted by position
-    V = np.concatenate([state.vectors] + [v.astype(np.float32, copy=False)
-                                          for _, v, _ in parts])
+    S = np.concatenate([old.seg] + [np.full(len(p), len(old.segs) + j, np.int32)
+                                    for j, (p, _, _) in enumerate(parts)])[keep]
+    R = np.concatenate([old.rows] + [np.arange(len(p), dtype=np.int64)
+                                     for p, _, _ in parts])[keep]
     M = np.concatenate([state.marks.astype(str)] + [np.asarray(m, dtype=str)
                                                     for _, _, m in parts])
-    return OverlayState(P[keep], V[keep], M[keep])
+    used = np.unique(S)  # segments no row refers to any more are let go (their files closed)
+    renum = np.zeros(len(segs), np.int32)
+    renum[used] = np.arange(len(used), dtype=np.int32)
+    return OverlayState(P[keep], LazyRows([segs[i] for i in used], renum[S], R, old.dim),
+                        M[keep])
 
 
 def _empty_state(dim):
-    return OverlayState(np.empty(0, np.int64), np.empty((0, dim), np.float32),
+    return OverlayState(np.empty(0, np.int64),
+                        LazyRows([], np.empty(0, np.int32), np.empty(0, np.int64), dim),
                         np.empty(0, dtype="<U1"))
 
 
@@ -209,25 +311,37 @@ class Overlay:
         return True
 
     def _load(self, name):
+        """``(positions, segment, marks)`` of the segment ``name``, checked; its vectors are
+        checked a chunk at a time and stay in the file (:class:`FileRows`)."""
         bad = (f"{self.folder / name}: not a segment of this {self.dim}-d store of "
                f"{self.base.get('rows')} rows ({{}}); remove {self.folder} to search the store "
                "as it is.")
         try:
-            with np.load(self.folder / name, allow_pickle=False) as z:
-                P, V, M = z["positions"], z["vectors"], z["marks"]
+            f = open(self.folder / name, "rb")  # noqa: SIM115  (held by the segment)
         except FileNotFoundError:
             raise
+        try:
+            P, seg, M = _open_segment(f, self.dim)
+        except _BadSegment as exc:
+            f.close()
+            raise StoreError(bad.format(str(exc))) from None
         except Exception as exc:  # noqa: BLE001  (a planted file: numpy and zipfile raise many)
+            f.close()
             raise StoreError(bad.format(f"unreadable: {type(exc).__name__}")) from None
-        if P.ndim != 1 or P.dtype.kind not in "iu" or V.dtype.kind != "f" or M.dtype.kind != "U" \
-                or V.ndim != 2 or V.shape != (len(P), self.dim) or M.shape != P.shape:
-            raise StoreError(bad.format("wrong shapes or types"))
         rows = self.base.get("rows")
         if len(P) and (P.min() < 0 or (isinstance(rows, int) and P.max() >= rows)):
+            f.close()
             raise StoreError(bad.format("a position outside the store"))
-        if not np.isfinite(V).all() or (len(V) and np.abs(V).max() > 3e30):
-            raise StoreError(bad.format("a vector that is not finite"))
-        return P.astype(np.int64), V.astype(np.float32, copy=False), M
+        try:
+            for lo in range(0, len(P), CHUNK_ROWS):
+                V = seg.span(lo, min(len(P), lo + CHUNK_ROWS))
+                if not np.isfinite(V).all() or (len(V) and np.abs(V).max() > 3e30):
+                    raise _BadSegment("a vector that is not finite")
+        except (_BadSegment, StoreError) as exc:
+            f.close()
+            raise StoreError(bad.format(str(exc) if isinstance(exc, _BadSegment)
+                                        else "cut short")) from None
+        return P.astype(np.int64), seg, M
 
     def refresh(self):
         """Load the segments written since the last call; return the current state."""
@@ -288,11 +402,17 @@ class Overlay:
                 now = [str(state.marks[j]) if j >= 0 else None for j in slot]
                 written = np.array([a == b for a, b in zip(now, expected)], dtype=bool)
             if written.any():
-                self._append(positions[written], np.asarray(vectors)[written],
+                V = np.asarray(vectors)
+                self._append(positions[written], V if written.all() else V[written],
                              marks[written], file_mode)
         return written
 
     def _append(self, positions, vectors, marks, file_mode):
+        # in the store's order (stable: of a row written twice, the later still wins), so
+        # that rows near one another in the store are read from a segment in one read
+        order = np.argsort(positions, kind="stable")
+        if (np.diff(order) != 1).any():
+            positions, vectors, marks = positions[order], vectors[order], marks[order]
         names = self._segments()
         last = int(SEGMENT.fullmatch(names[-1]).group(1)) if names else 0
         self._write_segment(last + 1, positions, vectors, marks, file_mode)
@@ -305,13 +425,26 @@ class Overlay:
             fsync_dir(self.folder)
 
     def _write_segment(self, number, positions, vectors, marks, file_mode):
+        """Write one segment durably under ``number`` (a ``.npz`` :func:`numpy.load` reads),
+        its vectors a chunk at a time (a compaction's come from the older segments)."""
+        import zipfile
+
         tmp = self.folder / f".seg-{os.getpid()}-{secrets.token_hex(4)}.tmp"
         fd = create_file(tmp, file_mode)
         try:
             with os.fdopen(fd, "wb") as f:
-                np.savez(f, positions=np.asarray(positions, dtype=np.int64),
-                         vectors=np.ascontiguousarray(vectors, dtype=np.float32),
-                         marks=np.asarray(marks, dtype=str))
+                with zipfile.ZipFile(f, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
+                    for key, a in (("positions", np.asarray(positions, dtype=np.int64)),
+                                   ("marks", np.asarray(marks, dtype=str))):
+                        with z.open(f"{key}.npy", "w", force_zip64=True) as m:
+                            np.lib.format.write_array(m, a, allow_pickle=False)
+                    with z.open("vectors.npy", "w", force_zip64=True) as m:
+                        np.lib.format.write_array_header_1_0(m, {
+                            "descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)),
+                            "fortran_order": False, "shape": (len(vectors), self.dim)})
+                        for lo in range(0, len(vectors), CHUNK_ROWS):
+                            m.write(memoryview(np.ascontiguousarray(
+                                vectors[lo:lo + CHUNK_ROWS], dtype=np.float32)).cast("B"))
                 f.flush()
                 os.fsync(f.fileno())
             os.rename(tmp, self.folder / f"seg-{number:012d}.npz")
@@ -319,6 +452,50 @@ class Overlay:
             tmp.unlink(missing_ok=True)
             raise
         fsync_dir(self.folder)
+
+
+class _BadSegment(Exception):
+    """A segment file that is not one skalign wrote (the reason)."""
+
+
+def _open_segment(f, dim):
+    """``(positions, segment, marks)`` of the segment file open as ``f`` (a ``.npz`` of
+    uncompressed members, as :func:`numpy.savez` and :meth:`Overlay._write_segment` write
+    them): positions and marks read, the vectors' place in the file found."""
+    import zipfile
+
+    with zipfile.ZipFile(f) as z:
+        names = set(z.namelist())
+        if not {"positions.npy", "vectors.npy", "marks.npy"} <= names:
+            raise _BadSegment("wrong shapes or types")
+        P = _member_array(z, "positions.npy")
+        M = _member_array(z, "marks.npy")
+        info = z.getinfo("vectors.npy")
+    if info.compress_type != zipfile.ZIP_STORED:
+        raise _BadSegment("compressed vectors")
+    head = os.pread(f.fileno(), 30, info.header_offset)
+    if len(head) != 30 or head[:4] != b"PK\x03\x04":
+        raise _BadSegment("unreadable: BadZipFile")
+    start = info.header_offset + 30 + int.from_bytes(head[26:28], "little") \
+        + int.from_bytes(head[28:30], "little")
+    f.seek(start)
+    version = np.lib.format.read_magic(f)
+    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+        np.lib.format.read_array_header_2_0
+    shape, fortran, dtype = read(f)
+    offset = f.tell()
+    if P.ndim != 1 or P.dtype.kind not in "iu" or dtype.kind != "f" or M.dtype.kind != "U" \
+            or fortran or len(shape) != 2 or tuple(shape) != (len(P), dim) \
+            or M.shape != P.shape:
+        raise _BadSegment("wrong shapes or types")
+    if offset - start + len(P) * dim * dtype.itemsize != info.file_size:
+        raise _BadSegment("wrong shapes or types")
+    return P, FileRows(f, offset, len(P), dim, dtype), M
+
+
+def _member_array(z, name):
+    with z.open(name) as m:
+        return np.lib.format.read_array(m, allow_pickle=False)
 
 
 class _Flock:
