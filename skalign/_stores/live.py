@@ -43,7 +43,7 @@ from .live_input import check_write, shown
 __all__ = ["FIELD_KEY_PREFIX", "METRICS", "PROVENANCE_KEY", "TEXT_FIELDS", "LiveRows",
            "LiveStore", "add_marks", "check_key_name", "encoded_mark", "field_key", "field_token",
            "first_text_field", "is_mark", "mark_state", "owned_key_or_refuse", "parse_mark",
-           "similarity", "text_digest", "translated_mark", "without_marks"]
+           "scan_batch", "similarity", "text_digest", "translated_mark", "without_marks"]
 
 #: the metadata/payload key or column name that holds a row's provenance
 PROVENANCE_KEY = "skalign_vector"
@@ -241,6 +241,37 @@ def mark_state(value, fingerprint, field, text):
             or mark.digest != text_digest(text):
         return "stale"
     return "encoded"
+
+
+def scan_batch(ids, marks, text_of):
+    """One batch of :meth:`LiveStore.mark_scan` from a page of rows read without vectors.
+
+    Parameters
+    ----------
+    ids : list
+        The page's row ids.
+    marks : list
+        Their provenance values as read (a value that is not a string is no mark).
+    text_of : callable
+        ``text_of(j)``: the text of the page's row ``j`` in the store's default text field,
+        called only for the rows whose mark begins with ``encoded:``.
+
+    Returns
+    -------
+    tuple
+        ``(translated, unmarked, ids, marks, texts)`` as :meth:`LiveStore.mark_scan` yields it.
+    """
+    translated = unmarked = 0
+    keep = []
+    for j, m in enumerate(marks):
+        if not isinstance(m, str):
+            unmarked += 1
+        elif not m.startswith("encoded:"):
+            translated += 1
+        else:
+            keep.append(j)
+    return (translated, unmarked, [ids[j] for j in keep], [marks[j] for j in keep],
+            [text_of(j) for j in keep])
 
 
 def empty_counts(empty=False):

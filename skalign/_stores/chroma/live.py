@@ -37,7 +37,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...exceptions import StoreError
-from ..live import LiveRows, LiveStore, check_key_name, owned_key_or_refuse
+from ..live import LiveRows, LiveStore, check_key_name, owned_key_or_refuse, scan_batch
 from ..live_input import (
     check_ids,
     check_k,
@@ -212,20 +212,10 @@ class ChromaLive(LiveStore):
             page = got["ids"]
             done += len(page)
             metas, docs = got.get("metadatas") or [None] * len(page), got.get("documents")
-            translated = unmarked = 0
-            ids, marks, texts = [], [], []
-            for j, (i, meta) in enumerate(zip(page, metas)):
-                m = (meta or {}).get(self.provenance_key)
-                if not isinstance(m, str):
-                    unmarked += 1
-                elif not m.startswith("encoded:"):
-                    translated += 1
-                else:
-                    ids.append(i)
-                    marks.append(m)
-                    texts.append(docs[j] if self.text_field is None
-                                 else self._text(i, meta or {}, self.text_field))
-            yield translated, unmarked, ids, marks, texts
+            yield scan_batch(
+                page, [(meta or {}).get(self.provenance_key) for meta in metas],
+                lambda j: docs[j] if self.text_field is None
+                else self._text(page[j], metas[j] or {}, self.text_field))
             if len(page) < SCAN_PAGE:
                 return
 

@@ -28,7 +28,7 @@ from dataclasses import replace
 import numpy as np
 
 from ...exceptions import StoreError
-from ..live import LiveRows, LiveStore, check_key_name, owned_key_or_refuse
+from ..live import LiveRows, LiveStore, check_key_name, owned_key_or_refuse, scan_batch
 from ..live_input import (
     check_ids,
     check_k,
@@ -203,19 +203,9 @@ class MilvusLive(LiveStore):
                     page = sorted(self._client.query(
                         self.address.name, filter=expr, output_fields=fields, limit=SCAN_PAGE,
                         **({"partition_names": [part]} if part else {})), key=lambda e: e[pk])
-                translated = unmarked = 0
-                ids, marks, texts = [], [], []
-                for e in page:
-                    m = e.get(self.provenance_key)
-                    if not isinstance(m, str):
-                        unmarked += 1
-                    elif not m.startswith("encoded:"):
-                        translated += 1
-                    else:
-                        ids.append(e[pk])
-                        marks.append(m)
-                        texts.append(self._text(e[pk], e, self.text_field))
-                yield translated, unmarked, ids, marks, texts
+                yield scan_batch([e[pk] for e in page],
+                                 [e.get(self.provenance_key) for e in page],
+                                 lambda j: self._text(page[j][pk], page[j], self.text_field))
                 if len(page) < SCAN_PAGE:
                     break
                 expr = f"{pk} > {literal(page[-1][pk])}"

@@ -38,7 +38,7 @@ from dataclasses import replace
 import numpy as np
 
 from ...exceptions import StoreError
-from ..live import LiveRows, LiveStore, check_key_name, owned_key_or_refuse
+from ..live import LiveRows, LiveStore, check_key_name, owned_key_or_refuse, scan_batch
 from ..live_input import (
     check_ids,
     check_k,
@@ -216,20 +216,10 @@ class QdrantLive(LiveStore):
                 points, offset = self._client.scroll(
                     self.address.name, limit=SCAN_PAGE, offset=offset, with_payload=keys,
                     with_vectors=False)
-            translated = unmarked = 0
-            ids, marks, texts = [], [], []
-            for p in points:
-                payload = p.payload or {}
-                m = payload.get(self.provenance_key)
-                if not isinstance(m, str):
-                    unmarked += 1
-                elif not m.startswith("encoded:"):
-                    translated += 1
-                else:
-                    ids.append(p.id)
-                    marks.append(m)
-                    texts.append(self._text(p.id, payload, self.text_field))
-            yield translated, unmarked, ids, marks, texts
+            payloads = [p.payload or {} for p in points]
+            yield scan_batch([p.id for p in points],
+                             [pl.get(self.provenance_key) for pl in payloads],
+                             lambda j: self._text(points[j].id, payloads[j], self.text_field))
             if offset is None:
                 return
 
