@@ -119,6 +119,13 @@ def migrate_steps(source, output, Y, folder, text_field, cluster=None, kill_in_s
     return results, counter.read_text().split("\n")[:-1]
 
 
+def write_source(path, X):
+    """The source store: a Parquet file of rows ``doc-i`` with texts ``ti`` and vectors ``X``."""
+    pq.write_table(pa.table({"id": [f"doc-{i}" for i in range(N)],
+                             "text": [f"t{i}" for i in range(N)],
+                             "vector": pa.array(list(X), pa.list_(pa.float32()))}), path)
+
+
 def read_all(address, text_field):
     with open_live(address, text_field=text_field) as store:
         ids = list(store.ids())
@@ -141,9 +148,7 @@ def test_parquet_on_a_cluster_equals_one_process_and_survives_a_killed_worker(
         tmp_path, cluster, spaces):
     X, Y = spaces
     src = tmp_path / "src.parquet"
-    pq.write_table(pa.table({"id": [f"doc-{i}" for i in range(N)],
-                             "text": [f"t{i}" for i in range(N)],
-                             "vector": pa.array(list(X), pa.list_(pa.float32()))}), src)
+    write_source(src, X)
     single = migrate_steps(str(src), str(tmp_path / "a.parquet"), Y, tmp_path / "one",
                            "text")
     clustered = migrate_steps(str(src), str(tmp_path / "b.parquet"), Y, tmp_path / "two",
@@ -210,9 +215,7 @@ def test_cli_workers_equal_one_process(tmp_path, monkeypatch, capsys):
     Y = hashed([f"t{i}" for i in range(N)])
     X = Y + 0.7 * np.random.default_rng(3).normal(size=Y.shape).astype(np.float32)
     src = tmp_path / "src.parquet"
-    pq.write_table(pa.table({"id": [f"doc-{i}" for i in range(N)],
-                             "text": [f"t{i}" for i in range(N)],
-                             "vector": pa.array(list(X), pa.list_(pa.float32()))}), src)
+    write_source(src, X)
     monkeypatch.chdir(tmp_path)
     results = {}
     for name, extra in (("one", []), ("two", ["--workers", "2"])):
@@ -248,9 +251,7 @@ def test_encode_partition_is_a_plain_function_of_a_table(tmp_path):
     Y = hashed([f"t{i}" for i in range(N)])
     X = Y + 0.7 * np.random.default_rng(3).normal(size=Y.shape).astype(np.float32)
     src, out = tmp_path / "src.parquet", str(tmp_path / "out.parquet")
-    pq.write_table(pa.table({"id": [f"doc-{i}" for i in range(N)],
-                             "text": [f"t{i}" for i in range(N)],
-                             "vector": pa.array(list(X), pa.list_(pa.float32()))}), src)
+    write_source(src, X)
     enc = CallableEncoder(hashed, fingerprint="hashed", batch_size=8)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
@@ -332,9 +333,7 @@ def test_into_a_field_on_a_cluster_equals_one_process(tmp_path, cluster, spaces)
     fields = {}
     for name, on in (("one", None), ("two", cluster)):
         src = tmp_path / f"{name}.parquet"
-        pq.write_table(pa.table({"id": [f"doc-{i}" for i in range(N)],
-                                 "text": [f"t{i}" for i in range(N)],
-                                 "vector": pa.array(list(X), pa.list_(pa.float32()))}), src)
+        write_source(src, X)
         base = CallableEncoder(StandIn(Y, tmp_path / f"{name}.txt", tmp_path / "no-kill"),
                                fingerprint="stand-in", batch_size=8)
         enc = CachedEncoder(base, cache=EncodeCache(tmp_path / f"{name}.sqlite"))
@@ -368,9 +367,7 @@ def test_first_step_on_a_cluster_with_a_killed_worker_encodes_nothing_twice(
     from the workers' encode cache; the output is the single-process run's."""
     X, Y = spaces
     src = tmp_path / "src.parquet"
-    pq.write_table(pa.table({"id": [f"doc-{i}" for i in range(N)],
-                             "text": [f"t{i}" for i in range(N)],
-                             "vector": pa.array(list(X), pa.list_(pa.float32()))}), src)
+    write_source(src, X)
     (r1, seen1) = migrate_steps(str(src), str(tmp_path / "a.parquet"), Y, tmp_path / "one",
                                 "text", budgets=BUDGETS[:1])
     (r2, seen2) = migrate_steps(str(src), str(tmp_path / "b.parquet"), Y, tmp_path / "two",
@@ -459,9 +456,7 @@ def test_the_command_loads_no_model_when_the_workers_encode(tmp_path, monkeypatc
     Y = hashed([f"t{i}" for i in range(N)])
     X = Y + 0.7 * np.random.default_rng(4).normal(size=Y.shape).astype(np.float32)
     src = tmp_path / "src.parquet"
-    pq.write_table(pa.table({"id": [f"doc-{i}" for i in range(N)],
-                             "text": [f"t{i}" for i in range(N)],
-                             "vector": pa.array(list(X), pa.list_(pa.float32()))}), src)
+    write_source(src, X)
     monkeypatch.chdir(tmp_path)
     results = {}
     for name, extra in (("one", []), ("two", ["--workers", "2"])):
