@@ -595,3 +595,49 @@ def test_pg_metric_without_index_and_keys(pg_base, X):
         open_live(f"{pg_base}&table=nokey")
     with pytest.raises(StoreError, match="a primary key of several columns"):
         open_live(f"{pg_base}&table=twokeys")
+
+
+@pytest.mark.parametrize("engine", ["pgvector", "duckdb"], indirect=True)
+@pytest.mark.parametrize("read", ["fetch", "sample_norms"])
+def test_a_first_write_back_between_the_mark_check_and_the_read(engine, X, monkeypatch, read):
+    """The first write-back adds the provenance column. One landing just after a reader looked
+    for that column, before its read (CI caught it once as a torn row), must not show the
+    reader new vectors without their marks: the reader sees the old pairs, or reads again."""
+    import skalign._stores.duckdb.live as duck
+
+    X = X[:engine.rows]
+    address = engine.make(X, "l2")
+    ids = [engine.key(i) for i in range(len(X))]
+    landed = []
+
+    def then_a_write():
+        if not landed:
+            landed.append(True)
+            with open_live(address) as writer:
+                writer.write_back(ids[:5], X[:5] + 1, "encoded:r1")
+
+    with open_live(address) as reader:
+        if engine.name == "duckdb":
+            real = duck.columns_of
+            monkeypatch.setattr(duck, "columns_of",
+                                lambda cur, name: (real(cur, name), then_a_write())[0])
+        else:
+            real = reader._mark_column
+            monkeypatch.setattr(reader, "_mark_column", lambda: (real(), then_a_write())[0])
+        if read == "fetch":
+            rows = reader.fetch(ids)
+            norms, marks = np.linalg.norm(rows.vectors, axis=1), rows.provenance
+        else:
+            norms, marks = reader.sample_norms(len(X))
+        monkeypatch.undo()
+        assert landed
+        old = np.linalg.norm(X, axis=1)
+        new = np.linalg.norm(X[:5] + 1, axis=1)
+        got = {(round(float(n), 4), m) for n, m in zip(norms, marks)}
+        # each row's old length without a mark or its new one with round 1's mark
+        allowed = {(round(float(n), 4), None) for n in old} \
+            | {(round(float(n), 4), "encoded:r1") for n in new}
+        assert got <= allowed, sorted(got - allowed)[:5]
+        after = reader.fetch(ids[:5])
+        np.testing.assert_allclose(after.vectors, X[:5] + 1, atol=1e-5)
+        assert after.provenance == ["encoded:r1"] * 5

@@ -173,6 +173,22 @@ class DuckDBLive(LiveStore):
         finally:
             db.close()
 
+    @contextmanager
+    def _snapshot(self, what):
+        """A cursor in one read transaction: the column check and the read that depends on it
+        see the same table, also while a first write-back adds the provenance column."""
+        import duckdb
+
+        with self._session(what) as cur:
+            cur.execute("BEGIN")
+            try:
+                yield cur
+            finally:
+                try:
+                    cur.execute("COMMIT")
+                except duckdb.Error:  # an error inside ended the transaction already
+                    pass
+
     def top_k(self, queries, k):
         k = check_k(k)
         Q = check_vectors(queries, self.dim, self.address)
@@ -240,7 +256,7 @@ class DuckDBLive(LiveStore):
         text = self._text_column(text_field)
         if not ids:
             return LiveRows([], np.empty((0, self.dim), np.float32), [], [])
-        with self._session("cannot read the table") as cur:
+        with self._snapshot("cannot read the table") as cur:
             has_mark = self.provenance_key in {c[0] for c in columns_of(cur, self.address.name)}
             view = self._ids_view(cur, ids)
             try:
@@ -266,21 +282,17 @@ class DuckDBLive(LiveStore):
         mark and default text of each ``encoded:…`` row, :data:`SCAN_BATCH` at a time."""
         table, mark = qualified(self.address.name), ident(self.provenance_key)
         text = self._text_column(None)
-        with self._session("cannot count the table's provenance") as cur:
-            cur.execute("BEGIN")
-            try:
-                if self.provenance_key not in {c[0] for c in columns_of(cur, self.address.name)}:
-                    n = cur.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
-                    return [(0, n, [], [], None)]
-                unmarked, translated = cur.execute(
-                    f"SELECT count(*) FILTER (WHERE {mark} IS NULL), count(*) FILTER (WHERE NOT "
-                    f"starts_with({mark}, 'encoded:')) FROM {table}").fetchone()
-                encoded = cur.execute(
-                    f"SELECT {ident(self.key)}, {mark}, "
-                    + (ident(text) if text is not None else "NULL::VARCHAR")
-                    + f" FROM {table} WHERE starts_with({mark}, 'encoded:')").to_arrow_table()
-            finally:
-                cur.execute("COMMIT")
+        with self._snapshot("cannot count the table's provenance") as cur:
+            if self.provenance_key not in {c[0] for c in columns_of(cur, self.address.name)}:
+                n = cur.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+                return [(0, n, [], [], None)]
+            unmarked, translated = cur.execute(
+                f"SELECT count(*) FILTER (WHERE {mark} IS NULL), count(*) FILTER (WHERE NOT "
+                f"starts_with({mark}, 'encoded:')) FROM {table}").fetchone()
+            encoded = cur.execute(
+                f"SELECT {ident(self.key)}, {mark}, "
+                + (ident(text) if text is not None else "NULL::VARCHAR")
+                + f" FROM {table} WHERE starts_with({mark}, 'encoded:')").to_arrow_table()
         return itertools.chain([(translated, unmarked, [], [], None)], (
             (0, 0, *(c.to_pylist() for c in encoded.slice(lo, SCAN_BATCH).columns))
             for lo in range(0, encoded.num_rows, SCAN_BATCH)))
@@ -292,7 +304,7 @@ class DuckDBLive(LiveStore):
         share while it holds fewer than half of them; a ``NULL`` vector counts as length 0
         (``fetch`` reads it as zeros). ``(norms, marks)``."""
         table, emb = qualified(self.address.name), ident(self.column)
-        with self._session("cannot sample the table") as cur:
+        with self._snapshot("cannot sample the table") as cur:
             has_mark = self.provenance_key in {c[0] for c in columns_of(cur, self.address.name)}
             head = (f"SELECT coalesce(sqrt(array_inner_product({emb}, {emb})), 0), "
                     + (ident(self.provenance_key) if has_mark else "NULL") + f" FROM {table}")

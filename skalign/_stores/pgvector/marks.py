@@ -142,13 +142,24 @@ def sample_norms(store, rows):
     the share while it holds fewer than half of them). A row of a
     ``NULL`` vector counts as length 0 (``fetch`` reads it as zeros). ``(norms, marks)``;
     ``None`` for a column of another type than ``vector``."""
-    from psycopg import sql
 
     typ = store._types.get(store.column)
     if typ is None or typ.base[1] != "vector":
         return None
+    while True:  # again where another session's first write-back added the marks meanwhile
+        had = store._mark_column()
+        got = _sample(store, rows, had)
+        if had or not store._mark_column():
+            return np.array([r[0] for r in got], dtype=np.float64), [r[1] for r in got]
+
+
+def _sample(store, rows, has_mark):
+    """The rows of :func:`sample_norms`: ``(length, mark)`` each, the marks ``NULL`` unless
+    ``has_mark``."""
+    from psycopg import sql
+
     mark = sql.SQL("skalign_t.{}::text").format(sql.Identifier(store.provenance_key)) \
-        if store._mark_column() else sql.SQL("NULL::text")
+        if has_mark else sql.SQL("NULL::text")
     head = sql.SQL("SELECT coalesce(vector_norm(skalign_t.{}), 0), {} FROM {} AS skalign_t")\
         .format(sql.Identifier(store.column), mark, store._reader.ident)
     with _mapped(store.address, "cannot sample the table"):
@@ -165,4 +176,5 @@ def sample_norms(store, rows):
                 if 2 * len(got) >= rows or share >= 100.0:
                     break
                 share = min(100.0, 2 * share)
-    return np.array([r[0] for r in got], dtype=np.float64), [r[1] for r in got]
+    return got
+
