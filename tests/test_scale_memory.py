@@ -13,9 +13,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from skalign._migrate import continuing as continuing_module
+from skalign._migrate import fitting as fitting_module
 from skalign._migrate import migration as migration_module
 from skalign._migrate.counts import count_provenance
-from skalign._migrate.migration import fit_rows, migrate_store
+from skalign._migrate.fitting import fit_rows
+from skalign._migrate.migration import migrate_store
 from skalign._migrate.scan import ENCODED, STALE, TRANSLATED, all_ids, same_ids, scan_rows
 from skalign._stores import open_live
 from skalign._stores.address import parse_address
@@ -77,7 +80,7 @@ def test_vectors_by_position_equal_the_stored_rows(tmp_path, shards):
 
 
 def test_fit_rows_are_a_fixed_sample_of_at_most_fit_pairs():
-    cap = migration_module.FIT_PAIRS
+    cap = fitting_module.FIT_PAIRS
     assert np.array_equal(fit_rows(cap, 0), np.arange(cap))
     big = fit_rows(cap * 3 + 1, 5)
     assert len(big) == cap == len(np.unique(big)) and np.all(np.diff(big) > 0)
@@ -115,7 +118,7 @@ def test_the_scan_reads_no_vector_and_holds_compact_arrays(tmp_path, monkeypatch
 
 
 def test_continue_fits_on_a_capped_sample_and_keeps_every_encoded_row(tmp_path, monkeypatch):
-    monkeypatch.setattr(migration_module, "FIT_PAIRS", 40)
+    monkeypatch.setattr(fitting_module, "FIT_PAIRS", 40)
     address, _ = _store(tmp_path / "s.parquet", 400)
     out = str(tmp_path / "out.parquet")
     enc = CachedEncoder(HashEncoder())
@@ -183,9 +186,9 @@ def test_an_overlay_is_read_by_row_never_loaded_whole(tmp_path, monkeypatch):
 def test_a_continue_step_holds_no_array_of_its_pairs(tmp_path, monkeypatch):
     # the fit's and the plan's samples made small, so that what is left is what grows with
     # the step: its pairs' old and new vectors (kept on disk) and the overlay's
-    monkeypatch.setattr(migration_module, "FIT_PAIRS", 100)
-    monkeypatch.setattr(migration_module, "PLAN_PAIRS", 100)
-    monkeypatch.setattr(migration_module, "ENCODE_ROWS", 256)
+    monkeypatch.setattr(fitting_module, "FIT_PAIRS", 100)
+    monkeypatch.setattr(fitting_module, "PLAN_PAIRS", 100)
+    monkeypatch.setattr(continuing_module, "ENCODE_ROWS", 256)
     monkeypatch.setattr(overlay_module, "CHUNK_ROWS", 256)
     monkeypatch.setattr(parquet_live, "CACHE_BYTES", 0)  # a small store's vectors are cached
     address, _ = _store(tmp_path / "s.parquet", 12000)

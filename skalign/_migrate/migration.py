@@ -29,95 +29,23 @@ the output holds exactly what encoding every current text gives.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-
 import numpy as np
 
 from ..encoders._grouping import encode_by_length
-from ..exceptions import MigrationRefused, StoreError, StoreExistsError
+from ..exceptions import StoreError, StoreExistsError
 from ..utils._console import stage
-from .calibration import (
-    MIXED,
-    CalibratedMap,
-    cross_translations,
-    price_written,
-    recorded_map,
-    step_notes,
-    writes_exact,
-)
+from .calibration import MIXED, writes_exact
 from .choice import centre_rows, choose_rows, rows_to_cluster
+from .continuing import ContinueStep
 from .counts import count_provenance
-from .rows import ExactRowsModel, RowFile, RowSubset
+from .fitting import plan_and_fit
+from .result import MigrationResult
+from .rows import ExactRowsModel, RowFile
 from .rows import pairs_fingerprint as _model_fingerprint
-from .scan import ENCODED, STALE, all_ids, cached_positions, same_ids, scan_rows, texts_of
+from .scan import BATCH, all_ids, same_ids, scan_rows, texts_or_refuse
 
-__all__ = ["Migration", "MigrationResult", "count_provenance", "migrate_store",
+__all__ = ["BATCH", "Migration", "MigrationResult", "count_provenance", "migrate_store",
            "open_migration"]
-
-#: rows per read and write-back batch
-BATCH = 2048
-#: rows a ``--continue`` step encodes (or reads back) at a time
-ENCODE_ROWS = 8192
-#: encoded pairs the plan chooses the map on at most (a seeded sample of more)
-PLAN_PAIRS = 2000
-#: encoded pairs the map is fitted and the written store priced on at most (a seeded sample
-#: of more): a ``--continue`` step's pairs grow with the store (a 10 % step of 10^6 rows holds
-#: 10^5), and the fit's and the pricing's memory with them (10^5 pairs: over 9 GB)
-FIT_PAIRS = 20000
-
-
-def fit_rows(n_pairs, random_state):
-    """The pairs (sorted indexes) a map is fitted on: all of ``n_pairs`` up to
-    :data:`FIT_PAIRS`, else a sample seeded by ``random_state`` and ``n_pairs`` (the same
-    pairs give the same sample: ``--continue`` fits the previous step's map again exactly)."""
-    if n_pairs <= FIT_PAIRS:
-        return np.arange(n_pairs)
-    return np.sort(np.random.default_rng([random_state, 55, n_pairs]).choice(
-        n_pairs, FIT_PAIRS, replace=False))
-
-
-@dataclass
-class MigrationResult:
-    """What a step of ``skalign migrate`` did.
-
-    Attributes
-    ----------
-    output : str
-        The output store, password masked.
-    n_rows : int
-        Rows in the store.
-    n_encoded : int
-        Texts the encoder ran on in this call (cached texts excluded).
-    n_encoded_rows : int
-        Rows of the output whose vector is the encoder's own, after this call.
-    method : str or None
-        The map fitted on the encoded rows (``None`` when every row is encoded).
-    estimate : dict
-        The estimate of the store written: recall@10 and its interval at the store's size,
-        ``store`` (``"mixed"``: the encoded rows' exact vectors among the translations, or
-        ``"translate all"``) and the translations' ``calibration`` (how they are put on the
-        encoded rows' scale).
-    translated : int
-        Rows (re)translated by this call.
-    action : str
-        ``"migrated"``, ``"continued"``, ``"continued, retranslated"`` or ``"complete"``.
-    notes : list of str
-        What the held-out check found that the user should know (a ``--continue`` step whose
-        store is estimated below the previous step's), also issued as warnings before writing.
-    """
-
-    output: str
-    n_rows: int
-    n_encoded: int
-    n_encoded_rows: int
-    method: str | None
-    estimate: dict = field(default_factory=dict)
-    translated: int = 0
-    action: str = "migrated"
-    notes: list = field(default_factory=list)
-
-    def to_dict(self):
-        return asdict(self)
 
 
 def migrate_store(source, output, encoder, budget, *, text_field=None, column=None,
@@ -202,7 +130,7 @@ def open_migration(source, output, *, continue_=False, text_field=None, column=N
     return step
 
 
-class Migration:
+class Migration(ContinueStep):
     """One step of a migration, checked, its source open: :func:`open_migration` makes it,
     :meth:`run` does it.
 
@@ -292,41 +220,7 @@ class Migration:
                 X.append(rows.vectors)
             got.extend(rows.texts)
         X = X[0] if to_file else np.concatenate(X).astype(np.float32, copy=False)
-        return (X, _texts_or_refuse(ids, got, self.src, self.text_field)) if texts else X
-
-    def _new_vectors(self, ids, texts, held):
-        """The new encoder's vectors of the rows ``ids``, in a
-        :class:`~skalign._migrate.rows.RowFile` (:data:`ENCODE_ROWS` rows at a time): read
-        back from the output where it holds them already (``held``: marked encoded by this
-        encoder, for the text it holds now), encoded only for the others — an earlier step's
-        rows are never encoded again, with or without an encode cache."""
-        new, kept = np.flatnonzero(~held), np.flatnonzero(held)
-        encoded, at = None, None
-        if self.cluster is not None and len(new):
-            # the workers write the rows (marked) when the step keeps encoded rows for sure
-            # (an earlier step encoded some): a partition redone after a dead worker skips them
-            written, encoded = self.cluster.encode_step(
-                self, [ids[j] for j in new], [texts[j] for j in new], write=len(kept) > 0)
-            self.cluster_written.update(ids[j] for j in new[written])
-            kept, new, encoded = np.union1d(kept, new[written]), new[~written], encoded[~written]
-            at = np.full(len(ids), -1, np.int64)
-            at[new] = np.arange(len(new))
-        is_kept = np.zeros(len(ids), bool)
-        is_kept[kept] = True
-        Y = None
-        for lo in range(0, len(ids), ENCODE_ROWS):
-            part = np.arange(lo, min(len(ids), lo + ENCODE_ROWS))
-            mine, back = part[~is_kept[part]], part[is_kept[part]]
-            pieces = [(mine, encode_by_length(self.enc, [texts[j] for j in mine])
-                       if encoded is None else encoded[at[mine]])] if len(mine) else []
-            pieces += [(back[b:b + BATCH], self.output.fetch(
-                [ids[j] for j in back[b:b + BATCH]]).vectors) for b in range(0, len(back), BATCH)]
-            V = np.empty((len(part), pieces[0][1].shape[1]), dtype=np.float32)
-            for rows, got in pieces:
-                V[rows - lo] = got
-            Y = RowFile(V.shape[1]) if Y is None else Y
-            Y.append(V)
-        return Y
+        return (X, texts_or_refuse(ids, got, self.src, self.text_field)) if texts else X
 
     def _choose(self, budget, random_state):
         """Positions of the ``budget`` rows to encode: nearest the k-means centres of the old
@@ -405,7 +299,7 @@ class Migration:
 
     def _fit(self, X, Y, *, anyway, modes=(MIXED, "translate all")):
         with stage(f"planning and fitting a map on {len(X)} encoded rows", self.progress):
-            return _plan_and_fit(X, Y, len(self.ids), min_recall=self.min_recall,
+            return plan_and_fit(X, Y, len(self.ids), min_recall=self.min_recall,
                                  anyway=anyway, methods=self.methods,
                                  random_state=self.random_state, modes=modes)
 
@@ -444,219 +338,6 @@ class Migration:
                 "store": (estimate or {}).get("store",
                                               "encoded" if method is None else MIXED)}
 
-    def _continue(self, budget):
-        """A ``--continue`` step: see the module docstring."""
-        from .._stores.address import FILE_KINDS
-
-        rec, enc = self.record, self.enc
-        if rec.get("encoder") != enc.fingerprint:
-            raise StoreError(
-                f"{self.out} was migrated with another encoder (fingerprint "
-                f"{rec.get('encoder')!r:.80}, this one {enc.fingerprint}); continue with the "
-                "same encoder")
-        in_place = self.out.kind not in FILE_KINDS or self.in_place
-        all_ids, prov = self.rows.ids, self.rows.provenance
-        n = len(all_ids)
-        states = self.rows.states(enc.fingerprint)
-        done = np.flatnonzero(states == ENCODED)
-        if len(done) == n:  # nothing left to encode: the output is final already
-            return MigrationResult(str(self.out), n, 0, len(done), None, {}, 0, "complete")
-        # the rows a "translate all" step encoded are in the encode cache, unmarked: pairs again
-        held = cached_positions(enc, self.output, all_ids, self.text_field, done) \
-            if rec.get("store") == "translate all" else done[:0]
-        pos = np.union1d(_next_rows(states, budget, np.union1d(done, held),
-                                    self.random_state), held)
-        encoded = np.union1d(done, pos)
-        enc_ids = [all_ids[i] for i in encoded]
-        was = np.isin(encoded, done)  # rows of X and Y encoded by the earlier steps
-        # the texts of the rows encoded now as the output holds them; the old vectors from the
-        # source
-        enc_texts = [None] * len(encoded)
-        fresh = [enc_ids[j] for j in np.flatnonzero(~was)]
-        for j, t in zip(np.flatnonzero(~was), _texts_or_refuse(
-                fresh, texts_of(self.output, fresh, self.text_field), self.out,
-                self.text_field)):
-            enc_texts[j] = t
-        # on disk: a step's pairs grow with the store (10 % of 10^6 rows: 0.46 GB a copy)
-        X, Y = self._read(enc_ids, False, True), self._new_vectors(enc_ids, enc_texts, was)
-        old = np.flatnonzero(np.isin(encoded, np.union1d(done, held)))  # the previous pairs
-        new = np.flatnonzero(~was)  # rows of X and Y encoded now: marked by this step
-        rest = np.setdiff1d(np.arange(n), encoded)
-        if not len(rest):
-            record = self._record("", None, len(encoded), {})
-            marks = self._marks([all_ids[i] for i in pos], RowSubset(Y, new),
-                                [enc_texts[j] for j in new], [prov[i] for i in pos])
-            if in_place:
-                marks.write(self.output)
-                self._stamp(record)
-            else:
-                self._republish(ExactRowsModel(self._refit_old(X, Y, old), X, Y,
-                                               exact=True), record, marks)
-            return MigrationResult(str(self.out), n, self.n_encoded, len(encoded), None, {},
-                                   0, "complete")
-        method, model, estimate = self._fit(
-            X, Y, anyway=True,  # rows marked encoded are never reverted to translations
-            modes=(MIXED,) if len(done) else (MIXED, "translate all"))
-        fp = _model_fingerprint(method, X, Y)
-        better = estimate["recall_at_10"] > rec.get("estimate", {}).get("recall_at_10", -1.0)
-        if not better and not rec.get("method"):
-            better = True  # the previous step left no translated row: nothing to keep
-        notes = step_notes(estimate, rec.get("estimate"), better, len(done))
-        if not better:
-            method, estimate, fp = rec["method"], rec["estimate"], rec["map"]
-            if not in_place or (states[rest] == STALE).any():
-                model = self._refit_old(X, Y, old)
-        if estimate.get("store") == "translate all":
-            # a store of translations only: the rows encoded now are translated too, unmarked
-            rest, new, pos = np.setdiff1d(np.arange(n), done), new[:0], pos[:0]
-        stale = rest[states[rest] == STALE]
-        marks = self._marks([all_ids[i] for i in pos], RowSubset(Y, new),
-                            [enc_texts[j] for j in new], [prov[i] for i in pos])
-        record = self._record(fp, method, len(encoded), estimate)
-        if in_place:
-            # every remaining row when the map is better, else the stale ones only (their
-            # vector is an old text's: they are finished as translated)
-            marks.write(self.output)
-            redo = rest if better else stale
-            retranslated = sum(self._translated(model, fp, redo[lo:lo + BATCH]).write(
-                self.output) for lo in range(0, len(redo), BATCH))
-            self._stamp(record)
-        else:
-            # a file cannot change rows in place under its readers: the output is written
-            # again (shadow, verification, publish) from the source, with the same rows in the
-            # same order, so its overlay (every writer's encoded rows) stays; the overlay,
-            # which wins, still holds the stale rows' old vectors: written with the marks
-            self._republish(ExactRowsModel(model, X, Y), record,
-                            (marks, self._translated(model, fp, stale)))
-            retranslated = len(rest) if better else 0
-        return MigrationResult(str(self.out), n, self.n_encoded, len(done) + len(pos), method,
-                               estimate, retranslated,
-                               "continued, retranslated" if better else "continued", notes)
-
-    def _translated(self, model, fp, positions):
-        """The rows at ``positions`` translated by ``model`` (the map ``fp``) from the source,
-        marked so, compare-and-set against the scan's provenance."""
-        from .._stores.live import translated_mark
-        from .._stores.pipeline.translate import RowMarks
-
-        ids = [self.rows.ids[i] for i in positions]
-        V = np.asarray(model.transform(self._read(ids, texts=False)), dtype=np.float32) \
-            if ids else np.zeros((0, 0), np.float32)
-        return RowMarks(ids, V, [translated_mark(fp)] * len(ids),
-                        [self.rows.provenance[i] for i in positions], self.provenance_key)
-
-    def _stamp(self, record):
-        """Record this step in the output's stamp (read once, at the start)."""
-        from .._stores.provenance import write_stamp
-
-        write_stamp(self.out, {**self.stamp, "migration": record})
-
-    def _republish(self, model, record, marks):
-        """Write the file output anew through the pipeline (``--replace``), the step's
-        ``record`` in the stamp written before the publish and ``marks`` written in it, then
-        remove the previous file it kept as the backup (and first a backup a killed step
-        left), when its stamp says this migration wrote it from this source (the source and
-        the encode cache make it again). The overlay is kept."""
-        from .._stores.address import parse_address
-        from .._stores.backups import backup_address
-
-        self.output.close()  # the scan is done: the output is replaced under its readers
-        self.output = None
-        self._drop_backup(backup_address(self.out))
-        result = self._translate(model, record, marks, replace=True)
-        if getattr(result, "backup", None) is not None:
-            self._drop_backup(parse_address(result.backup))
-
-    def _refit_old(self, X, Y, rows):
-        """The map of the previous step, fitted again on its own rows ``rows`` of ``X``, ``Y``
-        (deterministic); after a step that left no translated row (rows have gone stale since:
-        their texts changed), the linear map."""
-        from ..plan._inputs import make_candidate
-
-        keep = rows[fit_rows(len(rows), self.random_state)]
-        X, Y = X[keep], Y[keep]
-        model = make_candidate(self.record.get("method") or "linear", n_pairs=len(X),
-                               random_state=self.random_state).fit(X, Y)
-        return recorded_map(self.record, model, X, Y, self.random_state)
-
-    def _drop_backup(self, backup):
-        """Remove the previous migrated file at ``backup``; only when its stamp says skalign
-        migrate wrote it from this same source. The output's overlay stays: it holds every
-        writer's encoded rows."""
-        import shutil
-
-        from .._stores.files.overlay import OVERLAY_SUFFIX
-        from .._stores.provenance import read_stamp, sidecar_path
-
-        if not (backup.path.exists() or backup.path.is_symlink()):
-            return
-        try:
-            stamp = read_stamp(backup)
-        except StoreError:
-            return
-        if not isinstance(stamp, dict) or not isinstance(stamp.get("migration"), dict) \
-                or stamp.get("source_identity") != repr(self.src.identity):
-            return
-        for path in (backup.path, sidecar_path(backup),
-                     backup.path.with_name(backup.path.name + OVERLAY_SUFFIX)):
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path)
-            elif path.exists() or path.is_symlink():
-                path.unlink()
-
-
-def _texts_or_refuse(ids, texts, store, text_field):
-    missing = [i for i, t in enumerate(texts) if not isinstance(t, str)]
-    if missing:
-        where = f"field {text_field!r}" if text_field else "the default text field"
-        raise StoreError(
-            f"{len(missing)} of the {len(ids)} rows chosen in {store} have no text in "
-            f"{where} (first: id {ids[missing[0]]!r}); name the field that holds the "
-            "texts with --text-field")
-    return list(texts)
-
-
-def _plan_and_fit(X, Y, n_rows, *, min_recall, anyway, methods, random_state,
-                  modes=(MIXED, "translate all")):
-    """``(method, model, estimate)``: the plan's best map for the pairs, fitted, and the store
-    written with it (:func:`~skalign._migrate.calibration.choose_store`) with its estimate."""
-    from ..plan import plan_migration
-    from ..plan._inputs import make_candidate
-
-    # the plan's cost grows with the square of its pairs, and a --continue step's pairs with
-    # every step: it chooses the method on a seeded sample of PLAN_PAIRS, the map is fitted
-    # and the store priced on one of FIT_PAIRS (the share of encoded rows is all of them)
-    n_pairs = len(X)
-    keep = np.arange(len(X)) if len(X) <= PLAN_PAIRS else np.sort(
-        np.random.default_rng([random_state, 57]).choice(len(X), PLAN_PAIRS, replace=False))
-    try:
-        plan = plan_migration(X[keep], Y[keep], store_size=n_rows, sides=("document",),
-                              methods=methods, curve=False, min_recall=min_recall,
-                              random_state=random_state)
-    except ValueError as exc:
-        if "pairs" not in str(exc):
-            raise
-        raise ValueError(f"{len(X)} encoded rows are too few to plan a map: {exc} Give a "
-                         "larger --budget.") from None
-    best = plan.best("document")
-    keep = fit_rows(n_pairs, random_state)
-    X, Y = X[keep], Y[keep]
-    model = make_candidate(best.method, n_pairs=len(X), random_state=random_state).fit(X, Y)
-    # the store written (the exact rows among calibrated translations, or translations only)
-    # and its estimate (calibration.py's choose_store, the share of encoded rows all pairs')
-    T_cross = cross_translations(best.method, model, X, Y, random_state=random_state)
-    choice = price_written(T_cross, Y, n_pairs / n_rows, n_rows, modes=modes,
-                           random_state=random_state)
-    model, estimate = CalibratedMap(model, choice.calibration, choice.mode), choice.estimate
-    if plan.recommendation["action"] == "re-embed" and estimate["recall_at_10"] < min_recall \
-            and not anyway:
-        raise MigrationRefused(
-            f"no method reaches recall@10 {min_recall:g} with {n_pairs} encoded rows (best: "
-            f"{best.method}, {estimate['recall_at_10']:.3f}); encode more rows (a larger "
-            "--budget), lower --min-recall, or migrate anyway with --anyway", plan)
-    return best.method, model, estimate
-
-
 def _exists(address):
     """Whether a store is at ``address`` (an unreadable one counts)."""
     from .._stores import open_live
@@ -688,12 +369,3 @@ def _text_field(store, first_id, text_field, where):
                      "'document' tried); name the field that holds the texts with --text-field")
 
 
-def _next_rows(states, budget, done, random_state):
-    """The rows ``--continue`` encodes next: the stale ones first (they hold an old text's
-    vector), then rows drawn uniformly (seeded) from those not encoded."""
-    stale = np.flatnonzero(states == STALE)
-    if len(stale) >= budget:
-        return stale[:budget]
-    more = choose_rows(len(states), budget - len(stale), exclude=np.union1d(done, stale),
-                       random_state=random_state + len(done))
-    return np.union1d(stale, more)

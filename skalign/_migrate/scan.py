@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..exceptions import StoreError
+
 __all__ = ["BATCH", "ENCODED", "STALE", "TRANSLATED", "Provenance", "ScanRows", "all_ids",
-           "cached_positions", "same_ids", "scan_rows", "texts_of"]
+           "cached_positions", "same_ids", "scan_rows", "texts_of", "texts_or_refuse"]
 
 #: rows per read
 BATCH = 2048
@@ -139,6 +141,19 @@ def texts_of(store, ids, text_field):
             read(part, text_field=text_field, all_texts=True)
         out.extend(rows.texts)
     return out
+
+
+def texts_or_refuse(ids, texts, store, text_field):
+    """``texts`` as a list, refused with one line where a row has none (the text field named,
+    or the default one)."""
+    missing = [i for i, t in enumerate(texts) if not isinstance(t, str)]
+    if missing:
+        where = f"field {text_field!r}" if text_field else "the default text field"
+        raise StoreError(
+            f"{len(missing)} of the {len(ids)} rows chosen in {store} have no text in "
+            f"{where} (first: id {ids[missing[0]]!r}); name the field that holds the "
+            "texts with --text-field")
+    return list(texts)
 
 
 def cached_positions(encoder, store, ids, text_field, exclude):
