@@ -421,6 +421,10 @@ class LiveStore(ABC):
     #: a file store's overlay (:mod:`skalign._stores.files.overlay`: every row's provenance
     #: beside read-only files, the rows' texts read by position); ``None`` for the others
     overlay = None
+    #: whether :meth:`write_many` writes a large step faster than :meth:`write_back` batch by
+    #: batch (pgvector: the vector index built once again instead of updated row by row), so
+    #: that a writer gives it a whole step rather than its batches one at a time
+    bulk_writes = False
 
     @property
     def vector_field(self):
@@ -566,6 +570,29 @@ class LiveStore(ABC):
             return np.zeros(0, dtype=bool)
         self.check_provenance_key()
         return np.asarray(self._write_back(ids, V, marks, expected), dtype=bool)
+
+    def write_many(self, batches, rows):
+        """Write ``batches`` in order, each ``(ids, vectors, marks, expected)`` as
+        :meth:`write_back` takes it, as one step of ``rows`` rows in all: each row as
+        :meth:`write_back` of its batch in that order would write it (compare-and-set against
+        its provenance when its batch is written).
+
+        ``batches`` may be an iterator, read once, one batch at a time (a step larger than
+        memory). This default writes each batch with :meth:`write_back`; an engine that
+        declares :attr:`bulk_writes` writes a large step its own faster way.
+
+        Parameters
+        ----------
+        batches : iterable of tuple
+        rows : int
+            The rows of all batches together (what the engine chooses its way by).
+
+        Returns
+        -------
+        list of ndarray of bool
+            Each batch's ``written``.
+        """
+        return [self.write_back(*batch) for batch in batches]
 
     def _check_write_ids(self, ids):
         """The ids a write-back is given, before the shared checks (an engine's own rules)."""

@@ -179,6 +179,7 @@ class PgvectorLive(LiveStore):
 
     kind = "pgvector"
     in_row_provenance = True
+    bulk_writes = True
 
     def __init__(self, address, column=None, text_field=None, metric=None,
                  provenance_key=None, **options):
@@ -469,6 +470,19 @@ class PgvectorLive(LiveStore):
                         raise missing_id(self.address, lost[0])
         self._has_mark = True
         return written
+
+    def write_many(self, batches, rows):
+        """:meth:`~skalign._stores.live.LiveStore.write_many`: a step of at least
+        :data:`~skalign._stores.pgvector.writes.REBUILD_SHARE` of the table's rows is staged,
+        then written in one transaction that builds the column's HNSW index again instead of
+        updating it row by row (:func:`~skalign._stores.pgvector.writes.write_rebuilding`);
+        a smaller one batch by batch."""
+        from .writes import plan_rebuild, write_rebuilding
+
+        if not plan_rebuild(self, rows):
+            return super().write_many(batches, rows)
+        self.check_provenance_key()
+        return write_rebuilding(self, batches)
 
     def close(self):
         self._reader.conn.close()

@@ -319,13 +319,29 @@ class RowMarks:
     def write(self, store):
         """Write the rows into the live ``store`` in batches; return how many were written
         (the others' provenance had changed: compare-and-set)."""
-        values, written = self.values(store), 0
-        for lo in range(0, len(self.ids), MARK_BATCH):
-            part = slice(lo, lo + MARK_BATCH)
-            done = store.write_back(self.ids[part], self.vectors[part], values[part],
-                                    None if self.expected is None else self.expected[part])
-            written += int(done.sum())
-        return written
+        return RowMarks.write_parts(store, [self], len(self))[0]
+
+    @staticmethod
+    def write_parts(store, parts, rows):
+        """Write ``parts`` (:class:`RowMarks`, an iterable read once, one part at a time) into
+        the live ``store`` as one step of ``rows`` rows, in batches of :data:`MARK_BATCH`
+        through :meth:`~skalign._stores.live.LiveStore.write_many` (which may write a large
+        step its own faster way); return how many rows of each part were written."""
+        counts, owner = [], []
+
+        def batches():
+            for part in parts:
+                values = part.values(store)
+                counts.append(0)
+                for lo in range(0, len(part.ids), MARK_BATCH):
+                    at = slice(lo, lo + MARK_BATCH)
+                    owner.append(len(counts) - 1)
+                    yield (part.ids[at], part.vectors[at], values[at],
+                           None if part.expected is None else part.expected[at])
+
+        for k, done in enumerate(store.write_many(batches(), rows)):
+            counts[owner[k]] += int(done.sum())
+        return counts
 
 
 #: rows per write-back of :class:`RowMarks`
