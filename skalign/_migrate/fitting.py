@@ -10,6 +10,8 @@ and a step can fit the previous step's map again exactly.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from ..exceptions import MigrationRefused
@@ -48,15 +50,22 @@ def plan_and_fit(X, Y, n_rows, *, min_recall, anyway, methods, random_state,
     n_pairs = len(X)
     keep = np.arange(len(X)) if len(X) <= PLAN_PAIRS else np.sort(
         np.random.default_rng([random_state, 57]).choice(len(X), PLAN_PAIRS, replace=False))
-    try:
-        plan = plan_migration(X[keep], Y[keep], store_size=n_rows, sides=("document",),
-                              methods=methods, curve=False, min_recall=min_recall,
-                              random_state=random_state)
-    except ValueError as exc:
-        if "pairs" not in str(exc):
-            raise
-        raise ValueError(f"{len(X)} encoded rows are too few to plan a map: {exc} Give a "
-                         "larger --budget.") from None
+    X_plan, Y_plan = X[keep], Y[keep]
+
+    def plan_on(lean):
+        try:
+            return plan_migration(X_plan, Y_plan, store_size=n_rows, sides=("document",),
+                                  methods=methods, curve=False, min_recall=min_recall,
+                                  random_state=random_state, lean=lean)
+        except ValueError as exc:
+            if "pairs" not in str(exc):
+                raise
+            raise ValueError(f"{len(X)} encoded rows are too few to plan a map: {exc} Give a "
+                             "larger --budget.") from None
+
+    # lean: without the ceiling's oracle fits and the rerank option, which the step never
+    # writes; its best method and its choice among stay and translate are the full plan's
+    plan = plan_on(lean=True)
     best = plan.best("document")
     keep = fit_rows(n_pairs, random_state)
     X, Y = X[keep], Y[keep]
@@ -67,6 +76,14 @@ def plan_and_fit(X, Y, n_rows, *, min_recall, anyway, methods, random_state,
     choice = price_written(T_cross, Y, n_pairs / n_rows, n_rows, modes=modes,
                            random_state=random_state)
     model, estimate = CalibratedMap(model, choice.calibration, choice.mode), choice.estimate
+    if plan.recommendation["action"] == "re-embed" and estimate["recall_at_10"] < min_recall \
+            and not anyway:
+        # the lean plan's re-embed may be the full plan's translate + rerank, which the step
+        # does not refuse; a refusal shows the full plan (its notes are the lean plan's,
+        # warned already)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            plan = plan_on(lean=False)
     if plan.recommendation["action"] == "re-embed" and estimate["recall_at_10"] < min_recall \
             and not anyway:
         raise MigrationRefused(

@@ -119,7 +119,7 @@ def __dir__():
 def plan_migration(X, Y, *, unpaired=None, methods=None, sides=("document", "query"), k=10,
                    n_splits=None, store_size=None, curve=True, n_repeats=3, n_resamples=1000,
                    confidence=0.95, min_recall=0.6, normalize=True, max_unpaired=2000,
-                   queries=None, qrels=None, budget=None, random_state=0):
+                   queries=None, qrels=None, budget=None, random_state=0, lean=False):
     """Estimate what each migration method keeps of re-embedding, and recommend one.
 
     See the module docstring for how every number is made.
@@ -177,6 +177,12 @@ def plan_migration(X, Y, *, unpaired=None, methods=None, sides=("document", "que
         recommendation when several keep ``min_recall``.
     random_state : int, default=0
         Seeds the folds, subsets, resamples and the randomised methods.
+    lean : bool, default=False
+        Skip what only a report reads: the ceiling's oracle fits (``ceiling`` is empty and
+        the budget curve's extrapolation is capped at 1 instead) and the translate + rerank
+        option (``rerank`` is empty and never recommended). The estimates, staying and the
+        choice among stay, translate and bridge are those of the full plan; ``skalign
+        migrate``, which writes a translation and reports none of these, plans lean.
 
     Returns
     -------
@@ -200,7 +206,7 @@ def plan_migration(X, Y, *, unpaired=None, methods=None, sides=("document", "que
                           n_repeats=n_repeats, n_resamples=n_resamples, confidence=confidence,
                           min_recall=min_recall, normalize=normalize, max_unpaired=max_unpaired,
                           queries=queries, qrels=qrels, budget=budget,
-                          random_state=random_state)
+                          random_state=random_state, lean=lean)
     store = evaluation_store(inputs)
     fits = held_out_fits(inputs, store)
     est = estimates(inputs, fits)

@@ -196,14 +196,15 @@ def estimates(inputs, fits):
                     "old queries on the old store: the old model's own top-k, no migration",
                     pairs_truth)
     curves = scale_curves(fits.curves, out)
-    ceiling = _ceiling(inputs, fits.oracles, pairs_truth)
+    ceiling = _ceiling(inputs, fits.oracles, pairs_truth) if fits.oracles else {}
     best_doc = best_estimate(out, "document")
     rerank, budget_store = {}, None
     if best_doc is not None:
         test, index, queries = fits.doc_stores[best_doc.method]
-        rerank = rerank_option(Y_eval[test], index, queries, k, size,
-                               max(inputs.min_recall, stay.recall), n_resamples, confidence,
-                               np.random.default_rng([rs, 4]), true_of(test))
+        if not inputs.lean:
+            rerank = rerank_option(Y_eval[test], index, queries, k, size,
+                                   max(inputs.min_recall, stay.recall), n_resamples,
+                                   confidence, np.random.default_rng([rs, 4]), true_of(test))
         budget = None if inputs.budget is None else int(inputs.budget)
         if budget is not None and best_doc.method in curves and budget < size:
             budget_store = (Y_eval[test], index)

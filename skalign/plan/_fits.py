@@ -70,9 +70,9 @@ class Fits:
     what each fit took and does; ``Y_eval`` are the new-model vectors of the evaluation
     store's rows. ``curves`` is the unscaled budget curve on a held-out store of
     ``curve_store_size`` items, ``oracles`` the ceiling's in-sample translations ``(name,
-    index)``. With judged queries, ``judged[name][side]`` are the cosine similarities of the
-    judged queries (rows) to the pairs' items (columns), each item scored by the fit of the
-    fold that left it out (else ``judged`` is empty).
+    index)`` (none in a lean plan). With judged queries, ``judged[name][side]`` are the cosine
+    similarities of the judged queries (rows) to the pairs' items (columns), each item scored
+    by the fit of the fold that left it out (else ``judged`` is empty).
     """
 
     folds: dict
@@ -163,7 +163,8 @@ def held_out_fits(inputs, store):
         curves, curve_size = learning_curve([inputs.candidates[m] for m in store.methods], X, Y,
                                             unpaired, inputs.k, inputs.n_repeats, rs)
     return Fits(folds=folds, doc_stores=docs, fit_seconds=seconds, how=how, Y_eval=Y_eval,
-                curves=curves, curve_store_size=curve_size, oracles=oracle_fits(X, Y),
+                curves=curves, curve_store_size=curve_size,
+                oracles=() if inputs.lean else oracle_fits(X, Y),
                 judged=judged)
 
 

@@ -119,7 +119,8 @@ class Inputs:
     generator of the estimates' resamples, drawn from after the subsampling; ``notes`` what
     was ignored; ``fit_sides`` the sides fitted (the document side always: the query side is
     scaled from it);
-    ``n_unpaired_source`` and ``n_unpaired_target`` the rows of the samples used.
+    ``n_unpaired_source`` and ``n_unpaired_target`` the rows of the samples used; ``lean``
+    whether the ceiling's oracles and the rerank option are skipped.
     """
 
     X: np.ndarray
@@ -151,11 +152,12 @@ class Inputs:
     fit_sides: tuple
     n_unpaired_source: int
     n_unpaired_target: int
+    lean: bool = False
 
 
 def check_inputs(X, Y, *, unpaired, methods, sides, k, n_splits, store_size, curve, n_repeats,
                  n_resamples, confidence, min_recall, normalize, max_unpaired, queries, qrels,
-                 budget, random_state):
+                 budget, random_state, lean=False):
     """The arguments of :func:`skalign.plan.plan_migration` checked, as :class:`Inputs`."""
     from sklearn.utils import check_array, check_consistent_length
 
@@ -229,7 +231,7 @@ def check_inputs(X, Y, *, unpaired, methods, sides, k, n_splits, store_size, cur
                   n_unpaired_source=0 if unpaired is None or unpaired.X is None
                   else len(unpaired.X),
                   n_unpaired_target=0 if unpaired is None or unpaired.y is None
-                  else len(unpaired.y))
+                  else len(unpaired.y), lean=bool(lean))
 
 
 def _pool(unpaired, X, Y, max_unpaired, rng):

@@ -114,7 +114,7 @@ def budget_curve(est, store_size, budget):
     best = est.best["document"]
     if best is None or best.method not in est.learning_curve:
         return {}
-    curve = dict(est.learning_curve[best.method], ceiling=est.ceiling["recall"])
+    curve = dict(est.learning_curve[best.method], ceiling=est.ceiling.get("recall", 1.0))
     stay = est.stay["recall"]
     out = {"method": best.method, "n_pairs": curve["n_pairs"], "recall": curve["recall"],
            "store_size": store_size, "stay": stay,
@@ -267,7 +267,8 @@ def _on_judged(inputs, est, rec, fits):
     """Every option priced in nDCG@k on the judged queries, and the recommendation made on
     that: ``(judged, recommendation)``."""
     methods = {side: getattr(est.best[side], "method", None) for side in inputs.sides}
-    rerank_k = est.rerank["k_candidates"] if est.rerank else 100
+    # a lean plan prices no rerank (0: none)
+    rerank_k = est.rerank["k_candidates"] if est.rerank else 0 if inputs.lean else 100
     judged = judged_options(inputs, fits.judged, methods, rerank_k)
     choice = judged_choice(judged)
     lines = judged_reasons(judged, choice, rec["action"])
@@ -349,9 +350,9 @@ def _on_recall(inputs, est, opts):
             break
     reasons.append(f"cheapest option that keeps --min-recall {min_recall:.2f}: {action}"
                    + _decided(options, action, min_recall, k))
-    ceiling = est.ceiling["recall"]
+    ceiling = est.ceiling.get("recall")  # none in a lean plan
     budget = opts.budget
-    if action == "re-embed" and ceiling < min_recall:
+    if action == "re-embed" and ceiling is not None and ceiling < min_recall:
         reasons.append(f"even the ceiling ({ceiling:.3f}, an oracle map fitted and scored on the "
                        "same pairs) is below it: more pairs are unlikely to make a map good enough")
     elif budget:

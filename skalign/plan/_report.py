@@ -83,8 +83,9 @@ def _figure(plan):
     for name, c in plan.learning_curve.items():
         ax1.errorbar(c["n_pairs"], c["recall"], yerr=c["recall_std"], marker="o", label=name,
                      capsize=3)
-    ax1.axhline(plan.ceiling["recall"], color="k", ls="--", lw=1,
-                label=f"ceiling ({plan.ceiling['method']}, in sample)")
+    if plan.ceiling:
+        ax1.axhline(plan.ceiling["recall"], color="k", ls="--", lw=1,
+                    label=f"ceiling ({plan.ceiling['method']}, in sample)")
     ax1.axhline(plan.min_recall, color="tab:red", ls=":", lw=1, label="min recall")
     if plan.stay:
         ax1.axhline(plan.stay["recall"], color="tab:green", ls="-.", lw=1,
@@ -106,7 +107,8 @@ def _figure(plan):
     err = np.array([[e.recall - e.recall_ci[0], e.recall_ci[1] - e.recall] for e in ests]).T
     ax2.barh(labels, vals, xerr=err, color=["tab:blue" if e.side == "document" else "tab:orange"
                                             for e in ests], capsize=3)
-    ax2.axvline(plan.ceiling["recall"], color="k", ls="--", lw=1)
+    if plan.ceiling:
+        ax2.axvline(plan.ceiling["recall"], color="k", ls="--", lw=1)
     if plan.stay:
         ax2.axvline(plan.stay["recall"], color="tab:green", ls="-.", lw=1)
     ax2.set_xlim(0, 1)

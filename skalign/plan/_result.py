@@ -57,7 +57,7 @@ class MigrationPlan:
         ``bootstrap_left_out`` (why) when the default bootstrap candidate was not estimated
         (see the module docstring).
     ceiling : dict
-        ``{"recall", "ndcg", "method", "how"}`` of the oracle fit.
+        ``{"recall", "ndcg", "method", "how"}`` of the oracle fit; empty in a lean plan.
     recommendation : dict
         ``{"action": "stay" | "translate" | "bridge queries" | "translate + rerank" |
         "re-embed", "method", "side", "reasons", "commands", "most_within_budget"}``: the
@@ -181,8 +181,9 @@ class MigrationPlan:
                 f"{e.how}" + ("  (unsupported)" if not e.supported else
                           "  (extrapolated)" if e.extrapolated else ""))
         c = self.ceiling
-        lines += ["", f"ceiling (oracle {c['method']} fitted on all {self.n_pairs} pairs, in "
-                  f"sample): recall@{k} {c['recall']:.3f}, nDCG@{k} {c['ndcg']:.3f}"]
+        if c:  # none in a lean plan
+            lines += ["", f"ceiling (oracle {c['method']} fitted on all {self.n_pairs} pairs, "
+                      f"in sample): recall@{k} {c['recall']:.3f}, nDCG@{k} {c['ndcg']:.3f}"]
         if self.options:
             lines += ["", f"options at {self.store_size} items, cheapest first:"]
             for o in self.options:
