@@ -198,6 +198,83 @@ def test_pgvector_on_a_cluster_equals_one_process_and_survives_a_killed_worker(
     assert len(counts) == sum(BUDGETS[1:]) and {c for _, c in counts} == {1}
 
 
+class BatchBound:
+    """A new encoder whose vectors depend on their batch, as a real model's do in their last
+    bits: text ``t<i>`` gets row ``i`` of ``table`` plus ``1e-3`` times the mean ``i`` of its
+    batch's texts (the same batches give the same vectors, bit for bit)."""
+
+    def __init__(self, table):
+        self.table = table
+
+    def __call__(self, texts):
+        idx = [int(t[1:]) for t in texts]
+        return self.table[idx] + np.float32(1e-3 * np.mean(idx))
+
+
+def test_a_continue_step_of_many_pieces_on_a_cluster_equals_one_process(
+        tmp_path, cluster, spaces, monkeypatch):
+    """A ``--continue`` step with more rows to encode than one machine encodes at a time
+    (``ENCODE_ROWS``, 64 here: 150 rows) gives one machine the cluster's vectors bit for bit
+    with an encoder whose output depends on the batch: both encode the length-grouped
+    batches of the whole step (one machine a piece of whole batches at a time)."""
+    from skalign._migrate import continuing
+
+    monkeypatch.setattr(continuing, "ENCODE_ROWS", 64)
+    X, Y = spaces
+    src = tmp_path / "src.parquet"
+    write_source(src, X)
+    results, rows = {}, {}
+    for name, on in (("one", None), ("two", cluster)):
+        base = CallableEncoder(BatchBound(Y), fingerprint="batch-bound", batch_size=8)
+        enc = CachedEncoder(base, cache=EncodeCache(tmp_path / f"{name}.sqlite"))
+        out, results[name] = str(tmp_path / f"{name}.parquet"), []
+        for i, budget in enumerate((30, 150)):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)  # the small store's estimates
+                with open_migration(str(src), out, continue_=i > 0, text_field="text") as step:
+                    if on is not None:
+                        step.cluster = ClusterEncoder(base, scheduler=on, batch_size=8)
+                    results[name].append(step.run(enc, budget, anyway=True).to_dict()
+                                         | {"output": None})
+        rows[name] = read_all(out, "text")
+    (ids1, V1, p1), (ids2, V2, p2) = rows["one"], rows["two"]
+    assert ids1 == ids2 and p1 == p2
+    assert sum(str(p).startswith("encoded:") for p in p2) == 180
+    assert np.array_equal(V1, V2)
+    assert results["one"] == results["two"]
+    assert [r["n_encoded"] for r in results["two"]] == [30, 150]
+
+
+def test_pieces_encode_the_batches_of_the_whole(tmp_path, spaces):
+    """``encode_in_pieces`` runs the model on the batches ``encode_by_length`` forms of all
+    the texts (an encode cache holding some, texts repeated), a piece of whole batches at a
+    time; encoding each piece of rows grouped on its own does not (the negative control)."""
+    from skalign.encoders._grouping import encode_by_length, encode_in_pieces
+
+    _, Y = spaces
+    texts = [f"t{i}" for i in np.random.default_rng(2).integers(0, N, 200)]
+
+    def encoder(name):
+        enc = CachedEncoder(CallableEncoder(BatchBound(Y), fingerprint="batch-bound",
+                                            batch_size=8),
+                            cache=EncodeCache(tmp_path / f"{name}.sqlite"))
+        enc.encode(texts[50:90])  # texts the cache holds before
+        return enc
+
+    whole = encode_by_length(encoder("whole"), texts)
+    enc, V, sizes = encoder("pieces"), np.full_like(whole, np.nan), []
+    before = enc.n_encoded
+    for idx, part in encode_in_pieces(enc, texts, 24):
+        V[idx] = part
+        sizes.append(len(idx))
+    assert np.array_equal(V, whole)
+    assert len(sizes) > 4 and max(sizes) < 24 + 16  # bounded pieces of whole batches
+    assert enc.n_encoded - before == len(set(texts) - set(texts[50:90]))
+    alone = np.concatenate([encode_by_length(encoder(f"alone{lo}"), texts[lo:lo + 24])
+                            for lo in range(0, len(texts), 24)])
+    assert not np.array_equal(alone, whole)
+
+
 def hashed(texts):
     """A ``module:callable`` encoder the workers import: ``t<i>`` -> a seeded 16-d vector."""
     return np.stack([np.random.default_rng(int(t[1:])).normal(size=D).astype(np.float32)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..encoders._grouping import encode_by_length
+from ..encoders._grouping import encode_in_pieces
 from ..exceptions import StoreError
 from .calibration import MIXED, recorded_map, step_notes
 from .choice import choose_rows
@@ -31,29 +31,41 @@ class ContinueStep:
 
     def _new_vectors(self, ids, texts, held):
         """The new encoder's vectors of the rows ``ids``, in a
-        :class:`~skalign._migrate.rows.RowFile` (:data:`ENCODE_ROWS` rows at a time): read
-        back from the output where it holds them already (``held``: marked encoded by this
-        encoder, for the text it holds now), encoded only for the others — an earlier step's
-        rows are never encoded again, with or without an encode cache."""
+        :class:`~skalign._migrate.rows.RowFile`: read back from the output where it holds them
+        already (``held``: marked encoded by this encoder, for the text it holds now), encoded
+        only for the others — an earlier step's rows are never encoded again, with or without
+        an encode cache.
+
+        The rows to encode are encoded in the length-grouped batches of them all
+        (:func:`~skalign.encoders._grouping.encode_in_pieces`, :data:`ENCODE_ROWS` rows at a
+        time), the batches a cluster's partitions hold: one machine's vectors are the
+        cluster's bit for bit, whatever the step's size. They go to a row file in the order
+        they are encoded, and into the step's row file in the rows' order a piece at a time."""
         new, kept = np.flatnonzero(~held), np.flatnonzero(held)
-        encoded, at = None, None
+        at = np.full(len(ids), -1, np.int64)  # each row's place in `done`, the encoded rows
+        done = []
+
+        def put(rows, V):
+            if not done:
+                done.append(RowFile(V.shape[1]))
+            at[new[rows]] = len(done[0]) + np.arange(len(rows))
+            done[0].append(V)
+
         if self.cluster is not None and len(new):
             # the workers write the rows (marked) when the step keeps encoded rows for sure
             # (an earlier step encoded some): a partition redone after a dead worker skips them
-            written, encoded = self.cluster.encode_step(
-                self, [ids[j] for j in new], [texts[j] for j in new], write=len(kept) > 0)
+            written, _ = self.cluster.encode_step(
+                self, [ids[j] for j in new], [texts[j] for j in new], write=len(kept) > 0,
+                into=put)
             self.cluster_written.update(ids[j] for j in new[written])
-            kept, new, encoded = np.union1d(kept, new[written]), new[~written], encoded[~written]
-            at = np.full(len(ids), -1, np.int64)
-            at[new] = np.arange(len(new))
-        is_kept = np.zeros(len(ids), bool)
-        is_kept[kept] = True
+        elif len(new):
+            for rows, V in encode_in_pieces(self.enc, [texts[j] for j in new], ENCODE_ROWS):
+                put(rows, V)
         Y = None
         for lo in range(0, len(ids), ENCODE_ROWS):
             part = np.arange(lo, min(len(ids), lo + ENCODE_ROWS))
-            mine, back = part[~is_kept[part]], part[is_kept[part]]
-            pieces = [(mine, encode_by_length(self.enc, [texts[j] for j in mine])
-                       if encoded is None else encoded[at[mine]])] if len(mine) else []
+            mine, back = part[at[part] >= 0], part[at[part] < 0]
+            pieces = [(mine, done[0][at[mine]])] if len(mine) else []
             pieces += [(back[b:b + BATCH], self.output.fetch(
                 [ids[j] for j in back[b:b + BATCH]]).vectors) for b in range(0, len(back), BATCH)]
             V = np.empty((len(part), pieces[0][1].shape[1]), dtype=np.float32)

@@ -6,14 +6,20 @@ padded to the longest, at a cost of about :math:`b \cdot \max_i \ell_i` tokens i
 distinct texts. The same texts give the same batches wherever they are cut in whole batches,
 which is what makes a cluster's vectors bit-equal to one process's: a model such as
 all-MiniLM-L6-v2 gives a text vectors that differ in the last bits (about ``2e-7``) with the
-other texts of its batch, so both must encode the same batches.
+other texts of its batch, so both must encode the same batches. A pass too large to hold
+in memory is encoded a piece of whole batches at a time (:func:`encode_in_pieces`): the
+batches of the whole pass, as a cluster cuts it into partitions.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["encode_by_length", "length_batches", "length_order"]
+__all__ = ["LOOKUP_ROWS", "cached_rows", "encode_by_length", "encode_in_pieces",
+           "length_batches", "length_order"]
+
+#: texts looked up in an encode cache at a time (their vectors are read with them)
+LOOKUP_ROWS = 8192
 
 
 def length_order(texts):
@@ -94,3 +100,72 @@ def encode_by_length(encoder, texts):
     V = encoder.encode(distinct)
     where = {t: j for j, t in enumerate(distinct)}
     return V[[where[t] for t in texts]] if len(distinct) else V
+
+
+def cached_rows(encoder, texts):
+    """Which texts the encode cache of ``encoder`` holds: the texts it will not encode.
+
+    Looked up :data:`LOOKUP_ROWS` texts at a time (the cache reads their vectors with them).
+
+    Parameters
+    ----------
+    encoder : Encoder
+        A :class:`~skalign.encoders.CachedEncoder`; for another encoder no text is cached.
+    texts : list of str
+
+    Returns
+    -------
+    ndarray of bool of shape (len(texts),)
+    """
+    from ._cache import CachedEncoder, text_digest
+
+    hit = np.zeros(len(texts), dtype=bool)
+    if not isinstance(encoder, CachedEncoder):
+        return hit
+    for lo in range(0, len(texts), LOOKUP_ROWS):
+        digests = [text_digest(t) for t in texts[lo:lo + LOOKUP_ROWS]]
+        found = encoder.cache.get(encoder.fingerprint, set(digests))
+        hit[lo:lo + len(digests)] = [d in found for d in digests]
+    return hit
+
+
+def encode_in_pieces(encoder, texts, rows):
+    """:func:`encode_by_length` of ``texts``, a piece of about ``rows`` rows at a time.
+
+    The texts an encode cache holds (:func:`cached_rows`) are read from it first; the others
+    are cut into :func:`length_batches` of them all, and each piece is whole batches of that
+    plan, encoded as :func:`encode_by_length` encodes it: the model runs on the very batches
+    :func:`encode_by_length` gives it for all the texts at once, and a cluster's partitions
+    too (they are whole batches of the same plan). Memory holds one piece's vectors.
+
+    Parameters
+    ----------
+    encoder : Encoder
+    texts : list of str
+    rows : int
+        Rows per piece wished: a piece holds whole batches, at least one.
+
+    Yields
+    ------
+    idx : ndarray of int
+        Positions in ``texts`` of the piece's rows.
+    V : ndarray of shape (len(idx), dim), float32
+        Their vectors: row ``j`` embeds ``texts[idx[j]]``.
+    """
+    hit = cached_rows(encoder, texts)
+    cached = np.flatnonzero(hit)
+    for lo in range(0, len(cached), rows):
+        idx = cached[lo:lo + rows]
+        yield idx, encoder.encode([texts[i] for i in idx])
+    todo = np.flatnonzero(~hit)
+    size = max(1, int(getattr(encoder, "batch_size", None) or 64))
+    piece, held = [], 0
+    batches = length_batches([texts[i] for i in todo], size)
+    for k, batch in enumerate(batches):
+        piece.append(todo[batch])
+        held += len(batch)
+        if held >= rows or k == len(batches) - 1:
+            # the piece's rows in the plan's order: encode_by_length keeps that order
+            idx = np.concatenate(piece)
+            yield idx, encode_by_length(encoder, [texts[i] for i in idx])
+            piece, held = [], 0

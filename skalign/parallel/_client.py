@@ -8,7 +8,7 @@ import os
 import numpy as np
 
 from ..encoders import Encoder
-from ..encoders._grouping import length_batches
+from ..encoders._grouping import LOOKUP_ROWS, cached_rows, length_batches
 from ..exceptions import StoreError
 from ._partition import encode_partition
 from ._worker import describe_encoder
@@ -227,6 +227,28 @@ class ClusterEncoder:
         pandas.DataFrame
             ``id``, ``status``, ``vector`` (see :func:`encode_partition`).
         """
+        import pandas as pd
+
+        ids = list(ids)
+        if not ids:
+            return pd.DataFrame({"id": [], "status": [], "vector": []})
+        rows, parts = [], []
+        for where, part in self._partitions(
+                ids, texts, fingerprint=fingerprint, output=output, expected=expected,
+                text_field=text_field, column=column, provenance_key=provenance_key):
+            rows.append(where)
+            parts.append(part)
+        order = np.concatenate(rows)
+        back = np.empty(len(order), dtype=np.intp)
+        back[order] = np.arange(len(order))
+        return pd.concat(parts, ignore_index=True).iloc[back].reset_index(drop=True)
+
+    def _partitions(self, ids, texts, *, expected=None, **options):
+        """Run :func:`encode_partition` on the partitions of the rows ``ids`` (their
+        ``texts``) and yield ``(rows, result)`` for each as it completes: ``rows`` the
+        positions in ``ids`` of its result's rows. Only a window of partitions is in flight
+        and each result is handed on as it comes, so this process holds a few partitions'
+        vectors, not the pass's. ``options``: as :meth:`encode` takes them."""
         import uuid
         from concurrent.futures import CancelledError
 
@@ -234,8 +256,6 @@ class ClusterEncoder:
         from distributed import as_completed
 
         ids, texts = list(ids), list(texts)
-        if not ids:
-            return pd.DataFrame({"id": [], "status": [], "vector": []})
         client = self._start()
         size = self.partition_rows or min(16 * self.options["batch_size"], max(
             1, -(-len(ids) // (4 * self._n_workers(client)))))
@@ -245,27 +265,25 @@ class ClusterEncoder:
         if expected is not None:
             expected = list(expected)
             frame["expected"] = pd.Series([expected[i] for i in order], dtype=object)
-        session = uuid.uuid4().hex
+        session = uuid.uuid4().hex if options.get("output") is not None else None
 
         def submit(lo):
             encoder = self._ref if self._ref is not None else self.encoder
             return client.submit(
                 encode_partition, frame.iloc[lo:ends[lo]].reset_index(drop=True), encoder,
-                output=output, text_field=text_field, column=column,
-                provenance_key=provenance_key, fingerprint=fingerprint,
-                session=session if output is not None else None, pure=False, **self.options)
+                session=session, pure=False, **options, **self.options)
 
         # a window of tasks in flight, a few per worker: the scheduler and this process hold
         # that many partitions' texts, not the whole pass's
         starts = iter(ends)
         window = 4 * self._n_workers(client)
         futures = {submit(lo): lo for lo in itertools.islice(starts, window)}
-        pending, parts, again = as_completed(futures), {}, {}
+        pending, again = as_completed(futures), {}
         try:
             for future in pending:
                 lo = futures.pop(future)
                 try:
-                    parts[lo] = future.result()
+                    part = future.result()
                 except CancelledError:
                     # its result was lost with a worker the scheduler then forgot it on: the
                     # partition runs again (what the lost run wrote is skipped)
@@ -277,6 +295,10 @@ class ClusterEncoder:
                         # (a task then fails for "lost dependencies"): send it again
                         self._scatter()
                     starts = itertools.chain([lo], starts)
+                else:
+                    self.n_encoded += int(part.status.isin(
+                        ("encoded", "written", "changed")).sum())
+                    yield order[lo:ends[lo]], part
                 future.release()
                 for lo in itertools.islice(starts, 1):
                     nxt = submit(lo)
@@ -285,14 +307,8 @@ class ClusterEncoder:
         finally:
             for future in futures:
                 future.cancel()
-        out = pd.concat([parts[lo] for lo in sorted(parts)], ignore_index=True)
-        back = np.empty(len(order), dtype=np.intp)
-        back[order] = np.arange(len(order))
-        out = out.iloc[back].reset_index(drop=True)  # in the order given
-        self.n_encoded += int(out.status.isin(("encoded", "written", "changed")).sum())
-        return out
 
-    def encode_step(self, step, ids, texts, write):
+    def encode_step(self, step, ids, texts, write, into=None):
         """The new vectors of some rows of a step of ``skalign migrate``.
 
         Encoded on the cluster and, with ``write``, written into the step's output (marked
@@ -310,24 +326,34 @@ class ClusterEncoder:
             Their texts.
         write : bool
             Whether the workers write the rows into the step's output.
+        into : callable, default=None
+            ``into(rows, V)`` is given the vectors ``V`` of the rows at positions ``rows`` of
+            ``ids`` as they come (a partition's, or a chunk of those read from the encode
+            cache), and none are returned: this process then holds a few partitions' vectors
+            at a time, not the step's. ``None``: they are returned.
 
         Returns
         -------
         in_output : ndarray of bool
-            The rows the output now holds encoded (written by the workers, or found there).
-        vectors : ndarray of shape (len(ids), dim), float32
-            The other rows' new vectors (the rows ``in_output`` are zero: read them back).
+            The rows the output now holds encoded (written by the workers, or found there);
+            ``into`` is given the others.
+        vectors : ndarray of shape (len(ids), dim), float32, or None
+            Without ``into``, the other rows' new vectors (the rows ``in_output`` are zero:
+            read them back).
         """
         from ..encoders import text_digest as cache_digest
 
         ids, texts = list(ids), list(texts)
         cache = getattr(step.enc, "cache", None)
-        digests = [cache_digest(t) for t in texts] if cache is not None else None
+        parts, keep = [], into is None
+        if keep:
+            def into(rows, V):
+                parts.append((rows, V))
         # the texts the step's own encode cache holds are read from it, as on one machine
-        hit = np.zeros(len(ids), dtype=bool)
-        if cache is not None:
-            found = cache.get(step.enc.fingerprint, set(digests))
-            hit = np.array([d in found for d in digests], dtype=bool)
+        hit = cached_rows(step.enc, texts)
+        for lo in range(0, int(hit.sum()), LOOKUP_ROWS):
+            rows = np.flatnonzero(hit)[lo:lo + LOOKUP_ROWS]
+            into(rows, step.enc.encode([texts[i] for i in rows]))
         go = np.flatnonzero(~hit)
         # a step into a field of its source writes through that field's own store: the
         # workers return the vectors and the step writes them, as on one machine
@@ -336,30 +362,31 @@ class ClusterEncoder:
         if write:
             where = {key: i for i, key in enumerate(step.rows.ids)}
             expected = [step.rows.provenance[where[ids[i]]] for i in go]
-        out = self.encode([ids[i] for i in go], [texts[i] for i in go],
-                          fingerprint=step.enc.fingerprint,
-                          output=step.out if write else None, expected=expected,
-                          text_field=step.text_field, column=step.column,
-                          provenance_key=step.provenance_key)
         in_output = np.zeros(len(ids), dtype=bool)
-        in_output[go] = out.status.isin(("written", "held")).to_numpy()
-        if write:
-            # rows the step's scan found not encoded that the output holds encoded now were
-            # written by this pass (a run of their partition whose worker then died)
-            self.n_encoded += int((out.status == "held").sum())
-        back = [np.asarray(v, dtype=np.float32) for v in out.vector if v is not None]
-        cached = step.enc.encode([texts[i] for i in np.flatnonzero(hit)]) if hit.any() else None
-        dim = back[0].shape[0] if back else cached.shape[1] if cached is not None else 0
-        vectors = np.zeros((len(ids), dim), dtype=np.float32)
-        if cached is not None:
-            vectors[hit] = cached
-        got = [i for i, v in zip(go, out.vector) if v is not None]
-        if got:
-            vectors[got] = np.stack(back)
-            if cache is not None:  # kept for the next runs, as on one machine
-                cache.put(step.enc.fingerprint, [digests[i] for i in got], vectors[got])
+        for rows, out in self._partitions(
+                [ids[i] for i in go], [texts[i] for i in go], fingerprint=step.enc.fingerprint,
+                output=step.out if write else None, expected=expected,
+                text_field=step.text_field, column=step.column,
+                provenance_key=step.provenance_key) if len(go) else ():
+            rows = go[rows]
+            in_output[rows] = out.status.isin(("written", "held")).to_numpy()
+            if write:
+                # rows the step's scan found not encoded that the output holds encoded now
+                # were written by this pass (a run of their partition whose worker then died)
+                self.n_encoded += int((out.status == "held").sum())
+            got = rows[out.vector.notna().to_numpy()]
+            if len(got):
+                V = np.stack([np.asarray(v, dtype=np.float32) for v in out.vector
+                              if v is not None])
+                if cache is not None:  # kept for the next runs, as on one machine
+                    cache.put(step.enc.fingerprint, [cache_digest(texts[i]) for i in got], V)
+                into(got, V)
+        if not keep:
+            return in_output, None
+        vectors = np.zeros((len(ids), parts[0][1].shape[1] if parts else 0), dtype=np.float32)
+        for rows, V in parts:
+            vectors[rows] = V
         return in_output, vectors
-
 
 
 class _OnWorkers(Encoder):
