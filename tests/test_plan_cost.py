@@ -147,6 +147,40 @@ def test_the_text_table_and_the_refusals(store, capsys):
     assert re.match(r"re-embed all +100,000,000 +6,250,000 ", lines[head + 5])
 
 
+def test_the_calibration_draws_its_rows_without_listing_every_id(store, monkeypatch):
+    """A file store draws the calibration's rows by position (``sample_ids``), no id listed;
+    they are the very rows drawn from the listed ids where a store cannot (the documented
+    default), so the calibration reads and encodes the same texts either way."""
+    from skalign._stores.files.live import FileLiveStore
+    from skalign._stores.live import LiveStore, sample_positions
+    from skalign.plan._cost import MAX_BATCHES, calibrate
+
+    def run():
+        seen = []
+
+        def embed(texts):
+            seen.extend(texts)
+            return np.ones((len(texts), 4), np.float32)
+
+        rates = calibrate(str(store / "src.parquet"), embed, seconds=600, batch_size=1,
+                          random_state=3)
+        return rates, seen
+
+    def listed(self):
+        raise AssertionError("the calibration listed every id")
+
+    with monkeypatch.context() as m:
+        m.setattr(FileLiveStore, "ids", listed)
+        m.setattr(FileLiveStore, "id_array", listed)
+        drawn, seen = run()
+    monkeypatch.setattr(FileLiveStore, "sample_ids", LiveStore.sample_ids)
+    from_list, seen_listed = run()
+    texts = pq.read_table(store / "src.parquet", columns=["text"]).column("text").to_pylist()
+    assert seen == seen_listed == [texts[i] for i in sample_positions(N, MAX_BATCHES, 3)]
+    assert drawn.store_rows == from_list.store_rows == N
+    assert drawn.read_rows == from_list.read_rows == MAX_BATCHES < N
+
+
 def _rates(rate, *, load=0.0, read=1e9, batch=64):
     return stated_rates(rate, batch, load, read)
 

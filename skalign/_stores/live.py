@@ -43,7 +43,8 @@ from .live_input import check_write, shown
 __all__ = ["FIELD_KEY_PREFIX", "METRICS", "PROVENANCE_KEY", "TEXT_FIELDS", "LiveRows",
            "LiveStore", "add_marks", "check_key_name", "encoded_mark", "field_key", "field_token",
            "first_text_field", "is_mark", "mark_state", "owned_key_or_refuse", "parse_mark",
-           "scan_batch", "similarity", "text_digest", "translated_mark", "without_marks"]
+           "sample_positions", "scan_batch", "similarity", "text_digest", "translated_mark",
+           "without_marks"]
 
 #: the metadata/payload key or column name that holds a row's provenance
 PROVENANCE_KEY = "skalign_vector"
@@ -397,6 +398,15 @@ class LiveRows:
         return np.array([s == "encoded" for s in self.states(fingerprint, field)], dtype=bool)
 
 
+def sample_positions(n_rows, n, random_state):
+    """``min(n, n_rows)`` row positions of ``range(n_rows)`` drawn uniformly without
+    replacement (``numpy.random.default_rng(random_state)``), in increasing order: the rows
+    :meth:`LiveStore.sample_ids` draws, whether the engine draws them itself or the caller
+    from the listed ids."""
+    rng = np.random.default_rng(random_state)
+    return np.sort(rng.choice(int(n_rows), min(int(n), int(n_rows)), replace=False))
+
+
 class LiveStore(ABC):
     """One store opened for searching, reading rows by id and replacing vectors in place.
 
@@ -504,6 +514,27 @@ class LiveStore(ABC):
         of at most ``rows`` rows, else of about ``rows`` of them the engine samples itself
         (``skalign info``'s vector-length line). ``None`` (this default): the engine has no
         sample of its own, and the caller reads blocks of rows spread over the store."""
+        return None
+
+    def sample_ids(self, n, random_state):
+        """The ids of ``min(n, n_rows)`` rows drawn uniformly without replacement, in the
+        store's order (:func:`sample_positions` of :attr:`n_rows`, seeded by
+        ``random_state``), drawn without listing every id: the rows ``skalign plan
+        --calibrate`` reads its texts from. A file store draws row positions. ``None`` (this
+        default): the engine cannot reach a row by its position without listing its ids; the
+        caller lists them (:meth:`ids`) and draws the same positions from the list.
+
+        Parameters
+        ----------
+        n : int
+            Rows wished.
+        random_state : int
+            Seeds the draw.
+
+        Returns
+        -------
+        list or None
+        """
         return None
 
     def check_provenance_key(self):

@@ -2,10 +2,11 @@ r"""What each option of a migration costs: encoder calls, and time on 1 and on `
 from rates measured on the user's own machine.
 
 :func:`calibrate` loads the new encoder, reads a seeded random sample of the store's rows by id
-(their texts) and encodes them, ``batch_size`` at a time, until a time budget is spent; the
-first batch (a model's lazy start: kernels compiled, memory allocated) is timed apart and left
-out of the rate when more than one batch ran. :func:`price` carries those rates to every option
-of the plan; :func:`cost_lines` says them for people.
+(their texts; drawn without listing every id where the store can,
+:meth:`~skalign._stores.live.LiveStore.sample_ids`) and encodes them, ``batch_size`` at a time,
+until a time budget is spent; the first batch (a model's lazy start: kernels compiled, memory
+allocated) is timed apart and left out of the rate when more than one batch ran. :func:`price`
+carries those rates to every option of the plan; :func:`cost_lines` says them for people.
 
 The time model
 --------------
@@ -35,8 +36,6 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, dataclass
-
-import numpy as np
 
 __all__ = ["Rates", "calibrate", "cost_lines", "duration", "price", "stated_rates",
            "worker_counts"]
@@ -147,7 +146,7 @@ def calibrate(address, encoder, *, seconds=10.0, text_field=None, column=None, d
     """
     from .._migrate.scan import all_ids
     from .._stores import open_live
-    from .._stores.live import first_text_field
+    from .._stores.live import first_text_field, sample_positions
     from ..encoders import load_encoder
     from ..utils._terminal import escape_control
 
@@ -155,11 +154,21 @@ def calibrate(address, encoder, *, seconds=10.0, text_field=None, column=None, d
         raise ValueError(f"the calibration's time budget must be a positive number of seconds, "
                          f"got {seconds!r}.")
     with open_live(address, column=column, text_field=text_field, **options) as store:
-        ids = all_ids(store)
-        if len(ids) == 0:
+        # a seeded sample of rows: drawn by the store where it can (a file store by row
+        # position), else from every id listed; the same rows either way
+        want = MAX_BATCHES * batch_size
+        sample = store.sample_ids(want, random_state)
+        if sample is None:
+            ids = all_ids(store)
+            n_rows = len(ids)
+            sample = [ids[i] for i in sample_positions(n_rows, want, random_state)]
+            del ids
+        else:
+            n_rows = int(store.n_rows)
+        if not len(sample):
             raise ValueError(f"{address}: the store has no rows to calibrate on.")
         if text_field is None:
-            found = first_text_field(store, [ids[0]])
+            found = first_text_field(store, [sample[0]])
             if found is None:
                 raise ValueError(f"{address}: no text found for its rows (the default text "
                                  "field, 'text' and 'document' tried); name the field that "
@@ -168,17 +177,14 @@ def calibrate(address, encoder, *, seconds=10.0, text_field=None, column=None, d
         t0 = time.perf_counter()
         enc = load_encoder(encoder, device=device, batch_size=batch_size)
         load = time.perf_counter() - t0
-        rng = np.random.default_rng(random_state)
-        n = min(len(ids), MAX_BATCHES * batch_size)
-        rows = np.sort(rng.choice(len(ids), n, replace=False))
+        n = len(sample)
         timed = []  # (texts, seconds) of each batch
         read_rows, read_s = 0, 0.0
         for lo in range(0, n, batch_size):
             if timed and read_s + sum(s for _, s in timed) >= seconds:
                 break
             t0 = time.perf_counter()
-            texts = store.fetch([ids[i] for i in rows[lo:lo + batch_size]],
-                                text_field=text_field).texts
+            texts = store.fetch(sample[lo:lo + batch_size], text_field=text_field).texts
             read_s += time.perf_counter() - t0
             read_rows += len(texts)
             texts = [t for t in texts if t is not None]
@@ -198,7 +204,7 @@ def calibrate(address, encoder, *, seconds=10.0, text_field=None, column=None, d
                  batch_size=int(batch_size), texts=sum(t for t, _ in timed), calls=len(timed),
                  encode_seconds=sum(s for _, s in timed), warmup_texts=warm[0],
                  warmup_seconds=warm[1], load_seconds=load, read_rows=read_rows,
-                 read_seconds=read_s, budget_seconds=float(seconds), store_rows=len(ids))
+                 read_seconds=read_s, budget_seconds=float(seconds), store_rows=n_rows)
 
 
 def stated_rates(texts_per_second, batch_size, load_seconds, rows_per_second, encoder="",

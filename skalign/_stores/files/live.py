@@ -20,7 +20,7 @@ from abc import abstractmethod
 import numpy as np
 
 from ...exceptions import StoreError, StoreNotFoundError
-from ..live import METRICS, LiveRows, LiveStore, similarity
+from ..live import METRICS, LiveRows, LiveStore, sample_positions, similarity
 from ..live_input import check_k, check_vectors, missing_id
 from .overlay import Overlay
 
@@ -323,6 +323,11 @@ class FileLiveStore(LiveStore):
         if isinstance(self._ids, IdIndex):
             return self._ids.ids
         return np.arange(self.n_rows, dtype=np.int64)
+
+    def sample_ids(self, n, random_state):
+        """The ids of the rows at :func:`~skalign._stores.live.sample_positions` (see
+        :meth:`LiveStore.sample_ids`): drawn by row position, no other id listed."""
+        return self._ids.ids_of(sample_positions(self.n_rows, n, random_state))
 
     def texts_at(self, positions, text_field=None):
         """The texts of the rows at ``positions`` (row numbers) in ``text_field`` (``None``:
