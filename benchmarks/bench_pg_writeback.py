@@ -27,13 +27,15 @@ rows, compare-and-set against the marks read before, in one of these ways:
 not run at the larger shares (``-``). Prints seconds per way and share and the
 cut-over: the smallest share where ``rebuild`` is faster than ``batches``.
 
-Run: ``python benchmarks/bench_pg_writeback.py --rows 20000 [--shares 0.01,0.05,0.1,0.25]``.
+Run: ``python benchmarks/bench_pg_writeback.py --rows 20000 --shares 0.01,0.05,0.1,0.2
+--csv benchmarks/results/bench_pg_writeback.csv``.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -154,6 +156,10 @@ def main(argv=None):
     parser.add_argument("--shares", default="0.01,0.025,0.05,0.1,0.25,0.5")
     parser.add_argument("--ways", default=",".join(WAYS))
     parser.add_argument("--give-up", type=float, default=3.0)
+    parser.add_argument("--csv", help="write the figures (key,value) to this file: "
+                                      "WAY_ROWS_s per way and step size, rebuild_rows (the "
+                                      "rows batches write in the time of a rebuild), "
+                                      "cutover_share, load averages")
     parser.add_argument("--base", help="a libpq URI of a server with pgvector (default: one "
                                        "started here with pgserver)")
     args = parser.parse_args(argv)
@@ -164,13 +170,15 @@ def main(argv=None):
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from _stores_harness import start_postgres
 
-        server, base = start_postgres(tempfile.mkdtemp(prefix="bench-pgwb-"))
+        folder = tempfile.mkdtemp(prefix="bench-pgwb-")
+        server, base = start_postgres(folder)
     else:
         base = args.base
     address = f"{base}&table=bench&column=emb"
     fns = {"batches": way_batches, "shadow": way_shadow, "rebuild": way_rebuild,
            "concurrent": way_concurrent, "auto": way_auto}
     times, counts, gave_up = {}, {}, set()
+    load_start = os.getloadavg()[0]
     try:
         with _connect(base) as conn:
             make_template(conn, args.rows)
@@ -193,6 +201,7 @@ def main(argv=None):
     finally:
         if server is not None:
             server.cleanup()
+            shutil.rmtree(folder, ignore_errors=True)
     load = os.getloadavg()[0]
     print(f"\n{args.rows} rows of {DIM}-d, HNSW (m 16, ef_construction 64); seconds per step "
           f"(rows written); load {load:.1f}")
@@ -207,6 +216,27 @@ def main(argv=None):
         cut = next((s for s in shares if ("batches", s) not in times), None)
     print(f"cut-over (rebuild faster than batches from): "
           f"{'not reached' if cut is None else f'share {cut}'}")
+    # batches cost about the same per row at any share: the rows they write in a rebuild's time
+    per_row = [times["batches", s] / max(1, int(round(s * args.rows))) for s in shares
+               if ("batches", s) in times]
+    rebuilds = [times["rebuild", s] for s in shares if ("rebuild", s) in times]
+    rebuild_rows = np.median(rebuilds) / np.median(per_row) if per_row and rebuilds else None
+    if rebuild_rows is not None:
+        print(f"a rebuild costs what batches take for {rebuild_rows:.0f} rows "
+              f"({rebuild_rows / args.rows:.1%} of the table)")
+    if args.csv:
+        figures = {"rows": args.rows, "dim": DIM, "load_avg_1min_start": load_start,
+                   "load_avg_1min_end": load}
+        for (way, share), t in times.items():
+            figures[f"{way}_{max(1, int(round(share * args.rows)))}_s"] = round(t, 2)
+        if rebuild_rows is not None:
+            figures["rebuild_rows"] = round(float(rebuild_rows))
+            figures["rebuild_share"] = round(float(rebuild_rows) / args.rows, 4)
+            figures["batches_ms_per_row"] = round(1000 * float(np.median(per_row)), 2)
+        if cut is not None:
+            figures["cutover_share"] = cut
+        with open(args.csv, "w") as f:
+            f.write("key,value\n" + "".join(f"{k},{v}\n" for k, v in figures.items()))
 
 
 if __name__ == "__main__":

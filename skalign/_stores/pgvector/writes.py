@@ -110,6 +110,8 @@ def write_rebuilding(store, batches):
                              "e text, cas boolean)").format(staging, store._key_type))
     try:
         sizes = _stage(store, staging, batches)
+        if not sum(sizes):
+            return [np.zeros(n, dtype=bool) for n in sizes]
         kill_point("write-many-staged")
         with _mapped(store.address, "cannot stage the rows to write"):
             conn.execute(sql.SQL("CREATE INDEX ON {} (b)").format(staging))
