@@ -242,3 +242,35 @@ def test_hostile_names_stay_names(pg):
     with _conn(pg) as conn:
         assert conn.execute("SELECT to_regclass('victim')").fetchone()[0] is not None
         conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+
+
+def test_a_continue_step_is_written_as_one_step_equal_to_the_batches(pg, monkeypatch):
+    """``migrate --continue`` on a table under an HNSW index: its encoded and retranslated
+    rows written as one step (the index built again once), the same rows as batch by batch."""
+    import hashlib
+
+    from skalign._stores.pgvector import writes
+    from skalign.encoders import CallableEncoder
+    from skalign.io import migrate
+
+    def embed(texts):
+        return np.stack([np.random.default_rng(int(hashlib.sha256(t.encode()).hexdigest()[:8],
+                                                   16)).normal(size=DIM) for t in texts])
+
+    src = _make(pg, "mig_src")
+    outputs = {}
+    for how, share in (("batches", 2.0), ("step", writes.REBUILD_SHARE)):
+        monkeypatch.setattr(writes, "REBUILD_SHARE", share)
+        out = src.replace("table=mig_src", f"table=mig_{how}")
+        enc = CallableEncoder(embed, fingerprint="test-writeback")
+        migrate(src, out, enc, 40, text_field="text", anyway=True)
+        _, before = _state(pg, f"mig_{how}")
+        migrate(src, out, enc, 40, text_field="text", anyway=True, continue_=True)
+        rows, after = _state(pg, f"mig_{how}")
+        outputs[how] = rows
+        hnsw = [(b[1], a[1]) for b, a in zip(before, after) if "hnsw" in b[2]]
+        assert len(hnsw) == 1 and (hnsw[0][0] == hnsw[0][1]) == (how == "batches")
+    assert outputs["step"] == outputs["batches"]
+    marks = [(r[2] or "").split(":")[0] for r in outputs["step"]]
+    assert marks.count("encoded") > 40 and marks.count("translated") == N - marks.count(
+        "encoded")  # the step's encoded rows and every other row translated again

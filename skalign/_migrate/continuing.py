@@ -7,6 +7,8 @@ place, a file store written anew from the source with its overlay kept.
 
 from __future__ import annotations
 
+from itertools import chain
+
 import numpy as np
 
 from ..encoders._grouping import encode_in_pieces
@@ -147,10 +149,15 @@ class ContinueStep:
         if in_place:
             # every remaining row when the map is better, else the stale ones only (their
             # vector is an old text's: they are finished as translated)
-            marks.write(self.output)
+            # written as one step (a store may write a large one faster whole), read a part
+            # of BATCH rows at a time
+            from .._stores.pipeline.translate import RowMarks
+
             redo = rest if better else stale
-            retranslated = sum(self._translated(model, fp, redo[lo:lo + BATCH]).write(
-                self.output) for lo in range(0, len(redo), BATCH))
+            parts = chain([marks], (self._translated(model, fp, redo[lo:lo + BATCH])
+                                    for lo in range(0, len(redo), BATCH)))
+            retranslated = sum(RowMarks.write_parts(self.output, parts,
+                                                    len(marks) + len(redo))[1:])
             self._stamp(record)
         else:
             # a file cannot change rows in place under its readers: the output is written
