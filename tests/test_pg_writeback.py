@@ -259,7 +259,18 @@ def test_a_continue_step_is_written_as_one_step_equal_to_the_batches(pg, monkeyp
 
     src = _make(pg, "mig_src")
     outputs = {}
-    for how, share in (("batches", 2.0), ("step", writes.REBUILD_SHARE)):
+    # 0.85 of the table: more than the step's encoded rows or its retranslated rows alone
+    # (written one after the other, neither would rebuild), fewer than both together
+    seen = []
+    write_parts = RowMarks.write_parts
+
+    def counted(store, parts, rows):
+        parts = list(parts)
+        seen.append([len(p) for p in parts])
+        return write_parts(store, parts, rows)
+
+    monkeypatch.setattr(RowMarks, "write_parts", staticmethod(counted))
+    for how, share in (("batches", 2.0), ("step", 0.85)):
         monkeypatch.setattr(writes, "REBUILD_SHARE", share)
         out = src.replace("table=mig_src", f"table=mig_{how}")
         enc = CallableEncoder(embed, fingerprint="test-writeback")
@@ -271,6 +282,8 @@ def test_a_continue_step_is_written_as_one_step_equal_to_the_batches(pg, monkeyp
         hnsw = [(b[1], a[1]) for b, a in zip(before, after) if "hnsw" in b[2]]
         assert len(hnsw) == 1 and (hnsw[0][0] == hnsw[0][1]) == (how == "batches")
     assert outputs["step"] == outputs["batches"]
+    encoded, retranslated = seen[-1][0], sum(seen[-1][1:])
+    assert max(encoded, retranslated) < 0.85 * N <= encoded + retranslated, seen
     marks = [(r[2] or "").split(":")[0] for r in outputs["step"]]
     assert marks.count("encoded") > 40 and marks.count("translated") == N - marks.count(
         "encoded")  # the step's encoded rows and every other row translated again
