@@ -72,8 +72,15 @@ INDEX_STATE = ("field_name", "index_name", "total_rows", "indexed_rows", "pendin
                "state", "index_type", "metric_type")
 #: primary keys per ``query`` by id
 ID_QUERY = 1024
-#: entities per page where only the primary keys are read
+#: entities per page where only the primary keys are read (a Milvus server returns at most
+#: 16,384 entities a query)
 ID_PAGE = 16384
+#: the same on Milvus Lite, whose every query reads the whole collection: fewer, larger pages
+LITE_ID_PAGE = 262144
+#: the query parameter that makes a page hold the least primary keys the filter admits, in key
+#: order (the one pymilvus's ``query_iterator`` sends); without it Milvus Lite returns the
+#: first entities in its storage order, where a row written since sits after the others
+ORDERED = {"iterator": "True"}
 
 
 def _type_name(field):
@@ -93,17 +100,24 @@ def in_filter(pk, ids):
     return f"{pk} in [{', '.join(literal(i) for i in ids)}]"
 
 
-def primary_keys(conn, name, pk, partition=None):
+def query_page(address, server, lite):
+    """Entities per ``query`` page of the database of ``address``: ``lite`` on Milvus Lite (a
+    folder), ``server`` on a Milvus server."""
+    return lite if address.path is not None else server
+
+
+def primary_keys(conn, name, pk, partition=None, page_size=ID_PAGE):
     """Every primary key of collection ``name`` (of one partition), in order: pages of
-    ``ID_PAGE`` keys after the last one read (as pymilvus's ``query_iterator`` pages, without
-    the timestamp it asks of the server first, which Milvus Lite does not implement)."""
+    ``page_size`` keys after the last one read, each the least keys left (:data:`ORDERED`;
+    as pymilvus's ``query_iterator`` pages, without the timestamp it asks of the server
+    first, which Milvus Lite does not implement)."""
     keys, expr = [], ""
     while True:
         page = sorted(e[pk] for e in conn.query(
-            name, filter=expr, output_fields=[pk], limit=ID_PAGE,
+            name, filter=expr, output_fields=[pk], limit=page_size, **ORDERED,
             **({"partition_names": [partition]} if partition else {})))
         keys += page
-        if len(page) < ID_PAGE:
+        if len(page) < page_size:
             return keys
         expr = f"{pk} > {literal(page[-1])}"
 
@@ -180,8 +194,9 @@ class Reader(StoreReader):
         if self._rows is None:
             rows = []
             for part in self.partitions:
-                rows += [(part, k) for k in primary_keys(self.client, self.address.name,
-                                                         self.pk, part)]
+                rows += [(part, k) for k in primary_keys(
+                    self.client, self.address.name, self.pk, part,
+                    query_page(self.address, ID_PAGE, LITE_ID_PAGE))]
             self._rows = rows
         return self._rows
 

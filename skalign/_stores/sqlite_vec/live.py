@@ -189,34 +189,12 @@ class SqliteVecLive(LiveStore):
             np.float32) if ids else np.empty((0, self.dim), np.float32)
         return LiveRows(ids, V, texts, marks)
 
-    def mark_scan(self):
-        """The rows' provenance without their vectors (:meth:`LiveStore.mark_scan
-        <skalign._stores.live.LiveStore.mark_scan>`), in one read transaction: the marks of
-        the key from ``skalign_marks``, then one scan of the table's ids (and default texts,
-        where a mark is ``encoded:…``), no vector column read."""
-        text = self._text_column(None)
-        with self.conn:
-            tid = token(self.conn, self.table)
-            marks = {} if tid is None or table_type(self.conn, MARKS) is None else dict(
-                self.conn.execute(f"SELECT id, mark FROM {ident(MARKS)} WHERE tid = ? AND key = ? "
-                                  "AND mark IS NOT NULL", (tid, self.provenance_key)))
-            encoded = any(m.startswith("encoded:") for m in marks.values() if isinstance(m, str))
-            cols = [self.id_name] + ([text] if encoded and text is not None else [])
-            rows = self.conn.execute(f"SELECT {', '.join(ident(c) for c in cols)} FROM "
-                                     f"{ident(self.table)}").fetchall()
-        translated = unmarked = 0
-        ids, got, texts = [], [], []
-        for row in rows:
-            m = marks.get(row[0])
-            if m is None:
-                unmarked += 1
-            elif not (isinstance(m, str) and m.startswith("encoded:")):
-                translated += 1
-            else:
-                ids.append(row[0])
-                got.append(m)
-                texts.append(row[1] if len(row) > 1 and isinstance(row[1], str) else None)
-        return [(translated, unmarked, ids, got, texts)]
+    def count_marks(self, mine=None, empty=False):
+        """Rows per provenance, counted by SQLite without reading a vector
+        (:func:`~skalign._stores.sqlite_vec.counts.count_marks`)."""
+        from .counts import count_marks
+
+        return count_marks(self, mine, empty)
 
     def _write_back(self, ids, V, marks, expected):
         conn, table, key = self.conn, ident(self.table), self.provenance_key
