@@ -65,3 +65,19 @@ def test_gram_returned_is_the_centred_gram_and_fits_the_same_map():
     fixed = LinearAligner(alpha=est.alpha_, normalize=False).fit(X, Y)
     np.testing.assert_allclose(est.coef_, fixed.coef_, atol=1e-10)
     np.testing.assert_allclose(est.intercept_, fixed.intercept_, atol=1e-10)
+
+
+@pytest.mark.parametrize("implicit", [True, False])
+def test_the_scores_do_not_depend_on_the_query_blocks(monkeypatch, implicit):
+    """A fold's held-out queries are scored a block of rows at a time: blocks of a few rows
+    (several per fold, the last one short) give exactly the scores of one block per fold."""
+    import skalign._affine.linear as linear
+
+    # r < d_y: the similarities from r-sized products; r > d_y: from the predictions
+    X, Y = data(400, 24, 48, seed=7) if implicit else data(400, 48, 24, seed=8)
+    alphas = np.logspace(-2, 3, 6)
+    whole = ridge_cv_retention(torch.from_numpy(X), torch.from_numpy(Y), alphas, 4)
+    monkeypatch.setattr(linear, "QUERY_BLOCK", 7 * 100 * 6)  # 7 queries of 100 per block
+    blocks = ridge_cv_retention(torch.from_numpy(X), torch.from_numpy(Y), alphas, 4)
+    np.testing.assert_array_equal(blocks, whole)
+    assert whole.max() - whole.min() > 0.02

@@ -7,11 +7,13 @@ and a ``--continue`` step done without an array of all their rows' vectors."""
 
 import hashlib
 import tracemalloc
+import weakref
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 
 from skalign._migrate import continuing as continuing_module
 from skalign._migrate import fitting as fitting_module
@@ -224,3 +226,109 @@ def test_a_continue_step_holds_no_array_of_its_pairs(tmp_path, monkeypatch):
         assert marked.sum() == step.n_encoded_rows
         assert np.allclose(got / np.linalg.norm(got, axis=1, keepdims=True),
                            want / np.linalg.norm(want, axis=1, keepdims=True), atol=1e-5)
+
+
+class TensorMemory:
+    """The most bytes the CPU tensors torch makes inside a ``with`` block hold at once: a
+    storage counts from its first tensor (a torch function's result) until its last one is
+    freed. ``tracemalloc`` does not see torch's allocations; a function mode sees every torch
+    function called from Python."""
+
+    def __init__(self):
+        from torch.overrides import TorchFunctionMode
+
+        memory = self
+        self.live = self.peak = 0
+        self.tensors = {}  # storage address -> [tensors alive, bytes]
+
+        class Mode(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                memory._results(out)
+                return out
+
+        self.mode = Mode()
+
+    def _results(self, out):
+        if isinstance(out, torch.Tensor):
+            if out.device.type == "cpu":
+                self._seen(out)
+        elif isinstance(out, (tuple, list)):
+            for item in out:
+                self._results(item)
+
+    def _seen(self, t):
+        storage = t.untyped_storage()
+        key = storage.data_ptr()
+        if key not in self.tensors:
+            self.tensors[key] = [0, storage.nbytes()]
+            self.live += storage.nbytes()
+            self.peak = max(self.peak, self.live)
+        self.tensors[key][0] += 1
+        weakref.finalize(t, self._freed, key)
+
+    def _freed(self, key):
+        entry = self.tensors[key]
+        entry[0] -= 1
+        if not entry[0]:
+            self.live -= entry[1]
+            del self.tensors[key]
+
+    def __enter__(self):
+        self.mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.mode.__exit__(*exc)
+
+
+def _pairs(n, d_x, d_y, seed):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d_x)).astype(np.float32)
+    Y = np.tanh(X @ rng.normal(size=(d_x, d_y)).astype(np.float32) / 2)
+    return X, Y + 0.3 * rng.normal(size=Y.shape).astype(np.float32)
+
+
+def test_the_ridge_search_holds_no_square_matrix_of_a_folds_pairs(monkeypatch):
+    """The penalty search by held-out recall (the map ``migrate`` fits) on N pairs: a fold's
+    N/5 held-out queries are ranked a block of them at a time, never in an (N/5)² matrix of
+    similarities, and the search makes no extra copy of the pairs in float64."""
+    from skalign import LinearAligner
+    from skalign._affine import linear
+
+    monkeypatch.setattr(linear, "QUERY_BLOCK", 2 ** 17, raising=False)
+    n, d_x, d_y = 5000, 8, 12
+    X, Y = _pairs(n, d_x, d_y, 0)
+    with TensorMemory() as memory:
+        fitted = LinearAligner(alphas=[1e-2, 1.0, 1e2], scoring="recall_retention").fit(X, Y)
+    assert fitted.alpha_criterion_ == "recall_retention"
+    assert np.ptp(fitted.cv_scores_) > 0  # the penalties were scored
+    square = (n // 5) ** 2 * 8  # one fold's similarities in float64: 8 MB
+    pairs = n * (d_x + d_y) * 8  # the pairs in float64: 0.8 MB
+    assert memory.peak < square / 2, (memory.peak, square)
+    assert memory.peak < 4 * pairs, (memory.peak, pairs)
+
+
+def test_pricing_the_written_store_holds_no_float64_copy_of_its_pairs(monkeypatch):
+    """``price_written`` on N pairs: the held-out check on its capped sample, the calibration
+    fitted a block of rows at a time (its statistics: the values of the whole arrays)."""
+    from skalign._migrate import calibration
+    from skalign._migrate.heldout import _moments, _pad_direction, _unit
+
+    monkeypatch.setattr(calibration, "CHECK_ROWS", 100)
+    monkeypatch.setattr(calibration, "CAL_ROWS", 512, raising=False)
+    n, d = 40000, 64
+    T, Y = _pairs(n, d, d, 1)
+    choice, peak = _peak(lambda: calibration.price_written(
+        T, Y, 0.1, 10 * n, option=(calibration.MIXED, "moments", 0.98)))
+    assert peak < T.nbytes / 2, (peak, T.nbytes)  # one float64 copy of T: 2 x T.nbytes
+    cal = choice.calibration
+    Yu, Tu = _unit(Y), _unit(T)
+    mean, centre, spread = _moments(Tu, Yu)
+    assert np.array_equal(cal.mean, mean) and np.array_equal(cal.centre, centre)
+    assert cal.spread == spread
+    assert cal.norm == np.linalg.norm(Y.astype(np.float64), axis=1).mean()
+    np.testing.assert_allclose(cal.pad, _pad_direction(Yu, Tu), atol=1e-9)
+    written = cal.apply(T[:1500])
+    np.testing.assert_allclose(written, (cal.norm * cal.unit_rows(T[:1500])).astype(np.float32),
+                               rtol=1e-6)

@@ -15,6 +15,7 @@ from ..utils._backend import (
     ridge_svd,
     small_lapack,
     to_numpy,
+    to_tensor,
     work_threads,
 )
 from ..utils._compat import Interval, StrOptions, _fit_context
@@ -75,7 +76,8 @@ def ridge_loo_errors(Xc, Yc, alphas, *, center=True):
     return errors
 
 
-def ridge_cv_retention(Xt, Yt, alphas, n_splits, *, center=True, k=10, return_gram=False):
+def ridge_cv_retention(Xt, Yt, alphas, n_splits, *, center=True, k=10, return_gram=False,
+                       overwrite=False):
     r"""K-fold recall@k retention of ridge maps for several penalties, one decomposition per fold.
 
     For each of ``n_splits`` folds (shuffled with seed 0), the training part's centred anchors
@@ -98,7 +100,13 @@ def ridge_cv_retention(Xt, Yt, alphas, n_splits, *, center=True, k=10, return_gr
         - (n - |T|)\, \delta_x \delta_x^\top
 
     (and :math:`\bar X_{tr}^\top \bar Y_{tr}` alike), so a fold costs products over its held-out
-    rows only. The penalties of a fold are scored a batch at a time.
+    rows only. The penalties of a fold are scored a batch at a time, and the held-out queries
+    a block of rows at a time.
+
+    Memory: besides the anchors, the centred source anchors and, while the whole set's
+    :math:`\bar X^\top \bar Y` is formed, the centred targets (float64 copies of the size of
+    the anchors); a fold's matrices are bounded (:func:`_fold_retention`), never
+    :math:`n \times n`.
 
     Parameters
     ----------
@@ -116,6 +124,9 @@ def ridge_cv_retention(Xt, Yt, alphas, n_splits, *, center=True, k=10, return_gr
         Also return the whole set's ``(X̄ᵀX̄, X̄ᵀȲ)`` (float64), for the final fit's solve
         (:func:`~skalign.utils._backend.ridge_svd`'s ``gram``), or ``None`` where the training
         parts are wide and it was not formed.
+    overwrite : bool, default=False
+        Allow ``Xt`` to be centred in place (its values are then lost): one copy of the
+        anchors fewer, where the caller made ``Xt`` for this call.
 
     Returns
     -------
@@ -131,13 +142,16 @@ def ridge_cv_retention(Xt, Yt, alphas, n_splits, *, center=True, k=10, return_gr
     n, d = X64.shape
     mx = X64.mean(0) if center else torch.zeros_like(X64[0])
     my = Y64.mean(0) if center else torch.zeros_like(Y64[0])
-    Xc, Yc = X64 - mx, Y64 - my
+    # the centred targets are only needed whole for the Gram matrix: a fold centres its own
+    # rows (the same values: the subtraction is elementwise)
+    Xc = X64.sub_(mx) if overwrite or X64 is not Xt else X64 - mx
+    del X64
     tall = n - -(-n // n_splits) >= d  # the smallest training part
-    gram = (Xc.mT @ Xc, Xc.mT @ Yc) if tall else None
+    gram = (Xc.mT @ Xc, Xc.mT @ (Y64 - my)) if tall else None
     alphas = np.asarray(alphas, dtype=np.float64)
     scores = np.zeros(len(alphas))
     for train, test in KFold(n_splits, shuffle=True, random_state=0).split(np.arange(n)):
-        Xte, Yte_c = Xc[test], Yc[test]
+        Xte, Yte_c = Xc[test], Y64[test] - my
         if tall:
             dx = -Xte.sum(0) / len(train) if center else torch.zeros_like(mx)
             dy = -Yte_c.sum(0) / len(train) if center else torch.zeros_like(my)
@@ -145,7 +159,7 @@ def ridge_cv_retention(Xt, Yt, alphas, n_splits, *, center=True, k=10, return_gr
             XtY = gram[1] - Xte.mT @ Yte_c - len(train) * torch.outer(dx, dy)
             V, sv, UtY = _decompose_gram(G, XtY)
         else:
-            Xtr, Ytr = Xc[train], Yc[train]
+            Xtr, Ytr = Xc[train], Y64[train] - my
             dx = Xtr.mean(0) if center else torch.zeros_like(mx)
             dy = Ytr.mean(0) if center else torch.zeros_like(my)
             V, sv, UtY = _svd_by_gram(Xtr - dx, Ytr - dy)
@@ -166,6 +180,12 @@ def _fold_retention(Xte, Yte, V, sv, UtY, my, alphas, k):
     otherwise the predictions are formed (``m r d_y``) and compared in the target space. The
     decomposition needs float64; the cosines only rank neighbours, and float32 gave the same
     scores on the development data at a quarter less time.
+
+    The ``m`` held-out queries' similarities with the ``m`` held-out targets (re-embedded and
+    translated) are formed a block of :func:`_query_rows` queries at a time and reduced to
+    their top-``k`` at once, so a fold holds no :math:`m \times m` matrix (a fifth of 20,000
+    anchors: 128 MB in float64 per matrix); the blocks are rows of the same products, so the
+    scores do not depend on the block size.
     """
     import torch
 
@@ -180,25 +200,51 @@ def _fold_retention(Xte, Yte, V, sv, UtY, my, alphas, k):
         Y32, UtY32, my32 = Yte.float(), UtY.float(), my.float()
     sv32 = sv.float()
     # the re-embedded neighbourhoods do not depend on alpha: once per fold
-    own = torch.from_numpy(_top_k_excluding_self(Yte @ Yte.mT, k))
+    own = torch.cat([_top_k_excluding_self(Yte[lo:lo + b] @ Yte.mT, k, lo)
+                     for lo, b in _blocks(m, _query_rows(1, m))])
     a32 = torch.as_tensor(alphas, dtype=torch.float32)
     out = np.empty(len(alphas))
     step = max(1, 2 ** 24 // (m * max(m, d_y)))  # penalties per batch: 64 MiB of float32
     for lo in range(0, len(alphas), step):
         f = sv32 / (sv32 * sv32 + a32[lo:lo + step, None])  # (batch, r)
+        rows = _query_rows(len(f), m)
         P = XV * f[:, None, :]
         if implicit:  # [C, b] [P, 1]^T / norms: one product, no pass over the similarities
             sq = ((P @ G) * P).sum(2) + 2.0 * (P @ g) + my2
             P = torch.cat([P, torch.ones_like(P[:, :, :1])], 2)
-            S = Cb @ (P / sq.clamp_min(1e-24).sqrt()[:, :, None]).mT
+            Q, Pn = Cb, (P / sq.clamp_min(1e-24).sqrt()[:, :, None]).mT
         else:
             pred = P @ UtY32 + my32
-            S = Y32 @ (pred / pred.norm(dim=2, keepdim=True).clamp_min(1e-12)).mT
-        S.diagonal(dim1=1, dim2=2).fill_(-torch.inf)
-        got = torch.topk(S, k, dim=2, sorted=False).indices
-        kept = (own[None, :, :, None] == got[:, :, None, :]).any(dim=3).sum(dim=2)
+            Q, Pn = Y32, (pred / pred.norm(dim=2, keepdim=True).clamp_min(1e-12)).mT
+        kept = torch.cat([_kept(Q[q:q + b] @ Pn, own[q:q + b], q, k)
+                          for q, b in _blocks(m, rows)], 1)
         out[lo:lo + step] = (kept.double() / k).mean(dim=1).numpy()
     return out
+
+
+#: similarities a block of held-out queries forms at most (per penalty batch): 16 MiB of float32
+QUERY_BLOCK = 2 ** 22
+
+
+def _query_rows(batch, m):
+    """Held-out queries a block holds: :data:`QUERY_BLOCK` similarities over ``batch``
+    matrices of ``m`` columns (at least one query)."""
+    return max(1, QUERY_BLOCK // (batch * m))
+
+
+def _blocks(m, rows):
+    """``(start, size)`` of consecutive blocks of ``rows`` of ``m`` rows."""
+    return [(lo, min(rows, m - lo)) for lo in range(0, m, rows)]
+
+
+def _kept(S, own, lo, k):
+    """Per penalty (``S``: batch, queries ``lo …``, all ``m`` targets), how many of each query's
+    re-embedded top-``k`` (``own``) its translated top-``k`` keeps, itself left out."""
+    import torch
+
+    S.diagonal(offset=lo, dim1=1, dim2=2).fill_(-torch.inf)
+    got = torch.topk(S, k, dim=2, sorted=False).indices
+    return (own[None, :, :, None] == got[:, :, None, :]).any(dim=3).sum(dim=2)
 
 
 def _decompose_gram(G, XtY, rtol=1e-12):
@@ -236,14 +282,29 @@ def _svd_by_gram(Xc, Yc, rtol=1e-12):
     return (Xc.mT @ E) / sv, sv, E.mT @ Yc  # E = U
 
 
-def _top_k_excluding_self(S, k):
-    """Column indices of each row's ``k`` largest entries of the square tensor ``S``, the
-    diagonal left out (in no particular order)."""
+def _top_k_excluding_self(S, k, lo=0):
+    """Column indices of each row's ``k`` largest entries of ``S`` (in no particular order),
+    row ``i``'s own column ``lo + i`` left out (``S``: rows ``lo …`` of a square matrix, whose
+    entries ``(i, lo + i)`` are overwritten)."""
     import torch
 
-    S = S.clone()
-    S.fill_diagonal_(-torch.inf)
-    return to_numpy(torch.topk(S, k, dim=1, sorted=False).indices)
+    S.diagonal(offset=lo).fill_(-torch.inf)
+    return torch.topk(S, k, dim=1, sorted=False).indices
+
+
+def _centred(A, center, device):
+    """``(A - μ, μ)``: ``A`` as a float64 tensor on ``device`` less its column means (zero
+    without ``center``), centred in place in a copy of its own, so that making it holds two
+    arrays of its size at most, not three (the values of
+    ``BaseAligner._centered_pair_tensors``: the subtraction is elementwise)."""
+    import torch
+
+    T = to_tensor(A, torch.device(device), torch.float64)
+    source = A.data_ptr() if isinstance(A, torch.Tensor) else np.asarray(A).ctypes.data
+    if T.data_ptr() == source:  # to_tensor aliased the caller's array
+        T = T.clone()
+    mu = T.mean(0) if center else torch.zeros(T.shape[1], dtype=T.dtype, device=T.device)
+    return T.sub_(mu), mu
 
 
 class LinearAligner(NormalizeMixin, BaseAligner):
@@ -449,8 +510,11 @@ class LinearAligner(NormalizeMixin, BaseAligner):
         # (skalign.utils._backend.work_threads)
         with work_threads(len(X) * X.shape[1] * y.shape[1], self.device_):
             X, y = self._fit_normalization(X, y)
-            Xc, Yc, mx, my = self._centered_pair_tensors(X, y, center=self.center)
+            (Xc, mx), (Yc, my) = (_centred(A, self.center, self.device_) for A in (X, y))
             gram = self._choose_alpha(Xc, Yc, mx, my)
+            if self.alpha_criterion_ == "recall_retention":  # the search used them up
+                del Xc, Yc
+                (Xc, _), (Yc, _) = (_centred(A, self.center, self.device_) for A in (X, y))
             W = ridge_svd(Xc, Yc, self.alpha_, rtol=self.rtol, gram=gram)
         self.coef_ = to_numpy(W.T)  # scikit-learn's (n_targets, n_features)
         self.intercept_ = to_numpy(my - mx @ W)
@@ -458,13 +522,16 @@ class LinearAligner(NormalizeMixin, BaseAligner):
 
     def _choose_alpha(self, Xc, Yc, mx, my):
         """Set ``alpha_`` and ``alpha_criterion_`` (and the search's scores); return the
-        search's ``(X̄ᵀX̄, X̄ᵀȲ)`` where it formed them (``None`` otherwise)."""
+        search's ``(X̄ᵀX̄, X̄ᵀȲ)`` where it formed them (``None`` otherwise). The search by
+        ``"recall_retention"`` overwrites ``Xc`` and ``Yc``: it is given the anchors as
+        ``Xc + mx`` and ``Yc + my``, made in place to hold no other copy of them."""
         n_splits = min(5, len(Xc) // 24)  # held-out parts of at least 2 (k + 2) anchors
         gram = None
         if isinstance(self.alpha, str) and self.scoring is not None and n_splits >= 2:
             alphas = self._candidate_alphas()
-            self.cv_scores_, gram = ridge_cv_retention(Xc + mx, Yc + my, alphas, n_splits,
-                                                       center=self.center, return_gram=True)
+            self.cv_scores_, gram = ridge_cv_retention(
+                Xc.add_(mx), Yc.add_(my), alphas, n_splits, center=self.center,
+                return_gram=True, overwrite=True)
             self.alpha_ = float(alphas[int(np.argmax(self.cv_scores_))])
             self.alpha_criterion_ = "recall_retention"
         elif isinstance(self.alpha, str):

@@ -31,9 +31,19 @@ SCALE_RATIO = 2.0
 _SIDES = {False: "none", True: "both", "source": "source", "target": "target", "both": "both"}
 
 
+#: float64 values a block of rows converts at once to take its norms (16 MiB)
+NORM_BLOCK = 2 ** 21
+
+
 def norm_profile(A):
-    """Mean and coefficient of variation (std / mean) of the row norms of ``A``, in float64."""
-    norms = np.linalg.norm(np.asarray(A, dtype=np.float64), axis=1)
+    """Row norms of ``A`` with their mean and coefficient of variation (std / mean), in
+    float64, a block of rows at a time (no float64 copy of the whole of ``A``: each row's norm
+    is its own reduction, so the blocks give the same values)."""
+    A = np.asarray(A)
+    rows = max(1, NORM_BLOCK // max(1, A.shape[1]))
+    norms = np.concatenate([np.zeros(0)] + [
+        np.linalg.norm(np.asarray(A[lo:lo + rows], dtype=np.float64), axis=1)
+        for lo in range(0, len(A), rows)])
     mean = float(norms.mean()) if norms.size else 0.0
     cv = float(norms.std() / mean) if mean > 0 else 0.0
     return norms, mean, cv

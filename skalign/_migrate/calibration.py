@@ -116,10 +116,9 @@ from .heldout import (
     _fold_of,
     _folds,
     _held_out_rows,
-    _moments,
+    _least_direction,
     _option_recalls,
     _pad,
-    _pad_direction,
     _per_query,
     _recall,
     _scores,
@@ -196,10 +195,15 @@ class RowCalibration:
         return U
 
     def apply(self, T):
-        """The rows written for the map's output ``T`` (float32)."""
+        """The rows written for the map's output ``T`` (float32), calibrated a block of
+        :data:`CAL_ROWS` rows at a time (each row is calibrated on its own)."""
         if self.identity:
             return np.asarray(T, dtype=np.float32)
-        return (self.norm * self.unit_rows(T)).astype(np.float32)
+        T = np.asarray(T)
+        out = np.empty(T.shape, dtype=np.float32)
+        for lo in range(0, len(T), CAL_ROWS):
+            out[lo:lo + CAL_ROWS] = self.norm * self.unit_rows(T[lo:lo + CAL_ROWS])
+        return out
 
     def describe(self):
         """A JSON-able summary (what the stamp records)."""
@@ -212,6 +216,12 @@ class RowCalibration:
 def fit_calibration(kind, score_scale, T_cross, Y):
     """A :class:`RowCalibration` fitted on the encoded pairs.
 
+    Its statistics (mean norm, the ``"moments"`` means and spreads, the padding direction's
+    second moments) are sums over the pairs, taken a block of :data:`CAL_ROWS` rows at a time:
+    no float64 copy of all the pairs. The norms, means and spreads are the values the whole
+    arrays give (row by row, the means accumulated in row order as numpy's are); the second
+    moments are sums of the blocks' products, equal to the whole product's to rounding.
+
     Parameters
     ----------
     kind : {"none", "moments"}
@@ -221,14 +231,50 @@ def fit_calibration(kind, score_scale, T_cross, Y):
     Y : ndarray of shape (n, d)
         Their new vectors.
     """
-    Yu, Tu = _unit(Y), _unit(T_cross)
-    cal = RowCalibration(kind=kind, score_scale=float(score_scale),
-                         norm=float(np.linalg.norm(np.asarray(Y, np.float64), axis=1).mean()))
+    norms = np.concatenate([np.linalg.norm(np.asarray(b, np.float64), axis=1)
+                            for b in _row_blocks(Y)])
+    cal = RowCalibration(kind=kind, score_scale=float(score_scale), norm=float(norms.mean()))
     if kind == "moments":
-        cal.mean, cal.centre, cal.spread = _moments(Tu, Yu)
+        cal.mean, cal.centre, cal.spread = _block_moments(T_cross, Y)
     if score_scale < 1.0:
-        cal.pad = _pad_direction(Yu, Tu)
+        GY, GT = 0.0, 0.0
+        for tb, yb in zip(_row_blocks(T_cross), _row_blocks(Y)):
+            Tu, Yu = _unit(tb), _unit(yb)
+            GY, GT = GY + Yu.T @ Yu, GT + Tu.T @ Tu
+        cal.pad = _least_direction(GY, GT, len(Y))
     return cal
+
+
+#: rows :func:`fit_calibration` converts to float64 at once (8,192 rows of 768 values: 50 MB)
+CAL_ROWS = 8192
+
+
+def _row_blocks(A):
+    """Consecutive blocks of at most :data:`CAL_ROWS` rows of ``A`` (at least one)."""
+    return [A[lo:lo + CAL_ROWS] for lo in range(0, max(len(A), 1), CAL_ROWS)]
+
+
+def _column_mean(blocks, n):
+    """The mean of the rows of the blocks, accumulated row after row as ``A.mean(axis=0)``
+    accumulates a C-ordered ``A``."""
+    total = None
+    for b in blocks:
+        total = np.add.reduce(b if total is None else np.vstack([total[None], b]), axis=0)
+    return total / n
+
+
+def _block_moments(T_cross, Y):
+    """``_moments(_unit(T_cross), _unit(Y))`` a block of rows at a time."""
+    n = len(Y)
+    mean = _column_mean((_unit(b) for b in _row_blocks(Y)), n)
+    centre = _column_mean((_unit(b) for b in _row_blocks(T_cross)), n)
+
+    def spread(A, m):
+        return float(np.concatenate([((_unit(b) - m) ** 2).sum(axis=1)
+                                     for b in _row_blocks(A)]).mean())
+
+    vt, vy = spread(T_cross, centre), spread(Y, mean)
+    return mean, centre, float(np.sqrt(vy / vt)) if vt > 0 else 1.0
 
 
 class CalibratedMap:
@@ -296,6 +342,8 @@ def cross_translations(method, model, X, Y, *, n_splits=None, random_state=0):
     Returns
     -------
     ndarray of shape (n, d_out)
+        In the map's output dtype (float32 for float32 pairs: half the memory of float64,
+        whose every consumer converts it exactly).
     """
     import warnings
 
@@ -311,9 +359,9 @@ def cross_translations(method, model, X, Y, *, n_splits=None, random_state=0):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             est = clone(proto).fit(X[train], Y[train])
-        T = np.asarray(est.transform(X[test]), dtype=np.float64)
+        T = np.asarray(est.transform(X[test]))
         if out is None:
-            out = np.zeros((n, T.shape[1]))
+            out = np.zeros((n, T.shape[1]), dtype=np.result_type(T.dtype, np.float32))
         out[test] = T
     return out
 
@@ -422,17 +470,17 @@ def price_written(T_cross, Y, share, store_size, *, k=10, modes=(MIXED, ALL), ra
     """
     from ..plan._estimate import percentile_ci, project, substore_draws
 
-    Y = np.asarray(Y, dtype=np.float64)
-    T_cross = np.asarray(T_cross, dtype=np.float64)
     if n_splits is None:
         n_splits = int(np.clip(len(Y) // 40, 2, 5))
     # the check's cost grows with the square of the pairs: a seeded sample of them past
-    # CHECK_ROWS (the calibration itself is fitted on every pair)
+    # CHECK_ROWS (the calibration itself is fitted on every pair, a block at a time)
     keep = _check_rows(len(Y), random_state)
     n = len(keep)
     folds = _folds(n, n_splits, random_state)
-    Yu = _unit(Y[keep])
-    rows = _held_out_rows(T_cross[keep], Y[keep], folds)
+    Y_check = np.asarray(np.asarray(Y)[keep], dtype=np.float64)
+    Yu = _unit(Y_check)
+    rows = _held_out_rows(np.asarray(np.asarray(T_cross)[keep], dtype=np.float64), Y_check,
+                          folds)
     # the draws' matrices are rows of these: computed once
     sims = _similarities(Yu, rows, folds)
     rng = np.random.default_rng([random_state, 60])
