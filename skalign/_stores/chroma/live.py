@@ -53,6 +53,9 @@ __all__ = ["ChromaLive"]
 
 #: Records per ``get`` and ``update`` (SQLite limits the variables of one statement)
 PAGE = 4096
+#: records per ``update`` of a write-back (``benchmarks/bench_engine_writeback.py``; at most
+#: the client's ``get_max_batch_size``)
+WRITE_PAGE = 4096
 #: records whose provenance key is read before the first write-back
 KEY_SAMPLE = 2000
 #: records of each ``get`` of :meth:`ChromaLive.mark_scan`
@@ -247,7 +250,7 @@ class ChromaLive(LiveStore):
         return self._width()
 
     def _write_back(self, ids, V, marks, expected):
-        step = min(PAGE, int(self._reader.client.get_max_batch_size()))
+        step = min(WRITE_PAGE, int(self._reader.client.get_max_batch_size()))
         written = np.zeros(len(ids), dtype=bool)
         with self._lock:
             # Chroma's update skips an unknown id with a log line only: every id is read first,

@@ -13,9 +13,10 @@ which must hold a string (a point whose value there is of another type, an objec
 is refused by its id, the key and the type; a point without the key has no text); its
 provenance is the payload key :data:`~skalign._stores.live.PROVENANCE_KEY`.
 
-Write-back: one ``batch_update_points`` request per page, the vectors (``update_vectors``:
-only the named vector the store reads, the point's other vectors and its payload kept) and then
-the provenance key (``set_payload``: the point's other keys kept). A reader between the two
+Write-back: one ``batch_update_points`` request per :data:`WRITE_PAGE` points, the vectors
+(``update_vectors``: only the named vector the store reads, the point's other vectors and its
+payload kept) and then the provenance key (``set_payload``, one per distinct mark: the point's
+other keys kept). A reader between the two
 sees the new vector with the old provenance, never an old vector marked encoded. The
 compare-and-set re-reads the rows' provenance under :func:`~skalign._stores.live_input.
 database_lock` before it writes (Qdrant has no conditional write of both). A store opened on a
@@ -54,6 +55,8 @@ __all__ = ["QdrantLive"]
 
 #: Queries per ``query_batch_points`` request, points per ``retrieve`` and ``upsert``
 PAGE = 512
+#: points per ``batch_update_points`` of a write-back (``benchmarks/bench_engine_writeback.py``)
+WRITE_PAGE = 512
 
 #: points a ``scroll`` of :meth:`QdrantLive.mark_scan` reads at a time (payloads of two or
 #: three keys; the local mode sorts every id of the collection for each page: few pages)
@@ -266,12 +269,12 @@ class QdrantLive(LiveStore):
         m = self._models
         written = np.zeros(len(ids), dtype=bool)
         with self._lock:
-            for lo in range(0, len(ids), PAGE):
-                points = self._points(ids[lo:lo + PAGE], False)
+            for lo in range(0, len(ids), WRITE_PAGE):
+                points = self._points(ids[lo:lo + WRITE_PAGE], False)
                 now = [(p.payload or {}).get(self.provenance_key) for p in points]
                 owned_key_or_refuse(self.address, self.provenance_key, now)
                 ok = [True] * len(points) if expected is None else \
-                    [a == b for a, b in zip(now, expected[lo:lo + PAGE])]
+                    [a == b for a, b in zip(now, expected[lo:lo + WRITE_PAGE])]
                 written[lo:lo + len(points)] = ok
                 take = [j for j, keep in enumerate(ok) if keep]
                 if not take:
@@ -282,9 +285,13 @@ class QdrantLive(LiveStore):
                 ops = [m.UpdateVectorsOperation(update_vectors=m.UpdateVectors(points=[
                     m.PointVectors(id=points[j].id, vector=self._reader.as_written(
                         V[lo + j].tolist())) for j in take]))]
+                # one operation per mark (a retranslation's rows share theirs)
+                by_mark = {}
+                for j in take:
+                    by_mark.setdefault(marks[lo + j], []).append(points[j].id)
                 ops += [m.SetPayloadOperation(set_payload=m.SetPayload(
-                    payload={self.provenance_key: marks[lo + j]}, points=[points[j].id]))
-                    for j in take]
+                    payload={self.provenance_key: mark}, points=held))
+                    for mark, held in by_mark.items()]
                 self._client.batch_update_points(self.address.name, update_operations=ops,
                                                  wait=True)
         return written
