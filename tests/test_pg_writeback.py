@@ -169,8 +169,12 @@ def test_a_reader_during_the_step_sees_old_or_new_rows_whole_and_the_index(pg):
         with open_live(address) as store, _conn(pg) as cat:
             while not stop.is_set():
                 rows = store.fetch(part.ids[:50])
-                hnsw = cat.execute("SELECT count(*) FROM pg_indexes WHERE tablename = "
-                                   "'readers' AND indexdef LIKE '%hnsw%'").fetchone()[0]
+                # the catalog as of the query's snapshot (pg_get_indexdef, in pg_indexes,
+                # reads the latest catalog: an index dropped since the snapshot reads NULL)
+                hnsw = cat.execute(
+                    "SELECT count(*) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+                    "JOIN pg_am a ON a.oid = c.relam WHERE i.indrelid = 'readers'::regclass "
+                    "AND a.amname = 'hnsw'").fetchone()[0]
                 seen.append((hnsw, [(v.tolist(), m) for v, m in zip(rows.vectors,
                                                                      rows.provenance)]))
 

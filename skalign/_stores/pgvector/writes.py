@@ -2,9 +2,10 @@ r"""A large write-back step into a pgvector table (:meth:`PgvectorLive.write_man
 index built once again instead of updated row by row.
 
 An ``UPDATE`` of a row's vector writes a new row version, and pgvector inserts it into each
-HNSW index of the column: about 10 ms a row at 384-d (``benchmarks/bench_pg_writeback.py``:
-11.5 s for 1,000 rows of a 20,000-row table, 0.1 s without the index), while building the
-index anew costs about as much as updating a tenth of the table's rows under it. So a step of
+HNSW index of the column: 5 to 10 ms a row at 384-d on a busy machine
+(``benchmarks/bench_pg_writeback.py``: 11.29 s for 2,000 rows and 40.69 s for 4,000 of a
+20,000-row table), while building the index anew costs about as much as updating a tenth of
+the table's rows under it (17.86 to 20.87 s at any share). So a step of
 at least :data:`REBUILD_SHARE` of the table's rows, where the connection's user owns the table
 and may create temporary tables, is written in two parts:
 
@@ -50,8 +51,8 @@ from .indexes import _mapped, build_statement, read_specs
 __all__ = ["REBUILD_SHARE", "plan_rebuild", "write_rebuilding"]
 
 #: The share of the table's rows from which a step rebuilds the HNSW index rather than update
-#: it row by row (``benchmarks/bench_pg_writeback.py``: rebuilding a 20,000-row table's index
-#: costs about what updating 1,700 rows under it does, 8.5 %; 100,000 rows: see the guide)
+#: it row by row (``benchmarks/bench_pg_writeback.py`` at 20,000 rows: the cut-over between
+#: 10 % and 20 % in one run, at 9 % in another)
 REBUILD_SHARE = 0.1
 #: The staging table, in the session's temporary schema
 STAGING = "skalign_write_step"
