@@ -147,7 +147,7 @@ def way_auto(base, address, rows):
 
     ids, V, marks, expected = rows
     with open_live(address) as store:
-        return RowMarks(ids, V, marks, expected).write(store)
+        return RowMarks(ids, V, marks, expected).write(store, rebuild=True)
 
 
 def main(argv=None):

@@ -416,7 +416,8 @@ def translate(model, input, output=None, *, column=None, batch_size=None, progre
 
 def migrate(source, output, encoder, budget, *, text_field=None, column=None,
             min_recall=0.0, anyway=False, random_state=0, cache=None, continue_=False,
-            progress=False, batch_size=None, provenance_key=None, into=None):
+            progress=False, batch_size=None, provenance_key=None, into=None,
+            rebuild_index=False):
     """Migrate a store to a new encoder: encode ``budget`` rows' texts, translate the rest.
 
     The rows are chosen from their old vectors: those nearest the centres of a seeded k-means,
@@ -475,6 +476,13 @@ def migrate(source, output, encoder, budget, *, text_field=None, column=None,
         ``None``), instead of a second store: the old field, rows and payloads untouched, every
         row of the new field written in place and marked under ``skalign_vector_<into>`` (see
         :func:`translate`'s ``into``); ``continue_`` goes on with that field.
+    rebuild_index : bool, default=False
+        With ``continue_`` on a database written in place: write a step of a large share of
+        the table the store's faster way where it has one (pgvector: a step of at least a
+        tenth of the rows staged, then written in one transaction that builds the HNSW index
+        again instead of updating it row by row). Searches of the table wait for that
+        transaction, minutes on a large table; without it each batch is a short
+        transaction and searches go on throughout.
 
     Returns
     -------
@@ -493,13 +501,15 @@ def migrate(source, output, encoder, budget, *, text_field=None, column=None,
         return migrate_into(source, into, encoder, budget, text_field=text_field,
                             column=column, min_recall=min_recall, anyway=anyway,
                             random_state=random_state, cache=cache, continue_=continue_,
-                            progress=progress, batch_size=batch_size)
+                            progress=progress, batch_size=batch_size,
+                            rebuild_index=rebuild_index)
     from ._migrate.migration import migrate_store
 
     return migrate_store(source, output, encoder, budget, text_field=text_field, column=column,
                          min_recall=min_recall, anyway=anyway, random_state=random_state,
                          cache=cache, continue_=continue_, progress=progress,
-                         batch_size=batch_size, provenance_key=provenance_key)
+                         batch_size=batch_size, provenance_key=provenance_key,
+                         rebuild_index=rebuild_index)
 
 
 def restore(output):

@@ -112,7 +112,7 @@ def test_a_large_step_rebuilds_the_index_and_writes_what_the_batches_write(pg):
     counts = _written_batch_by_batch(batch, parts)
     with open_live(bulk) as store:
         assert store.bulk_writes
-        got = RowMarks.write_parts(store, iter(parts), sum(map(len, parts)))
+        got = RowMarks.write_parts(store, iter(parts), sum(map(len, parts)), rebuild=True)
         ids, scores = store.top_k(np.ones((1, DIM), np.float32), 5)
     rows_batch, idx_batch = _state(pg, "by_batch")
     rows_bulk, idx_bulk = _state(pg, "by_step")
@@ -131,7 +131,7 @@ def test_a_small_step_is_written_batch_by_batch_under_the_index(pg):
     _, before = _state(pg, "small")
     part = _step(share=0.05)[0]
     with open_live(address) as store:
-        assert part.write(store) == sum(k % 3 > 0 for k in range(len(part)))
+        assert part.write(store, rebuild=True) == sum(k % 3 > 0 for k in range(len(part)))
     _, after = _state(pg, "small")
     assert after == before  # the same index (oid): updated, not rebuilt
 
@@ -150,7 +150,7 @@ def test_a_row_another_writer_encodes_during_the_step_is_kept(pg):
         yield part.ids[64:], part.vectors[64:], part.marks[64:], part.expected[64:]
 
     with open_live(address) as store:
-        written = store.write_many(batches(), len(part))
+        written = store.write_many(batches(), len(part), rebuild=True)
     rows, _ = _state(pg, "cas")
     row = next(r for r in rows if r[0] == target)
     assert row[2] == "encoded:other" and row[1] == [7.0] * DIM
@@ -182,7 +182,7 @@ def test_a_reader_during_the_step_sees_old_or_new_rows_whole_and_the_index(pg):
     reader.start()
     try:
         with open_live(address) as store:
-            RowMarks(part.ids, part.vectors, part.marks, part.expected).write(store)
+            RowMarks(part.ids, part.vectors, part.marks, part.expected).write(store, rebuild=True)
     finally:
         stop.set()
         reader.join()
@@ -198,7 +198,7 @@ def _write_half(address):
     ids = list(range(0, N, 2))
     V = np.random.default_rng(5).normal(size=(len(ids), DIM)).astype(np.float32)
     with open_live(address) as store:
-        RowMarks(ids, V, ["translated:m1"] * len(ids), None).write(store)
+        RowMarks(ids, V, ["translated:m1"] * len(ids), None).write(store, rebuild=True)
 
 
 @pytest.mark.parametrize("step", ["write-many-staged", "write-many-dropped",
@@ -238,7 +238,8 @@ def test_hostile_names_stay_names(pg):
     ref = _make(pg, "hostile_ref")
     part = _step()[0]
     with open_live(address, provenance_key=mark) as store:
-        got = RowMarks(part.ids, part.vectors, part.marks, part.expected, mark).write(store)
+        got = RowMarks(part.ids, part.vectors, part.marks, part.expected, mark).write(
+            store, rebuild=True)
     assert got == _written_batch_by_batch(ref, [part])[0]
     rows, idx = _state(pg, table, schema, key, col, mark)
     assert [r[1:] for r in rows] == [r[1:] for r in _state(pg, "hostile_ref")[0]]
@@ -249,8 +250,9 @@ def test_hostile_names_stay_names(pg):
 
 
 def test_a_continue_step_is_written_as_one_step_equal_to_the_batches(pg, monkeypatch):
-    """``migrate --continue`` on a table under an HNSW index: its encoded and retranslated
-    rows written as one step (the index built again once), the same rows as batch by batch."""
+    """``migrate --continue`` on a table under an HNSW index: with ``rebuild_index`` its
+    encoded and retranslated rows written as one step (the index built again once), the same
+    rows as batch by batch, which is what a step does without it (searches never wait)."""
     import hashlib
 
     from skalign._stores.pgvector import writes
@@ -268,19 +270,20 @@ def test_a_continue_step_is_written_as_one_step_equal_to_the_batches(pg, monkeyp
     seen = []
     write_parts = RowMarks.write_parts
 
-    def counted(store, parts, rows):
+    def counted(store, parts, rows, rebuild=False):
         parts = list(parts)
         seen.append([len(p) for p in parts])
-        return write_parts(store, parts, rows)
+        return write_parts(store, parts, rows, rebuild)
 
     monkeypatch.setattr(RowMarks, "write_parts", staticmethod(counted))
-    for how, share in (("batches", 2.0), ("step", 0.85)):
-        monkeypatch.setattr(writes, "REBUILD_SHARE", share)
+    monkeypatch.setattr(writes, "REBUILD_SHARE", 0.85)
+    for how in ("batches", "step"):
         out = src.replace("table=mig_src", f"table=mig_{how}")
         enc = CallableEncoder(embed, fingerprint="test-writeback")
         migrate(src, out, enc, 40, text_field="text", anyway=True)
         _, before = _state(pg, f"mig_{how}")
-        migrate(src, out, enc, 40, text_field="text", anyway=True, continue_=True)
+        migrate(src, out, enc, 40, text_field="text", anyway=True, continue_=True,
+                rebuild_index=how == "step")
         rows, after = _state(pg, f"mig_{how}")
         outputs[how] = rows
         hnsw = [(b[1], a[1]) for b, a in zip(before, after) if "hnsw" in b[2]]

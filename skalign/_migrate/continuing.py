@@ -156,8 +156,8 @@ class ContinueStep:
             redo = rest if better else stale
             parts = chain([marks], (self._translated(model, fp, redo[lo:lo + BATCH])
                                     for lo in range(0, len(redo), BATCH)))
-            retranslated = sum(RowMarks.write_parts(self.output, parts,
-                                                    len(marks) + len(redo))[1:])
+            retranslated = sum(RowMarks.write_parts(self.output, parts, len(marks) + len(redo),
+                                                    self.rebuild_index)[1:])
             self._stamp(record)
         else:
             # a file cannot change rows in place under its readers: the output is written

@@ -100,7 +100,8 @@ def open_field_migration(source, field, *, continue_=False, text_field=None, col
 
 def migrate_into(source, field, encoder, budget, *, text_field=None, column=None,
                  methods=None, min_recall=0.0, anyway=False, random_state=0, cache=None,
-                 continue_=False, progress=False, batch_size=None, **options):
+                 continue_=False, progress=False, batch_size=None, rebuild_index=False,
+                 **options):
     """:func:`open_field_migration`, then :meth:`FieldMigration.run`.
 
     Returns
@@ -111,7 +112,8 @@ def migrate_into(source, field, encoder, budget, *, text_field=None, column=None
                               column=column, **options) as step:
         return step.run(encoder, budget, methods=methods, min_recall=min_recall,
                         anyway=anyway, random_state=random_state, cache=cache,
-                        progress=progress, batch_size=batch_size)
+                        progress=progress, batch_size=batch_size,
+                        rebuild_index=rebuild_index)
 
 
 class FieldMigration(Migration):

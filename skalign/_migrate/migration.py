@@ -50,7 +50,8 @@ __all__ = ["BATCH", "Migration", "MigrationResult", "count_provenance", "migrate
 
 def migrate_store(source, output, encoder, budget, *, text_field=None, column=None,
                   methods=None, min_recall=0.0, anyway=False, random_state=0, cache=None,
-                  continue_=False, progress=False, batch_size=None, provenance_key=None):
+                  continue_=False, progress=False, batch_size=None, provenance_key=None,
+                  rebuild_index=False):
     """Encode ``budget`` rows with ``encoder``, translate the rest: :func:`open_migration`,
     then :meth:`Migration.run` (see the module docstring).
 
@@ -62,7 +63,7 @@ def migrate_store(source, output, encoder, budget, *, text_field=None, column=No
                         column=column, provenance_key=provenance_key) as step:
         return step.run(encoder, budget, methods=methods, min_recall=min_recall, anyway=anyway,
                         random_state=random_state, cache=cache, progress=progress,
-                        batch_size=batch_size)
+                        batch_size=batch_size, rebuild_index=rebuild_index)
 
 
 def open_migration(source, output, *, continue_=False, text_field=None, column=None,
@@ -233,9 +234,12 @@ class Migration(ContinueStep):
 
     # ------------------------------------------------------------------------- the step
     def run(self, encoder, budget, *, methods=None, min_recall=0.0, anyway=False,
-            random_state=0, cache=None, progress=False, batch_size=None):
+            random_state=0, cache=None, progress=False, batch_size=None, rebuild_index=False):
         """Do the step with ``encoder`` (anything :func:`skalign.encoders.load_encoder`
         takes, or a :class:`~skalign.encoders.CachedEncoder`); ``budget`` rows encoded.
+        ``rebuild_index``: a ``--continue`` step written in place may write a large step the
+        store's faster way, readers waiting for it
+        (:meth:`~skalign._stores.live.LiveStore.write_many`'s ``rebuild``).
 
         Returns
         -------
@@ -251,6 +255,7 @@ class Migration(ContinueStep):
         self.cluster_before, self.cluster_written = getattr(self.cluster, "n_encoded", 0), set()
         self.methods, self.min_recall, self.random_state = methods, min_recall, random_state
         self.progress, self.batch_size = progress, batch_size
+        self.rebuild_index = bool(rebuild_index)
         if self.rows is not None:
             return self._continue(int(budget))
         return self._first(int(budget), anyway)

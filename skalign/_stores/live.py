@@ -431,9 +431,10 @@ class LiveStore(ABC):
     #: a file store's overlay (:mod:`skalign._stores.files.overlay`: every row's provenance
     #: beside read-only files, the rows' texts read by position); ``None`` for the others
     overlay = None
-    #: whether :meth:`write_many` writes a large step faster than :meth:`write_back` batch by
-    #: batch (pgvector: the vector index built once again instead of updated row by row), so
-    #: that a writer gives it a whole step rather than its batches one at a time
+    #: whether :meth:`write_many` can write a large step faster than :meth:`write_back` batch
+    #: by batch when its caller allows it (``rebuild=True``; pgvector: the vector index built
+    #: once again instead of updated row by row, while readers wait), so that a writer gives
+    #: it a whole step rather than its batches one at a time
     bulk_writes = False
 
     @property
@@ -602,7 +603,7 @@ class LiveStore(ABC):
         self.check_provenance_key()
         return np.asarray(self._write_back(ids, V, marks, expected), dtype=bool)
 
-    def write_many(self, batches, rows):
+    def write_many(self, batches, rows, rebuild=False):
         """Write ``batches`` in order, each ``(ids, vectors, marks, expected)`` as
         :meth:`write_back` takes it, as one step of ``rows`` rows in all: each row as
         :meth:`write_back` of its batch in that order would write it (compare-and-set against
@@ -610,13 +611,19 @@ class LiveStore(ABC):
 
         ``batches`` may be an iterator, read once, one batch at a time (a step larger than
         memory). This default writes each batch with :meth:`write_back`; an engine that
-        declares :attr:`bulk_writes` writes a large step its own faster way.
+        declares :attr:`bulk_writes` writes a large step its own faster way where ``rebuild``
+        allows it.
 
         Parameters
         ----------
         batches : iterable of tuple
         rows : int
             The rows of all batches together (what the engine chooses its way by).
+        rebuild : bool, default=False
+            Allow the engine's faster way for a large step even where readers wait for it
+            (pgvector: the table locked while its HNSW index is built again, minutes on a
+            large table). ``False``: batch by batch, each batch a short transaction, searches
+            go on throughout.
 
         Returns
         -------

@@ -119,6 +119,10 @@ def add_migrate_command(sub, positive_int):
     mg.add_argument("--precision", choices=("full", "half"), default="full",
                     help="half: a sentence-transformers model in float16 on a GPU, bfloat16 "
                     "on a CPU (another encoder fingerprint; default: full)")
+    mg.add_argument("--rebuild-index", action="store_true",
+                    help="--continue on a pgvector table: write a step of at least a tenth of "
+                    "the rows in one transaction that builds the HNSW index again (faster; "
+                    "searches of the table wait for it, minutes on a large table)")
     mg.add_argument("--batch-size", type=positive_int, metavar="N",
                     help="rows per translation batch (as `skalign translate`)")
     where = mg.add_mutually_exclusive_group()
@@ -253,7 +257,7 @@ def cmd_migrate(args, out):
                               methods=args.methods.split(",") if args.methods else None,
                               min_recall=args.min_recall, anyway=args.anyway,
                               random_state=args.seed, progress=progress,
-                              batch_size=args.batch_size)
+                              batch_size=args.batch_size, rebuild_index=args.rebuild_index)
         except MigrationRefused as exc:
             if args.json:
                 out(json.dumps({"refused": str(exc), "plan": exc.plan.to_dict()}, default=str))

@@ -471,15 +471,16 @@ class PgvectorLive(LiveStore):
         self._has_mark = True
         return written
 
-    def write_many(self, batches, rows):
+    def write_many(self, batches, rows, rebuild=False):
         """:meth:`~skalign._stores.live.LiveStore.write_many`: a step of at least
         :data:`~skalign._stores.pgvector.writes.REBUILD_SHARE` of the table's rows is staged,
         then written in one transaction that builds the column's HNSW index again instead of
-        updating it row by row (:func:`~skalign._stores.pgvector.writes.write_rebuilding`);
-        a smaller one batch by batch."""
+        updating it row by row (:func:`~skalign._stores.pgvector.writes.write_rebuilding`),
+        where ``rebuild`` allows it (readers wait for that transaction); a smaller one, or any
+        without ``rebuild``, batch by batch."""
         from .writes import plan_rebuild, write_rebuilding
 
-        if not plan_rebuild(self, rows):
+        if not rebuild or not plan_rebuild(self, rows):
             return super().write_many(batches, rows)
         self.check_provenance_key()
         return write_rebuilding(self, batches)

@@ -5,9 +5,10 @@ An ``UPDATE`` of a row's vector writes a new row version, and pgvector inserts i
 HNSW index of the column: 5 to 10 ms a row at 384-d on a busy machine
 (``benchmarks/bench_pg_writeback.py``: 11.29 s for 2,000 rows and 40.69 s for 4,000 of a
 20,000-row table), while building the index anew costs about as much as updating a tenth of
-the table's rows under it (17.86 to 20.87 s at any share). So a step of
-at least :data:`REBUILD_SHARE` of the table's rows, where the connection's user owns the table
-and may create temporary tables, is written in two parts:
+the table's rows under it (17.86 to 20.87 s at any share). So where the caller allows it
+(``rebuild=True``: ``skalign migrate --continue --rebuild-index``; readers wait for the
+build), a step of at least :data:`REBUILD_SHARE` of the table's rows, where the connection's
+user owns the table and may create temporary tables, is written in two parts:
 
 1. **Staging**: each batch ``(ids, vectors, marks, expected)``, checked as
    :meth:`~skalign._stores.live.LiveStore.write_back` checks it, is inserted into a temporary

@@ -316,17 +316,19 @@ class RowMarks:
         field = store.text_source(self.text_field)
         return [encoded_mark(self.encoder, field, text) for text in self.texts]
 
-    def write(self, store):
+    def write(self, store, rebuild=False):
         """Write the rows into the live ``store`` in batches; return how many were written
-        (the others' provenance had changed: compare-and-set)."""
-        return RowMarks.write_parts(store, [self], len(self))[0]
+        (the others' provenance had changed: compare-and-set). ``rebuild``: as
+        :meth:`~skalign._stores.live.LiveStore.write_many`'s."""
+        return RowMarks.write_parts(store, [self], len(self), rebuild)[0]
 
     @staticmethod
-    def write_parts(store, parts, rows):
+    def write_parts(store, parts, rows, rebuild=False):
         """Write ``parts`` (:class:`RowMarks`, an iterable read once, one part at a time) into
         the live ``store`` as one step of ``rows`` rows, in batches of :data:`MARK_BATCH`
         through :meth:`~skalign._stores.live.LiveStore.write_many` (which may write a large
-        step its own faster way); return how many rows of each part were written."""
+        step its own faster way where ``rebuild`` allows it); return how many rows of each
+        part were written."""
         counts, owner = [], []
 
         def batches():
@@ -339,7 +341,7 @@ class RowMarks:
                     yield (part.ids[at], part.vectors[at], values[at],
                            None if part.expected is None else part.expected[at])
 
-        for k, done in enumerate(store.write_many(batches(), rows)):
+        for k, done in enumerate(store.write_many(batches(), rows, rebuild)):
             counts[owner[k]] += int(done.sum())
         return counts
 
