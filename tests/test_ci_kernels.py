@@ -73,3 +73,32 @@ def test_plan_option_runs_nothing():
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "default OpenBLAS kernel:" in proc.stdout
     assert "test suite under" not in proc.stdout
+
+
+@pytest.mark.parametrize("argv, select", [
+    (["--", "tests/test_demo.py", "-q"], ["-m", "not kernel_independent"]),
+    (["--all", "--", "tests/test_demo.py", "-q"], []),
+])
+def test_passes_leave_out_the_kernel_independent_tests(monkeypatch, argv, select):
+    """Each pass runs pytest under its kernel without the ``kernel_independent`` tests (they
+    ran once under the default kernel), unless ``--all``."""
+    ran = []
+    monkeypatch.setattr(blas_kernels.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(blas_kernels, "cpu_flags", lambda: SKYLAKE_X)
+    monkeypatch.setattr(blas_kernels, "openblas_kernel", lambda env=None: (
+        env or {}).get("OPENBLAS_CORETYPE", "SkylakeX"))
+    monkeypatch.setattr(blas_kernels.subprocess, "run", lambda cmd, env: ran.append(
+        (env["OPENBLAS_CORETYPE"], cmd)) or subprocess.CompletedProcess(cmd, 0))
+    assert blas_kernels.main(argv) == 0
+    assert [k for k, _ in ran] == ["Haswell", "Sandybridge"]
+    for _, cmd in ran:
+        assert cmd[1:] == ["-m", "pytest", "-p", "no:cacheprovider", *select,
+                           "tests/test_demo.py", "-q"]
+
+
+def test_the_kernel_independent_modules_exist():
+    """A module renamed or removed from conftest's list would silently run under every
+    kernel again (or a new name never match): each name is a test module of the suite."""
+    from conftest import KERNEL_INDEPENDENT
+
+    assert sorted(n for n in KERNEL_INDEPENDENT if not (ROOT / "tests" / n).is_file()) == []
