@@ -577,16 +577,11 @@ def cached_rows(encoder, texts, exclude=()):
     -------
     ndarray of int
     """
-    from ..encoders._cache import text_digest
+    from ..encoders._grouping import cache_hits
 
-    cache = getattr(encoder, "cache", None)
-    if cache is None:
-        return np.zeros(0, dtype=np.int64)
-    skip = set(int(i) for i in np.asarray(exclude, dtype=np.int64))
-    pos = [i for i, t in enumerate(texts) if isinstance(t, str) and i not in skip]
-    digests = [text_digest(texts[i]) for i in pos]
-    found = cache.get(encoder.fingerprint, digests)
-    return np.array([i for i, d in zip(pos, digests) if d in found], dtype=np.int64)
+    hit = cache_hits(encoder, texts)
+    hit[np.asarray(exclude, dtype=np.int64)] = False
+    return np.flatnonzero(hit)
 
 
 def recorded_map(migration, model, X, Y, random_state=0):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["LOOKUP_ROWS", "cached_rows", "encode_by_length", "encode_in_pieces",
+__all__ = ["LOOKUP_ROWS", "cache_hits", "encode_by_length", "encode_in_pieces",
            "length_batches", "length_order"]
 
 #: texts looked up in an encode cache at a time (their vectors are read with them)
@@ -102,8 +102,9 @@ def encode_by_length(encoder, texts):
     return V[[where[t] for t in texts]] if len(distinct) else V
 
 
-def cached_rows(encoder, texts):
-    """Which texts the encode cache of ``encoder`` holds: the texts it will not encode.
+def cache_hits(encoder, texts):
+    """Which texts the encode cache of ``encoder`` holds: the texts it will not encode (a
+    value that is not text is never held).
 
     Looked up :data:`LOOKUP_ROWS` texts at a time (the cache reads their vectors with them).
 
@@ -111,7 +112,7 @@ def cached_rows(encoder, texts):
     ----------
     encoder : Encoder
         A :class:`~skalign.encoders.CachedEncoder`; for another encoder no text is cached.
-    texts : list of str
+    texts : list of str or None
 
     Returns
     -------
@@ -123,16 +124,17 @@ def cached_rows(encoder, texts):
     if not isinstance(encoder, CachedEncoder):
         return hit
     for lo in range(0, len(texts), LOOKUP_ROWS):
-        digests = [text_digest(t) for t in texts[lo:lo + LOOKUP_ROWS]]
-        found = encoder.cache.get(encoder.fingerprint, set(digests))
-        hit[lo:lo + len(digests)] = [d in found for d in digests]
+        digests = [text_digest(t) if isinstance(t, str) else None
+                   for t in texts[lo:lo + LOOKUP_ROWS]]
+        found = encoder.cache.get(encoder.fingerprint, {d for d in digests if d is not None})
+        hit[lo:lo + len(digests)] = [d is not None and d in found for d in digests]
     return hit
 
 
 def encode_in_pieces(encoder, texts, rows):
     """:func:`encode_by_length` of ``texts``, a piece of about ``rows`` rows at a time.
 
-    The texts an encode cache holds (:func:`cached_rows`) are read from it first; the others
+    The texts an encode cache holds (:func:`cache_hits`) are read from it first; the others
     are cut into :func:`length_batches` of them all, and each piece is whole batches of that
     plan, encoded as :func:`encode_by_length` encodes it: the model runs on the very batches
     :func:`encode_by_length` gives it for all the texts at once, and a cluster's partitions
@@ -152,7 +154,7 @@ def encode_in_pieces(encoder, texts, rows):
     V : ndarray of shape (len(idx), dim), float32
         Their vectors: row ``j`` embeds ``texts[idx[j]]``.
     """
-    hit = cached_rows(encoder, texts)
+    hit = cache_hits(encoder, texts)
     cached = np.flatnonzero(hit)
     for lo in range(0, len(cached), rows):
         idx = cached[lo:lo + rows]

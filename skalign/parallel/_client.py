@@ -8,7 +8,7 @@ import os
 import numpy as np
 
 from ..encoders import Encoder
-from ..encoders._grouping import LOOKUP_ROWS, cached_rows, length_batches
+from ..encoders._grouping import LOOKUP_ROWS, cache_hits, length_batches
 from ..exceptions import StoreError
 from ._partition import encode_partition
 from ._worker import describe_encoder
@@ -350,7 +350,7 @@ class ClusterEncoder:
             def into(rows, V):
                 parts.append((rows, V))
         # the texts the step's own encode cache holds are read from it, as on one machine
-        hit = cached_rows(step.enc, texts)
+        hit = cache_hits(step.enc, texts)
         for lo in range(0, int(hit.sum()), LOOKUP_ROWS):
             rows = np.flatnonzero(hit)[lo:lo + LOOKUP_ROWS]
             into(rows, step.enc.encode([texts[i] for i in rows]))

@@ -328,38 +328,43 @@ class PgvectorLive(LiveStore):
             ).fetchone() is not None
         return self._has_mark
 
-    def _fetch_rows(self, keys, text):
-        """``{position: (vector, text, mark)}`` of ``keys``; read again where the table had no
-        provenance column at the check but has one after the read: another session's first
+    def _read_marked(self, read):
+        """``read(has_mark)``, whether the table has the provenance column given; read again
+        where it had none at the check but has one after the read: another session's first
         write-back (the column and its vectors) landed in between, and its new vectors must
         not be read without their marks."""
+        while True:
+            has_mark = self._mark_column()
+            got = read(has_mark)
+            if has_mark or not self._mark_column():
+                return got
+
+    def _fetch_rows(self, keys, text, has_mark):
+        """``{position: (vector, text, mark)}`` of ``keys``, the marks ``NULL`` unless
+        ``has_mark``."""
         import psycopg
         from psycopg import sql
 
-        while True:
-            has_mark = self._mark_column()
-            query = sql.SQL(
-                "SELECT skalign_q.n, skalign_t.{col}, {text}, {mark} FROM unnest(%s::{ids}[]) "
-                "WITH ORDINALITY AS skalign_q(id, n) JOIN {table} AS skalign_t ON "
-                "skalign_t.{key} = skalign_q.id ORDER BY skalign_q.n").format(
-                    col=self._ident(self.column), key=self._ident(self.key),
-                    table=self._reader.ident, ids=self._key_type,
-                    text=sql.SQL("skalign_t.{}::text").format(self._ident(text))
-                    if text is not None else sql.SQL("NULL::text"),
-                    mark=sql.SQL("skalign_t.{}::text").format(
-                        self._ident(self.provenance_key))
-                    if has_mark else sql.SQL("NULL::text"))
-            cur = self._conn.cursor(binary=True)
-            got = {}
-            for lo in range(0, len(keys), PAGE):
-                try:
-                    found = cur.execute(query, (keys[lo:lo + PAGE],)).fetchall()
-                except (psycopg.DataError, psycopg.errors.CheckViolation) as exc:
-                    raise self._not_a_key(exc) from None
-                for n, v, t, p in found:
-                    got[lo + n - 1] = (v, t, p)
-            if has_mark or not self._mark_column():
-                return got
+        query = sql.SQL(
+            "SELECT skalign_q.n, skalign_t.{col}, {text}, {mark} FROM unnest(%s::{ids}[]) "
+            "WITH ORDINALITY AS skalign_q(id, n) JOIN {table} AS skalign_t ON "
+            "skalign_t.{key} = skalign_q.id ORDER BY skalign_q.n").format(
+                col=self._ident(self.column), key=self._ident(self.key),
+                table=self._reader.ident, ids=self._key_type,
+                text=sql.SQL("skalign_t.{}::text").format(self._ident(text))
+                if text is not None else sql.SQL("NULL::text"),
+                mark=sql.SQL("skalign_t.{}::text").format(self._ident(self.provenance_key))
+                if has_mark else sql.SQL("NULL::text"))
+        cur = self._conn.cursor(binary=True)
+        got = {}
+        for lo in range(0, len(keys), PAGE):
+            try:
+                found = cur.execute(query, (keys[lo:lo + PAGE],)).fetchall()
+            except (psycopg.DataError, psycopg.errors.CheckViolation) as exc:
+                raise self._not_a_key(exc) from None
+            for n, v, t, p in found:
+                got[lo + n - 1] = (v, t, p)
+        return got
 
     def fetch(self, ids, text_field=None):
         ids = check_ids(ids, self.address)
@@ -369,7 +374,7 @@ class PgvectorLive(LiveStore):
         # a key's text form is sent as text, cast to its type in the statement
         keys = [str(i) for i in ids] if self._key_text else ids
         with _mapped(self.address, "cannot read the table"):
-            got = self._fetch_rows(keys, text)
+            got = self._read_marked(lambda has_mark: self._fetch_rows(keys, text, has_mark))
         for pos, ident in enumerate(ids):
             if pos not in got:
                 raise missing_id(self.address, ident)

@@ -146,11 +146,8 @@ def sample_norms(store, rows):
     typ = store._types.get(store.column)
     if typ is None or typ.base[1] != "vector":
         return None
-    while True:  # again where another session's first write-back added the marks meanwhile
-        had = store._mark_column()
-        got = _sample(store, rows, had)
-        if had or not store._mark_column():
-            return np.array([r[0] for r in got], dtype=np.float64), [r[1] for r in got]
+    got = store._read_marked(lambda has_mark: _sample(store, rows, has_mark))
+    return np.array([r[0] for r in got], dtype=np.float64), [r[1] for r in got]
 
 
 def _sample(store, rows, has_mark):
