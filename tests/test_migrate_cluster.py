@@ -281,6 +281,15 @@ def hashed(texts):
                      for t in texts])
 
 
+def noisy_source(path, seed):
+    """:func:`write_source` of the texts' :func:`hashed` vectors plus Gaussian noise (0.7,
+    seeded by ``seed``): old vectors a map can translate to the new ones. Returns ``path``."""
+    Y = hashed([f"t{i}" for i in range(N)])
+    write_source(path, Y + 0.7 * np.random.default_rng(seed).normal(size=Y.shape).astype(
+        np.float32))
+    return path
+
+
 def test_cli_workers_equal_one_process(tmp_path, monkeypatch, capsys):
     """``skalign migrate ... --continue --workers 2`` writes what the same command writes
     without a cluster, and says so in the same JSON (the first step on a cluster: the tests
@@ -289,10 +298,7 @@ def test_cli_workers_equal_one_process(tmp_path, monkeypatch, capsys):
 
     from skalign.cli import main
 
-    Y = hashed([f"t{i}" for i in range(N)])
-    X = Y + 0.7 * np.random.default_rng(3).normal(size=Y.shape).astype(np.float32)
-    src = tmp_path / "src.parquet"
-    write_source(src, X)
+    src = noisy_source(tmp_path / "src.parquet", 3)
     monkeypatch.chdir(tmp_path)
     results = {}
     for name, extra in (("one", []), ("two", ["--workers", "2"])):
@@ -326,9 +332,7 @@ def test_encode_partition_is_a_plain_function_of_a_table(tmp_path):
     from skalign.parallel import encode_partition
 
     Y = hashed([f"t{i}" for i in range(N)])
-    X = Y + 0.7 * np.random.default_rng(3).normal(size=Y.shape).astype(np.float32)
-    src, out = tmp_path / "src.parquet", str(tmp_path / "out.parquet")
-    write_source(src, X)
+    src, out = noisy_source(tmp_path / "src.parquet", 3), str(tmp_path / "out.parquet")
     enc = CallableEncoder(hashed, fingerprint="hashed", batch_size=8)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
@@ -530,10 +534,7 @@ def test_the_command_loads_no_model_when_the_workers_encode(tmp_path, monkeypatc
 
     loads = tmp_path / "loads.txt"
     monkeypatch.setenv("SKALIGN_TEST_DRIVER_LOADS", str(loads))  # the workers inherit it
-    Y = hashed([f"t{i}" for i in range(N)])
-    X = Y + 0.7 * np.random.default_rng(4).normal(size=Y.shape).astype(np.float32)
-    src = tmp_path / "src.parquet"
-    write_source(src, X)
+    src = noisy_source(tmp_path / "src.parquet", 4)
     monkeypatch.chdir(tmp_path)
     results = {}
     for name, extra in (("one", []), ("two", ["--workers", "2"])):

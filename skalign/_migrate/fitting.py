@@ -76,16 +76,19 @@ def plan_and_fit(X, Y, n_rows, *, min_recall, anyway, methods, random_state,
     choice = price_written(T_cross, Y, n_pairs / n_rows, n_rows, modes=modes,
                            random_state=random_state)
     model, estimate = CalibratedMap(model, choice.calibration, choice.mode), choice.estimate
-    if plan.recommendation["action"] == "re-embed" and estimate["recall_at_10"] < min_recall \
-            and not anyway:
+
+    def refuses(plan):
+        return plan.recommendation["action"] == "re-embed" and not anyway \
+            and estimate["recall_at_10"] < min_recall
+
+    if refuses(plan):
         # the lean plan's re-embed may be the full plan's translate + rerank, which the step
         # does not refuse; a refusal shows the full plan (its notes are the lean plan's,
         # warned already)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             plan = plan_on(lean=False)
-    if plan.recommendation["action"] == "re-embed" and estimate["recall_at_10"] < min_recall \
-            and not anyway:
+    if refuses(plan):
         raise MigrationRefused(
             f"no method reaches recall@10 {min_recall:g} with {n_pairs} encoded rows (best: "
             f"{best.method}, {estimate['recall_at_10']:.3f}); encode more rows (a larger "
