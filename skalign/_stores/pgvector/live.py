@@ -328,6 +328,18 @@ class PgvectorLive(LiveStore):
             ).fetchone() is not None
         return self._has_mark
 
+    def _add_mark_column(self):
+        """Add the provenance column, ``text`` with skalign's comment, where the table has
+        none; inside the caller's transaction (its first write-back's)."""
+        from psycopg import sql
+
+        if not self._mark_column():
+            table, mark = self._reader.ident, self._ident(self.provenance_key)
+            self._conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} text")
+                               .format(table, mark))
+            self._conn.execute(sql.SQL("COMMENT ON COLUMN {}.{} IS {}").format(
+                table, mark, sql.Literal(OWNED_COMMENT)))
+
     def _read_marked(self, read):
         """``read(has_mark)``, whether the table has the provenance column given; read again
         where it had none at the check but has one after the read: another session's first
@@ -456,11 +468,7 @@ class PgvectorLive(LiveStore):
         with _mapped(self.address, "cannot write the vectors back", "the address's user needs "
                      "UPDATE on the table (and, for the first write-back, to own it: it adds "
                      f"the column {self.provenance_key})"), self._conn.transaction():
-            if not self._mark_column():
-                self._conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} text")
-                                   .format(table, mark_col))
-                self._conn.execute(sql.SQL("COMMENT ON COLUMN {}.{} IS {}").format(
-                    table, mark_col, sql.Literal(OWNED_COMMENT)))
+            self._add_mark_column()
             for lo in range(0, len(ids), PAGE):
                 part = ids[lo:lo + PAGE]
                 done = {r[0] for r in self._conn.execute(update, (

@@ -154,8 +154,6 @@ def _apply(store, staging, sizes):
     """The transaction of the step (module docstring); each batch's written mask."""
     from psycopg import sql
 
-    from .store import PROVENANCE_COMMENT
-
     conn, table = store._conn, store._reader.ident
     mark = sql.Identifier(store.provenance_key)
     key = sql.Identifier(store.key)
@@ -178,11 +176,7 @@ def _apply(store, staging, sizes):
         gone = conn.execute(lost).fetchone()
         if gone is not None:
             raise missing_id(store.address, gone[0])
-        if not store._mark_column():
-            conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} text")
-                         .format(table, mark))
-            conn.execute(sql.SQL("COMMENT ON COLUMN {}.{} IS {}").format(
-                table, mark, sql.Literal(PROVENANCE_COMMENT)))
+        store._add_mark_column()
         specs, schema = _rebuilt_specs(store)
         for spec in specs:
             conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(schema, spec.name)))
