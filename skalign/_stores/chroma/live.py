@@ -53,8 +53,9 @@ __all__ = ["ChromaLive"]
 
 #: Records per ``get`` and ``update`` (SQLite limits the variables of one statement)
 PAGE = 4096
-#: records per ``update`` of a write-back (``benchmarks/bench_engine_writeback.py``; at most
-#: the client's ``get_max_batch_size``)
+#: records per ``update`` of a write-back (no page size was faster: the developers' stores
+#: study, "Write-back pages on Qdrant and Chroma"; at most the client's
+#: ``get_max_batch_size``)
 WRITE_PAGE = 4096
 #: records whose provenance key is read before the first write-back
 KEY_SAMPLE = 2000
