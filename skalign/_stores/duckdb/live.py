@@ -40,7 +40,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from ...exceptions import StoreError, StoreLockedError
-from ..live import LiveRows, LiveStore, check_key_name
+from ..live import LiveRows, LiveStore, check_key_name, sample_positions
 from ..live_input import check_ids, check_k, check_options, check_vectors, missing_id
 from .connect import errors, ident, literal, open_database, qualified
 from .store import PROVENANCE_COMMENT, Reader, columns_of
@@ -66,6 +66,8 @@ WAIT_SECONDS = 30.0
 SAMPLE_SEED = 0
 #: encoded rows per batch of :meth:`DuckDBLive.mark_scan`
 SCAN_BATCH = 65536
+#: ids per page that :meth:`DuckDBLive.sample_ids` reads
+ID_PAGE = 8192
 _VIEWS = itertools.count()
 
 
@@ -215,12 +217,42 @@ class DuckDBLive(LiveStore):
             return 1.0 - d
         return -d * d if self.metric == "l2" else -d
 
+    def _ids_sql(self):
+        return f"SELECT {ident(self.key)} FROM {qualified(self.address.name)} ORDER BY 1"
+
     def ids(self):
         """Every row's primary key, in its order."""
         with self._session("cannot read the table") as cur:
-            return [r[0] for r in cur.execute(
-                f"SELECT {ident(self.key)} FROM {qualified(self.address.name)} ORDER BY 1"
-            ).fetchall()]
+            return [r[0] for r in cur.execute(self._ids_sql()).fetchall()]
+
+    def sample_ids(self, n, random_state):
+        r"""The ids of the rows at :func:`~skalign._stores.live.sample_positions` (see
+        :meth:`LiveStore.sample_ids <skalign._stores.live.LiveStore.sample_ids>`), without
+        holding every id in Python.
+
+        In one read transaction the rows are counted (:math:`N`), the positions
+        :math:`p_1 < \dots < p_m` drawn from :math:`N`, and :meth:`ids`' own statement is
+        read :data:`ID_PAGE` rows at a time, each page's rows stepped over (in C,
+        ``itertools.islice``) up to each :math:`p_j`, whose id is kept, until :math:`p_m`:
+        the ids are ``ids()[p_j]``, of the same Python types. DuckDB has no ordered index
+        scan: its sort of the keys (spilled to disk past its ``memory_limit``) is the memory
+        that remains; a window's ``row_number()`` joined with the positions held more
+        (55 MiB against 17 MiB at :math:`10^6` integer keys, 167 against 110 MiB at
+        :math:`10^6` 32-character keys).
+        """
+        table = qualified(self.address.name)
+        with self._snapshot("cannot read the table") as cur:
+            rows = cur.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+            positions = sample_positions(rows, n, random_state)
+            if not len(positions):
+                return []
+            cur.execute(self._ids_sql())
+            scan = itertools.chain.from_iterable(iter(lambda: cur.fetchmany(ID_PAGE), []))
+            out, last = [], -1
+            for p in positions.tolist():
+                out.append(next(itertools.islice(scan, p - last - 1, None))[0])
+                last = p
+            return out
 
     def _text_column(self, text_field):
         """The column of the rows' texts (``None``: no text), refused unless ``VARCHAR``."""

@@ -52,7 +52,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...exceptions import StoreError, StoreNotFoundError
-from ..live import LiveRows, LiveStore, check_key_name, field_key
+from ..live import LiveRows, LiveStore, check_key_name, field_key, sample_positions
 from ..live_input import (
     check_ids,
     check_k,
@@ -297,6 +297,36 @@ class PgvectorLive(LiveStore):
         with _mapped(self.address, "cannot read the table"):
             return [r[0] for r in self._conn.execute(sql.SQL("SELECT {} FROM {} ORDER BY 1").format(
                 self._ident(self.key), self._reader.ident)).fetchall()]
+
+    def sample_ids(self, n, random_state):
+        r"""The ids of the rows at :func:`~skalign._stores.live.sample_positions` (see
+        :meth:`LiveStore.sample_ids <skalign._stores.live.LiveStore.sample_ids>`), drawn by
+        PostgreSQL: only the drawn ids come back.
+
+        In one ``REPEATABLE READ`` snapshot the rows are counted (:math:`N`), the positions
+        :math:`p_1 < \dots < p_m` drawn from :math:`N`, and the rows read in the key's order
+        (:meth:`ids`' ``ORDER BY``: the key's index, where it is a B-tree) and numbered
+        ``row_number() - 1``; the scan stops after row :math:`p_m` (``LIMIT``), and the row
+        numbered :math:`p_j` gives the :math:`j`-th id, so the ids are ``ids()[p_j]``. The
+        positions are sent as one ``bigint[]`` parameter.
+        """
+        from psycopg import sql
+
+        key, table = self._ident(self.key), self._reader.ident
+        pick = sql.SQL(
+            "SELECT skalign_s.k FROM (SELECT skalign_t.{key} AS k, row_number() OVER (ORDER BY "
+            "skalign_t.{key}) - 1 AS p FROM {table} AS skalign_t ORDER BY skalign_t.{key} "
+            "LIMIT %s) AS skalign_s WHERE skalign_s.p = ANY(%s::bigint[]) ORDER BY "
+            "skalign_s.p").format(key=key, table=table)
+        with _mapped(self.address, "cannot read the table"), self._conn.transaction():
+            self._conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            rows = self._conn.execute(sql.SQL("SELECT count(*) FROM {}").format(
+                table)).fetchone()[0]
+            positions = sample_positions(rows, n, random_state)
+            if not len(positions):
+                return []
+            return [r[0] for r in self._conn.execute(
+                pick, (int(positions[-1]) + 1, positions.tolist())).fetchall()]
 
     def _text_column(self, text_field):
         """The column of the rows' texts (``None``: no text), refused unless it is of a text

@@ -20,10 +20,12 @@ concurrent reader sees the old pair or the new one and every other column is kep
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from ...exceptions import StoreError
-from ..live import LiveRows, LiveStore, check_key_name
+from ..live import LiveRows, LiveStore, check_key_name, sample_positions
 from ..live_input import check_ids, check_k, check_options, check_vectors, missing_id
 from .store import KIND, Reader
 from .tables import EDGE, MARKS, connect, ident, table_type, token, writing
@@ -131,9 +133,38 @@ class SqliteVecLive(LiveStore):
             scores.append(1.0 - d if self.metric == "cosine" else -d * d)
         return ids, scores
 
+    def _ids_sql(self):
+        return f"SELECT {ident(self.id_name)} FROM {ident(self.table)}"
+
     def ids(self):
-        return [r[0] for r in self.conn.execute(
-            f"SELECT {ident(self.id_name)} FROM {ident(self.table)}")]
+        return [r[0] for r in self.conn.execute(self._ids_sql())]
+
+    def sample_ids(self, n, random_state):
+        r"""The ids of the rows at :func:`~skalign._stores.live.sample_positions` (see
+        :meth:`LiveStore.sample_ids <skalign._stores.live.LiveStore.sample_ids>`), without
+        listing every id.
+
+        A ``vec0`` table's order is that of its scan (:meth:`ids` has no ``ORDER BY``, and a
+        row number over it would be an order SQLite does not promise), so the same scan is
+        read here: in one read transaction the rows are counted (:math:`N`), the positions
+        :math:`p_1 < \dots < p_m` drawn from :math:`N`, and the scan's rows are stepped over
+        (in C, ``itertools.islice``) up to each :math:`p_j`, whose id is kept; the scan stops
+        after :math:`p_m`. Memory: the :math:`m` ids.
+        """
+        with self.conn:  # one read transaction: the count and the scan of one moment
+            rows = self.conn.execute(f"SELECT count(*) FROM {ident(self.table)}").fetchone()[0]
+            positions = sample_positions(rows, n, random_state)
+            if not len(positions):
+                return []
+            cursor = self.conn.cursor().execute(self._ids_sql())
+            try:
+                out, last = [], -1
+                for p in positions.tolist():
+                    out.append(next(itertools.islice(cursor, p - last - 1, None))[0])
+                    last = p
+            finally:
+                cursor.close()
+        return out
 
     def _marks(self, ids, scan=False):
         """The provenance of ``ids`` (``None`` where a row has none): looked up one by one,
