@@ -518,12 +518,14 @@ class LiveStore(ABC):
         return None
 
     def sample_ids(self, n, random_state):
-        """The ids of ``min(n, n_rows)`` rows drawn uniformly without replacement, in the
-        store's order (:func:`sample_positions` of :attr:`n_rows`, seeded by
-        ``random_state``), drawn without listing every id: the rows ``skalign plan
-        --calibrate`` reads its texts from. A file store draws row positions. ``None`` (this
-        default): the engine cannot reach a row by its position without listing its ids; the
-        caller lists them (:meth:`ids`) and draws the same positions from the list.
+        """The ids of ``min(n, N)`` rows drawn uniformly without replacement, in the
+        store's order (:func:`sample_positions` of the :math:`N` rows the store holds at the
+        draw, :attr:`n_rows` while it is unchanged, seeded by ``random_state``), drawn
+        without listing every id: the rows ``skalign plan --calibrate`` reads its texts
+        from. A file store draws row positions; pgvector, DuckDB and sqlite-vec count and
+        number the rows in one snapshot. ``None`` (this default): the engine cannot reach a
+        row by its position without listing its ids; the caller lists them (:meth:`ids`)
+        and draws the same positions from the list.
 
         Parameters
         ----------
