@@ -119,7 +119,6 @@ from .heldout import (
     _least_direction,
     _option_recalls,
     _pad,
-    _per_query,
     _recall,
     _scores,
     _similarities,
@@ -502,13 +501,14 @@ def price_written(T_cross, Y, share, store_size, *, k=10, modes=(MIXED, ALL), ra
         modes = (ALL,)
     default = (MIXED, "none", 1.0) if MIXED in modes else (ALL, "none", 1.0)
     mode, kind, c = tuple(option) if option is not None else _choose(per, modes, default)
-    cal = fit_calibration(kind, c, T_cross, Y)
+    for other in [o for o in sims.trans if o != kind]:  # the estimate reads one kind's
+        del sims.trans[other]
 
     # the estimate: the chosen store at the migration's own share, carried to the store size
-    check = _draw(sims, n, share, k, np.random.default_rng([random_state, 61]), (kind,))
-    per = _per_query(check, kind, mode, c, k)
-    est_rng = np.random.default_rng([random_state, 62])
+    check = _draw(sims, n, share, k, np.random.default_rng([random_state, 61]))
     scores = _scores(check, kind, mode, c)
+    per = _recall(check.truth, _top_k(scores, check.queries, k))
+    est_rng = np.random.default_rng([random_state, 62])
 
     def score(idx):
         sub = np.zeros(n, dtype=bool)
@@ -529,6 +529,10 @@ def price_written(T_cross, Y, share, store_size, *, k=10, modes=(MIXED, ALL), ra
         p = project(sizes, draws[:, :, 0], ci, int(store_size), k, confidence)
     else:
         p = {"value": float(per.mean()), "ci": (0.0, 1.0), "supported": False}
+    # the check's matrices go before the calibration's blocks of every pair are made (the
+    # peak is what is alive at once)
+    sims = check = scores = rows = Yu = Y_check = None
+    cal = fit_calibration(kind, c, T_cross, Y)
     estimate = {"recall_at_10": round(float(p["value"]), 4),
                 "interval": [round(float(v), 4) for v in p["ci"]],
                 "store_size": int(store_size), "store": mode,

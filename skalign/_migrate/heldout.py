@@ -7,7 +7,7 @@ calibration module's docstring."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -95,17 +95,48 @@ def _held_out_rows(T_cross, Y, folds):
     return {kind: (rows, pads) for kind, rows in out.items()}
 
 
+class _Sims:
+    r"""Every new vector's cosines with every row of the check (:func:`_similarities`): with
+    the exact vectors (``SE``), per calibration kind with the translations (``trans[kind][0]``),
+    and what gives, for any entries wanted, the cosines with the translations less their
+    padding direction (:meth:`off`) and ``q . z`` of each row's fold's direction (:meth:`pad`)
+    without an ``n x n`` matrix of either.
+
+    Attributes
+    ----------
+    SE : ndarray of shape (n, n)
+    P : ndarray of shape (n, n_folds)
+        :math:`q^\top z_f`, query by fold.
+    fold : ndarray of shape (n,)
+        Each row's fold.
+    trans : dict
+        Kind → ``(ST, along, scale)``: the cosines with the translations, each translation's
+        component along its fold's direction and the norm of the rest (1 where it is 0).
+    """
+
+    def __init__(self, SE, P, fold, trans):
+        self.SE, self.P, self.fold, self.trans = SE, P, fold, trans
+
+    def pad(self, q, cols):
+        """``q . z`` of the row's fold for the entries ``(q, cols)`` (broadcast indices)."""
+        return self.P[q, self.fold[cols]]
+
+    def off(self, kind, q, cols):
+        """The cosines with the translations of ``kind`` less their padding direction, for the
+        entries ``(q, cols)``: the same operations, entry by entry, as on whole matrices."""
+        ST, along, scale = self.trans[kind]
+        return (ST[q, cols] - along[cols] * self.pad(q, cols)) / scale[cols]
+
+
 @dataclass
 class _Check:
-    """The held-out check's matrices for one draw of exact rows."""
+    """The held-out check for one draw of exact rows (the cosines are rows of ``sims``)."""
 
     queries: np.ndarray      # positions of the query rows (not exact)
     exact: np.ndarray        # bool mask over the rows
     truth: np.ndarray        # (n_queries, k): true top-k among the exact vectors
     S_exact: np.ndarray      # (n_queries, n): cosines with the exact vectors
-    S_trans: dict = field(default_factory=dict)  # kind -> cosines with the translations
-    S_off: dict = field(default_factory=dict)    # kind -> the same, padding direction removed
-    S_pad: dict = field(default_factory=dict)    # kind -> q . z of each query's row's fold
+    sims: _Sims = None       # the matrices the draw's rows are taken from
 
 
 def _top_k(S, queries, k):
@@ -127,8 +158,9 @@ def _recall(truth, got):
 
 def _similarities(Yu, rows, folds):
     r"""Every new vector's cosines with every row of the check (all draws index them): with the
-    exact vectors, and per calibration kind with the translations, the same less their padding
-    direction, and ``q . z`` of each row's fold's padding direction.
+    exact vectors, and per calibration kind with the translations; the same less their padding
+    direction and ``q . z`` of each row's fold's padding direction are made from them, entry by
+    entry, where they are read (:class:`_Sims`: two ``n x n`` matrices fewer per kind).
 
     With :math:`u` a unit translation, :math:`z` its fold's direction and :math:`a = u^\top z`,
     the row less that component is :math:`(u - a z) / \lVert u - a z \rVert`, so its cosine
@@ -136,17 +168,15 @@ def _similarities(Yu, rows, folds):
     few folds' directions instead of one with every row."""
     SE = Yu @ Yu.T
     pads = next(iter(rows.values()))[1]  # one padding direction per fold, for every kind
-    SP = np.empty_like(SE)
-    for _, test in folds:
-        SP[:, test] = (Yu @ pads[test[0]])[:, None]
-    out = {}
+    P = np.empty((len(Yu), len(folds)))
+    for f, (_, test) in enumerate(folds):
+        P[:, f] = Yu @ pads[test[0]]
+    trans = {}
     for kind, (Tu, _) in rows.items():
-        ST = Yu @ Tu.T
         along = (Tu * pads).sum(axis=1)
         norm = np.linalg.norm(Tu - along[:, None] * pads, axis=1)
-        SO = (ST - along * SP) / np.where(norm > 0, norm, 1.0)
-        out[kind] = (ST, SO)
-    return SE, SP, out
+        trans[kind] = (Yu @ Tu.T, along, np.where(norm > 0, norm, 1.0))
+    return _Sims(SE, P, _fold_of(folds, len(Yu)), trans)
 
 
 def _exact_rows(n, share, rng):
@@ -159,28 +189,22 @@ def _exact_rows(n, share, rng):
     return exact
 
 
-def _draw(sims, n, share, k, rng, kinds):
-    """A check: ``share`` of the ``n`` rows exact, the others' new vectors the queries."""
-    SE, SP, per_kind = sims
+def _draw(sims, n, share, k, rng, kinds=None):
+    """A check: ``share`` of the ``n`` rows exact, the others' new vectors the queries (every
+    kind's cosines are read from ``sims``; ``kinds`` is kept for the callers' sake)."""
     exact = _exact_rows(n, share, rng)
     queries = np.flatnonzero(~exact)
-    S_exact = SE[queries]
-    check = _Check(queries, exact, _top_k(S_exact, queries, k), S_exact)
-    S_pad = SP[queries]
-    for kind in kinds:
-        ST, SO = per_kind[kind]
-        check.S_trans[kind] = ST[queries]
-        check.S_off[kind] = SO[queries]
-        # a translated row's padding direction is its own fold's: q . z per (query, row)
-        check.S_pad[kind] = S_pad
-    return check
+    S_exact = sims.SE[queries]
+    return _Check(queries, exact, _top_k(S_exact, queries, k), S_exact, sims)
 
 
 def _scores(check, kind, mode, c):
+    """Each query's cosines with every row of the store ``(mode, kind, c)``."""
+    q, cols = check.queries[:, None], np.arange(len(check.exact))[None, :]
     if c < 1.0:
-        S = c * check.S_off[kind] + np.sqrt(1.0 - c * c) * check.S_pad[kind]
+        S = c * check.sims.off(kind, q, cols) + np.sqrt(1.0 - c * c) * check.sims.pad(q, cols)
     else:
-        S = check.S_trans[kind]
+        S = check.sims.trans[kind][0][check.queries]
     if mode == MIXED:
         S = np.where(check.exact[None, :], check.S_exact, S)
     return S
@@ -199,14 +223,14 @@ def _fold_of(folds, n):
     return fold
 
 
-def _top_in(M, queries, cols, k):
-    """Per query row of ``M``: the columns of its ``k`` largest entries among ``cols`` (sorted;
-    all of them when fewer), its own column ``queries[i]`` left out; global column indices."""
+def _top_in(sub, queries, cols, k):
+    """Per query: the columns of its ``k`` largest entries of ``sub`` (its row's entries in the
+    columns ``cols``, sorted; all of them when fewer), its own column ``queries[i]`` left out;
+    global column indices."""
     import torch
 
     from ..utils._backend import one_thread
 
-    sub = M[np.ix_(queries, cols)]
     pos = np.minimum(np.searchsorted(cols, queries), len(cols) - 1)
     mine = np.flatnonzero(cols[pos] == queries)
     sub[mine, pos[mine]] = -np.inf
@@ -232,7 +256,7 @@ def _option_recalls(sims, fold, exact, options, k):
 
     Parameters
     ----------
-    sims : tuple
+    sims : _Sims
         :func:`_similarities`' matrices.
     fold : ndarray of int
         Each row's fold (:func:`_fold_of`).
@@ -246,11 +270,11 @@ def _option_recalls(sims, fold, exact, options, k):
     dict
         Option → recall@``k`` per query (in the order of the queries).
     """
-    SE, SP, per_kind = sims
+    SE = sims.SE
     queries, ex_cols = np.flatnonzero(~exact), np.flatnonzero(exact)
-    rows = np.arange(len(queries))[:, None]
+    q, rows = queries[:, None], np.arange(len(queries))[:, None]
     truth = _top_k(SE[queries], queries, k)
-    top_exact = _top_in(SE, queries, ex_cols, k) if len(ex_cols) else \
+    top_exact = _top_in(SE[np.ix_(queries, ex_cols)], queries, ex_cols, k) if len(ex_cols) else \
         np.zeros((len(queries), 0), dtype=np.int64)
     ranked = {}  # (kind, part, scaled) -> candidate columns per query
 
@@ -261,29 +285,29 @@ def _option_recalls(sims, fold, exact, options, k):
             key = (kind, part, scaled)
             if key in ranked:
                 continue
-            ST, SO = per_kind[kind]
             cols = queries if part == "translated" else ex_cols
             if not len(cols):
                 ranked[key] = np.zeros((len(queries), 0), dtype=np.int64)
             elif not scaled:
-                ranked[key] = _top_in(ST, queries, cols, k)
+                ranked[key] = _top_in(sims.trans[kind][0][np.ix_(queries, cols)], queries,
+                                      cols, k)
             else:  # within a fold the padding term is one constant: rank by S_off alone
-                ranked[key] = np.hstack([_top_in(SO, queries, cols[fold[cols] == f], k)
-                                         for f in np.unique(fold[cols])])
+                ranked[key] = np.hstack([
+                    _top_in(sims.off(kind, q, part_cols[None, :]), queries, part_cols, k)
+                    for part_cols in (cols[fold[cols] == f] for f in np.unique(fold[cols]))])
         return np.hstack([ranked[(kind, part, scaled)] for part in parts])
 
     out = {}
     for mode, kind, c in options:
-        ST, SO = per_kind[kind]
         idx = candidates(kind, mode, c < 1.0)
         if c < 1.0:
-            val = c * SO[queries[:, None], idx] + np.sqrt(1.0 - c * c) * SP[queries[:, None], idx]
+            val = c * sims.off(kind, q, idx) + np.sqrt(1.0 - c * c) * sims.pad(q, idx)
         else:
-            val = ST[queries[:, None], idx]
+            val = sims.trans[kind][0][q, idx]
         val[idx == queries[:, None]] = -np.inf  # a query's own row (a block short of k)
         if mode == MIXED:
             idx = np.hstack([idx, top_exact])
-            val = np.hstack([val, SE[queries[:, None], top_exact]])
+            val = np.hstack([val, SE[q, top_exact]])
         if idx.shape[1] > k:
             idx = idx[rows, np.argpartition(-val, k - 1, axis=1)[:, :k]]
         out[(mode, kind, c)] = _recall(truth, idx)
