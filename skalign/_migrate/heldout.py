@@ -297,17 +297,21 @@ def _option_recalls(sims, fold, exact, options, k):
                     for part_cols in (cols[fold[cols] == f] for f in np.unique(fold[cols]))])
         return np.hstack([ranked[(kind, part, scaled)] for part in parts])
 
-    out = {}
+    out, parts = {}, {}  # parts: (kind, mode) -> the candidates' cosines, read once
+    exact_val = SE[q, top_exact]
     for mode, kind, c in options:
         idx = candidates(kind, mode, c < 1.0)
         if c < 1.0:
-            val = c * sims.off(kind, q, idx) + np.sqrt(1.0 - c * c) * sims.pad(q, idx)
+            if (kind, mode) not in parts:  # every score scale's candidates are the same
+                parts[(kind, mode)] = (sims.off(kind, q, idx), sims.pad(q, idx))
+            off, pad = parts[(kind, mode)]
+            val = c * off + np.sqrt(1.0 - c * c) * pad
         else:
             val = sims.trans[kind][0][q, idx]
         val[idx == queries[:, None]] = -np.inf  # a query's own row (a block short of k)
         if mode == MIXED:
             idx = np.hstack([idx, top_exact])
-            val = np.hstack([val, SE[q, top_exact]])
+            val = np.hstack([val, exact_val])
         if idx.shape[1] > k:
             idx = idx[rows, np.argpartition(-val, k - 1, axis=1)[:, :k]]
         out[(mode, kind, c)] = _recall(truth, idx)
