@@ -22,6 +22,7 @@ import numpy as np
 
 from .._stores.files.overlay import OVERLAY_SUFFIX, SEGMENT
 from ..exceptions import StoreError
+from .scan import all_ids, id_list
 
 __all__ = ["COUNTS_FILE", "count_provenance", "counts_key"]
 
@@ -75,9 +76,9 @@ def count_provenance(address, text_field=None):
         if counts is not None:  # an engine that counts its marks without the vectors
             return counts
         counts = _empty()
-        ids = store.ids()
+        ids = all_ids(store)
         for lo in range(0, len(ids), BATCH):
-            _count_batch(store, ids[lo:lo + BATCH], mine, counts)
+            _count_batch(store, id_list(ids[lo:lo + BATCH]), mine, counts)
     return counts
 
 

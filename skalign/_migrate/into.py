@@ -27,6 +27,7 @@ import numpy as np
 from ..exceptions import StoreError, StoreExistsError
 from .calibration import writes_exact
 from .migration import BATCH, Migration, MigrationResult, _text_field
+from .scan import all_ids, id_list
 
 __all__ = ["FieldMigration", "field_counts", "migrate_into", "open_field_migration"]
 
@@ -84,8 +85,8 @@ def open_field_migration(source, field, *, continue_=False, text_field=None, col
     try:
         step.source, step.old = live, old
         step.metric = live.metric
-        step.ids = list(live.ids())
-        if not step.ids:
+        step.ids = all_ids(live)
+        if not len(step.ids):
             raise StoreError(f"{src} holds no rows")
         step.text_field = _text_field(live, step.ids[0], text_field, src)
         step.provenance_key = field_key(field)
@@ -175,7 +176,7 @@ class FieldMigration(Migration):
         self.output.check_provenance_key()
         prov = []
         for lo in range(0, n, BATCH):
-            prov.extend(self.output.fetch(self.ids[lo:lo + BATCH]).provenance)
+            prov.extend(self.output.fetch(id_list(self.ids[lo:lo + BATCH])).provenance)
         self.rows = LiveRows(self.ids, np.zeros((n, 0), np.float32), [None] * n, prov)
         exact = writes_exact(model)
         if exact:  # the same values again after a kill: compare-and-set, harmless
@@ -221,9 +222,9 @@ def field_counts(address, field, text_field=None):
         fast = store.count_marks(mine, empty=True)
         if fast is not None:  # a database that counts its marks itself
             return fast
-        ids = store.ids()
+        ids = all_ids(store)
         for lo in range(0, len(ids), BATCH):
-            part = ids[lo:lo + BATCH]
+            part = id_list(ids[lo:lo + BATCH])
             counts["empty"] += sum(p is None for p in store.fetch(part).provenance)
             _count_batch(store, part, mine, counts)
     counts["translated"] -= counts["empty"]

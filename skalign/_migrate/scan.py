@@ -3,7 +3,8 @@
 A step reads each row's id and provenance once, at its start (the compare-and-set of every
 write is against that read), and each row's state against its current text. Nothing here
 holds a Python object per row of a store that has none to hold: ids are one numpy array where
-the store gives one (:meth:`~skalign._stores.files.live.FileLiveStore.id_array`), the
+the store gives one (:meth:`~skalign._stores.files.live.FileLiveStore.id_array`; a database
+store's integer keys, :mod:`skalign._stores.databases.ids`), the
 provenance is one ``int32`` code per row into a table of the distinct values (a store of
 ``n`` rows of which ``m`` are encoded holds ``4 n`` bytes and ``m`` marks), the states are
 one ``int8`` per row, and texts are read only for the rows that carry a mark (to check it)
@@ -19,7 +20,8 @@ import numpy as np
 from ..exceptions import StoreError
 
 __all__ = ["BATCH", "ENCODED", "STALE", "TRANSLATED", "Provenance", "ScanRows", "all_ids",
-           "cached_positions", "same_ids", "scan_rows", "texts_of", "texts_or_refuse"]
+           "cached_positions", "id_list", "ids_at", "same_ids", "scan_rows", "texts_of",
+           "texts_or_refuse"]
 
 #: rows per read
 BATCH = 2048
@@ -29,10 +31,28 @@ _STATE = {"translated": TRANSLATED, "stale": STALE, "encoded": ENCODED}
 
 
 def all_ids(store):
-    """Every row's id in the store's order: one numpy array where the store keeps them so (a
-    file store), else the store's list."""
+    """Every row's id in the store's order: one ``int64`` numpy array where the store gives
+    one (a file store; a database store whose ids are integers, read a page at a time:
+    :mod:`skalign._stores.databases.ids`), else the store's list (not copied)."""
     array = getattr(store, "id_array", None)
-    return array() if array is not None else list(store.ids())
+    if array is not None:
+        return array()
+    ids = store.ids()
+    return ids if isinstance(ids, list) else list(ids)
+
+
+def ids_at(ids, positions):
+    """The ids at ``positions`` of ``ids`` (an array or a list, as :func:`all_ids` gives
+    them) as a list of Python values: what the engines are given (an ``int64`` array's
+    ids as ``int``, the list's as they are)."""
+    if isinstance(ids, np.ndarray):
+        return ids[np.asarray(positions, dtype=np.int64)].tolist()
+    return [ids[i] for i in positions]
+
+
+def id_list(ids):
+    """A slice of :func:`all_ids`' ids as a list of Python values (``int`` for an array's)."""
+    return _py(ids)
 
 
 def same_ids(a, b):

@@ -354,6 +354,7 @@ def vector_lengths(address):
     row); ``None`` when the store cannot be read live."""
     import numpy as np
 
+    from .._migrate.scan import all_ids, ids_at
     from .._stores import open_live
     from ..exceptions import StoreError
 
@@ -362,8 +363,8 @@ def vector_lengths(address):
             got = store.sample_norms(LENGTH_SAMPLE)  # None: no sample of the engine's own
             if got is not None:
                 return _lengths(*got) if len(got[0]) else None
-            ids = list(store.ids())
-            if not ids:
+            ids = all_ids(store)
+            if not len(ids):
                 return None
             # blocks of consecutive rows: a file store decodes a row group or page per block,
             # not per row (2,048 rows spread one by one read a whole 10^6-row store)
@@ -373,7 +374,7 @@ def vector_lengths(address):
                 starts = np.linspace(0, len(ids) - LENGTH_BLOCK, LENGTH_SAMPLE // LENGTH_BLOCK)
                 pick = np.unique((starts.astype(np.int64)[:, None]
                                   + np.arange(LENGTH_BLOCK)).ravel())
-            rows = store.fetch([ids[i] for i in pick])
+            rows = store.fetch(ids_at(ids, pick))
     except StoreError:
         return None
     return _lengths(np.linalg.norm(np.asarray(rows.vectors, dtype=np.float64), axis=1),

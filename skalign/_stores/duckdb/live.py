@@ -66,7 +66,7 @@ WAIT_SECONDS = 30.0
 SAMPLE_SEED = 0
 #: encoded rows per batch of :meth:`DuckDBLive.mark_scan`
 SCAN_BATCH = 65536
-#: ids per page that :meth:`DuckDBLive.sample_ids` reads
+#: ids per page that :meth:`DuckDBLive.sample_ids` and :meth:`DuckDBLive.id_array` read
 ID_PAGE = 8192
 _VIEWS = itertools.count()
 
@@ -224,6 +224,20 @@ class DuckDBLive(LiveStore):
         """Every row's primary key, in its order."""
         with self._session("cannot read the table") as cur:
             return [r[0] for r in cur.execute(self._ids_sql()).fetchall()]
+
+    def id_array(self):
+        """Every row's primary key in :meth:`ids`' order, as one ``int64`` array where each is
+        an integer that fits it: :meth:`ids`' statement read :data:`ID_PAGE` rows a page
+        (:func:`~skalign._stores.databases.ids.id_array`; a ``HUGEINT`` or ``UBIGINT`` key
+        beyond ``int64`` gives the list); for a ``VARCHAR`` key, the list :meth:`ids` gives."""
+        from ..databases.ids import id_array
+
+        if self._types[self.key] == "VARCHAR":
+            return self.ids()
+        with self._session("cannot read the table") as cur:
+            cur.execute(self._ids_sql())
+            return id_array(([r[0] for r in page] for page in
+                             iter(lambda: cur.fetchmany(ID_PAGE), [])), self.n_rows)
 
     def sample_ids(self, n, random_state):
         r"""The ids of the rows at :func:`~skalign._stores.live.sample_positions` (see

@@ -148,6 +148,34 @@ class MilvusLive(LiveStore):
             self._reader._rows = None
             return [key for _, key in self._reader._ids()]
 
+    def id_array(self):
+        """Every entity's primary key in :meth:`ids`' order, read afresh a page at a time (the
+        pages of :func:`~skalign._stores.milvus.store.primary_keys`, without keeping the
+        reader's list), as one ``int64`` array for an ``INT64`` key; the list :meth:`ids`
+        gives for a ``VARCHAR`` key (:func:`~skalign._stores.databases.ids.id_array`)."""
+        from ..databases.ids import id_array
+        from .store import ID_PAGE, LITE_ID_PAGE
+
+        reader = self._reader
+        size = query_page(self.address, ID_PAGE, LITE_ID_PAGE)
+
+        def pages():
+            for part in reader.partitions:
+                expr = ""
+                while True:
+                    page = sorted(e[reader.pk] for e in self._client.query(
+                        self.address.name, filter=expr, output_fields=[reader.pk],
+                        limit=size, **ORDERED,
+                        **({"partition_names": [part]} if part else {})))
+                    yield page
+                    if len(page) < size:
+                        break
+                    expr = f"{reader.pk} > {literal(page[-1])}"
+
+        with self._lock:
+            reader._rows = None
+            return id_array(pages(), self.n_rows)
+
     def _entities(self, ids):
         """``[(partition, entity)]`` of ``ids`` in that order; an id Milvus does not hold
         raises."""

@@ -39,6 +39,8 @@ MAX_K = 4096
 #: ``fetch`` scans the table instead of looking ids up one by one where it is given more than
 #: one id in this many of the table's rows
 SCAN_RATIO = 16
+#: ids per page that :meth:`SqliteVecLive.id_array` reads
+ID_PAGE = 8192
 #: the vector column's metric -> the similarity ranked by
 METRICS = {"cosine": "cosine", "l2": "l2"}
 
@@ -138,6 +140,20 @@ class SqliteVecLive(LiveStore):
 
     def ids(self):
         return [r[0] for r in self.conn.execute(self._ids_sql())]
+
+    def id_array(self):
+        """Every row's id in :meth:`ids`' order (the same scan read :data:`ID_PAGE` rows a
+        page), as one ``int64`` array where the table is keyed by integers (its ``rowid``, an
+        integer key); for a text key, the list :meth:`ids` gives
+        (:func:`~skalign._stores.databases.ids.id_array`)."""
+        from ..databases.ids import id_array
+
+        cursor = self.conn.cursor().execute(self._ids_sql())
+        try:
+            return id_array(iter(lambda: [r[0] for r in itertools.islice(cursor, ID_PAGE)], []),
+                            self.n_rows)
+        finally:
+            cursor.close()
 
     def sample_ids(self, n, random_state):
         r"""The ids of the rows at :func:`~skalign._stores.live.sample_positions` (see
