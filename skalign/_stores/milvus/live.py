@@ -154,27 +154,15 @@ class MilvusLive(LiveStore):
         reader's list), as one ``int64`` array for an ``INT64`` key; the list :meth:`ids`
         gives for a ``VARCHAR`` key (:func:`~skalign._stores.databases.ids.id_array`)."""
         from ..databases.ids import id_array
-        from .store import ID_PAGE, LITE_ID_PAGE
+        from .store import ID_PAGE, LITE_ID_PAGE, key_pages
 
         reader = self._reader
         size = query_page(self.address, ID_PAGE, LITE_ID_PAGE)
-
-        def pages():
-            for part in reader.partitions:
-                expr = ""
-                while True:
-                    page = sorted(e[reader.pk] for e in self._client.query(
-                        self.address.name, filter=expr, output_fields=[reader.pk],
-                        limit=size, **ORDERED,
-                        **({"partition_names": [part]} if part else {})))
-                    yield page
-                    if len(page) < size:
-                        break
-                    expr = f"{reader.pk} > {literal(page[-1])}"
-
+        pages = (page for part in reader.partitions
+                 for page in key_pages(self._client, self.address.name, reader.pk, part, size))
         with self._lock:
             reader._rows = None
-            return id_array(pages(), self.n_rows)
+            return id_array(pages, self.n_rows)
 
     def _entities(self, ids):
         """``[(partition, entity)]`` of ``ids`` in that order; an id Milvus does not hold

@@ -106,20 +106,29 @@ def query_page(address, server, lite):
     return lite if address.path is not None else server
 
 
-def primary_keys(conn, name, pk, partition=None, page_size=ID_PAGE):
-    """Every primary key of collection ``name`` (of one partition), in order: pages of
-    ``page_size`` keys after the last one read, each the least keys left (:data:`ORDERED`;
-    as pymilvus's ``query_iterator`` pages, without the timestamp it asks of the server
-    first, which Milvus Lite does not implement)."""
-    keys, expr = [], ""
+def key_pages(conn, name, pk, partition=None, page_size=ID_PAGE):
+    """The primary keys of collection ``name`` (of one partition), in order, a page at a time:
+    pages of ``page_size`` keys after the last one read, each the least keys left
+    (:data:`ORDERED`; as pymilvus's ``query_iterator`` pages, without the timestamp it asks of
+    the server first, which Milvus Lite does not implement)."""
+    expr = ""
     while True:
         page = sorted(e[pk] for e in conn.query(
             name, filter=expr, output_fields=[pk], limit=page_size, **ORDERED,
             **({"partition_names": [partition]} if partition else {})))
-        keys += page
+        yield page
         if len(page) < page_size:
-            return keys
+            return
         expr = f"{pk} > {literal(page[-1])}"
+
+
+def primary_keys(conn, name, pk, partition=None, page_size=ID_PAGE):
+    """Every primary key of collection ``name`` (of one partition), in order: the pages of
+    :func:`key_pages` as one list."""
+    keys = []
+    for page in key_pages(conn, name, pk, partition, page_size):
+        keys += page
+    return keys
 
 
 def index_of(conn, name, field):
