@@ -33,12 +33,9 @@ _STATE = {"translated": TRANSLATED, "stale": STALE, "encoded": ENCODED}
 def all_ids(store):
     """Every row's id in the store's order: one ``int64`` numpy array where the store gives
     one (a file store; a database store whose ids are integers, read a page at a time:
-    :mod:`skalign._stores.databases.ids`), else the store's list (not copied)."""
-    array = getattr(store, "id_array", None)
-    if array is not None:
-        return array()
-    ids = store.ids()
-    return ids if isinstance(ids, list) else list(ids)
+    :mod:`skalign._stores.databases.ids`), else the store's list
+    (:meth:`~skalign._stores.live.LiveStore.id_array`)."""
+    return store.id_array()
 
 
 def ids_at(ids, positions):

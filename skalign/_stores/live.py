@@ -571,6 +571,15 @@ class LiveStore(ABC):
         changed). ``skalign migrate`` samples rows by position in this list, and ``--continue``
         checks the output's list equals the source's."""
 
+    def id_array(self):
+        """:meth:`ids` as one ``int64`` array where the engine reads them so (a file store's
+        ids; a database's integer keys, read a page at a time:
+        :mod:`skalign._stores.databases.ids`), else :meth:`ids`' list (this default): what a
+        command that holds every id for its whole run keeps, 8 bytes an integer id against
+        about 36 in a list."""
+        ids = self.ids()
+        return ids if isinstance(ids, list) else list(ids)
+
     @abstractmethod
     def fetch(self, ids, text_field=None):
         """The rows ``ids`` as :class:`LiveRows`; an unknown id raises
