@@ -357,3 +357,23 @@ def test_migrate_and_continue_equal_the_list_path(kind, request, tmp_path, monke
     for k in keys:
         np.testing.assert_array_equal(rows[k][0], rows_l[k][0])
         assert rows[k][1:] == rows_l[k][1:]
+
+
+def test_positions_of_an_array_and_a_list():
+    """:func:`positions_of` finds each id's position by a sorted search in an ``int64`` array
+    (ids out of order, negative, with gaps) and by the ids themselves in a list (text); an id
+    the store does not hold raises."""
+    from skalign._migrate.scan import positions_of
+
+    rng = np.random.default_rng(0)
+    ids = rng.permutation(np.arange(-500, 4500, 3))
+    wanted = ids[rng.choice(len(ids), 40, replace=False)].tolist()
+    got = positions_of(ids, wanted)
+    assert got.dtype == np.int64 and ids[got].tolist() == wanted
+    texts = [f"id-{i}" for i in ids.tolist()]
+    assert positions_of(texts, [f"id-{w}" for w in wanted]).tolist() == got.tolist()
+    assert positions_of(ids, []).tolist() == []
+    for held, missing in ((ids, [wanted[0], 2]), (texts, ["id-2"]),
+                          (np.empty(0, np.int64), [3])):
+        with pytest.raises(KeyError):
+            positions_of(held, missing)

@@ -47,6 +47,24 @@ def ids_at(ids, positions):
     return [ids[i] for i in positions]
 
 
+def positions_of(ids, wanted):
+    """The positions in ``ids`` (as :func:`all_ids` gives them) of the ids ``wanted``, each
+    held once by ``ids``: for an ``int64`` array by a sorted search (no Python object per
+    row of the store), for a list by a dictionary of its ids. An id ``ids`` does not hold
+    raises :class:`KeyError`."""
+    if isinstance(ids, np.ndarray) and ids.dtype.kind == "i":
+        order = np.argsort(ids, kind="stable")
+        q = np.asarray(wanted, dtype=ids.dtype)
+        at = np.searchsorted(ids, q, sorter=order).clip(0, max(len(ids) - 1, 0))
+        found = order[at] if len(ids) else at
+        bad = np.flatnonzero(ids[found] != q) if len(ids) else np.arange(len(q))
+        if len(bad):
+            raise KeyError(wanted[bad[0]])
+        return found.astype(np.int64)
+    where = {key: i for i, key in enumerate(_py(ids))}
+    return np.array([where[key] for key in wanted], dtype=np.int64)
+
+
 def id_list(ids):
     """A slice of :func:`all_ids`' ids as a list of Python values (``int`` for an array's)."""
     return _py(ids)

@@ -341,6 +341,7 @@ class ClusterEncoder:
             Without ``into``, the other rows' new vectors (the rows ``in_output`` are zero:
             read them back).
         """
+        from .._migrate.scan import positions_of
         from ..encoders import text_digest as cache_digest
 
         ids, texts = list(ids), list(texts)
@@ -360,8 +361,8 @@ class ClusterEncoder:
         write = write and not getattr(step, "in_place", False)
         expected = None
         if write:
-            where = {key: i for i, key in enumerate(step.rows.ids)}
-            expected = [step.rows.provenance[where[ids[i]]] for i in go]
+            at = positions_of(step.rows.ids, [ids[i] for i in go])
+            expected = [step.rows.provenance[i] for i in at.tolist()]
         in_output = np.zeros(len(ids), dtype=bool)
         for rows, out in self._partitions(
                 [ids[i] for i in go], [texts[i] for i in go], fingerprint=step.enc.fingerprint,
