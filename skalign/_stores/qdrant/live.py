@@ -161,7 +161,7 @@ class QdrantLive(LiveStore):
         """Every point's id in id order (Qdrant's ``scroll`` order), scrolled afresh."""
         with self._lock:
             self._reader._all_ids = None
-            return list(self._reader._ids())
+            return [i for page in self._reader.id_pages() for i in page]
 
     def id_array(self):
         """Every point's id in :meth:`ids`' order, scrolled afresh a page of
@@ -170,21 +170,10 @@ class QdrantLive(LiveStore):
         fits it; the list :meth:`ids` gives where one is a UUID or beyond ``int64``
         (:func:`~skalign._stores.databases.ids.id_array`)."""
         from ..databases.ids import id_array
-        from .store import ID_PAGE
-
-        def pages():
-            offset = None
-            while True:
-                points, offset = self._client.scroll(
-                    self.address.name, limit=ID_PAGE, offset=offset, with_payload=False,
-                    with_vectors=False)
-                yield [p.id for p in points]
-                if offset is None or not points:
-                    return
 
         with self._lock:
             self._reader._all_ids = None
-            return id_array(pages(), self.n_rows)
+            return id_array(self._reader.id_pages(), self.n_rows)
 
     def _retrieve(self, keys, vectors):
         """``{id: point}`` of ``keys``; an id Qdrant does not hold raises."""

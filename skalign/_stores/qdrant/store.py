@@ -242,6 +242,11 @@ def _close_all():
         _CLIENTS.popitem()[1].close()
 
 
+def _values(ids):
+    """Ids as the client takes them: an ``int64`` array's as ``int``, a list's as they are."""
+    return ids.tolist() if isinstance(ids, np.ndarray) else ids
+
+
 def unit_rows(X):
     """Rows of ``X`` scaled to unit length (zero rows left as they are), as Qdrant stores a
     cosine vector."""
@@ -363,21 +368,29 @@ class Reader(StoreReader):
         points in the same order)."""
         ids = self._ids()
         for lo in range(start, len(ids), batch_size):
-            vectors, points = self._retrieve(ids[lo:lo + batch_size])
+            vectors, points = self._retrieve(_values(ids[lo:lo + batch_size]))
             yield vectors, points, None
 
+    def id_pages(self):
+        """Every point id in scroll (id) order, a page of ``ID_PAGE`` ids at a time (ids only,
+        scrolled afresh)."""
+        offset = None
+        while True:
+            points, offset = self.client.scroll(
+                self.address.name, limit=ID_PAGE, offset=offset, with_payload=False,
+                with_vectors=False)
+            yield [p.id for p in points]
+            if offset is None or not points:
+                return
+
     def _ids(self):
-        """Every point id in scroll (id) order, scrolled once (ids only, pages of
-        ``ID_PAGE``)."""
+        """Every point id in scroll (id) order, scrolled once (:meth:`id_pages`): one
+        ``int64`` array where each is an integer that fits it, else the list
+        (:func:`~skalign._stores.databases.ids.id_array`)."""
         if self._all_ids is None:
-            self._all_ids, offset = [], None
-            while True:
-                points, offset = self.client.scroll(
-                    self.address.name, limit=ID_PAGE, offset=offset, with_payload=False,
-                    with_vectors=False)
-                self._all_ids += [p.id for p in points]
-                if offset is None or not points:
-                    break
+            from ..databases.ids import id_array
+
+            self._all_ids = id_array(self.id_pages(), self.n_rows)
         return self._all_ids
 
     def _retrieve(self, ids):
@@ -400,7 +413,9 @@ class Reader(StoreReader):
         """Points at ``positions`` (sorted) in id order, retrieved by id (the ids scrolled
         once: a resumed run's batches have them already)."""
         ids = self._ids()
-        vectors, points = self._retrieve([ids[pos] for pos in positions])
+        vectors, points = self._retrieve(_values(ids[np.asarray(positions, dtype=np.int64)])
+                                         if isinstance(ids, np.ndarray)
+                                         else [ids[pos] for pos in positions])
         return list(vectors), [self.row(points, k) for k in range(len(points))]
 
     def read_all(self):
