@@ -200,10 +200,19 @@ class ContinueStep:
 
         self.output.close()  # the scan is done: the output is replaced under its readers
         self.output = None
+        self._drop_source()
         self._drop_backup(backup_address(self.out))
         result = self._translate(model, record, marks, replace=True)
         if getattr(result, "backup", None) is not None:
             self._drop_backup(parse_address(result.backup))
+
+    def _drop_source(self):
+        """Close the source and let go of it once the step has read what it needs from it: the
+        translation pass reads the source itself, and a file source's live store may keep
+        every vector of a store in memory (up to ``CACHE_BYTES``, 256 MB) under the pass."""
+        if self.source is not None:
+            self.source.close()
+            self.source = None
 
     def _refit_old(self, X, Y, rows):
         """The map of the previous step, fitted again on its own rows ``rows`` of ``X``, ``Y``

@@ -296,6 +296,7 @@ class Migration(ContinueStep):
         # a store of translations only writes no exact row and no mark (calibration.py); the
         # same command after a kill finds the output published: the marks alone are written
         marks = self._marks(ids, Y, texts, [None] * len(ids)) if writes_exact(model) else None
+        self._drop_source()  # read: the translation pass reads the source itself
         translated = self._translate(ExactRowsModel(model, X, Y),
                                      self._record(fp, method, len(pos), estimate), marks)
         return MigrationResult(str(self.out), n, self.n_encoded,
