@@ -43,13 +43,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+#: the stand-in encoder's module, ``{new}`` its output width (768 by default)
 STANDIN = '''"""A stand-in encoder for benchmarks/bench_migrate.py: text ``t<i>`` -> tanh(X_i P)."""
 import os
 
 import numpy as np
 
 _OLD = np.load(os.environ["SKALIGN_BENCH_OLD"], mmap_mode="r")
-_P = np.random.default_rng(7).normal(size=(_OLD.shape[1], 768)).astype(np.float32) / 8
+_P = np.random.default_rng(7).normal(size=(_OLD.shape[1], {new})).astype(np.float32) / 8
 
 
 def encode(texts):
@@ -73,16 +74,18 @@ finally:
 '''
 
 
-def make_store(work, n, seed=0):
+def make_store(work, n, seed=0, dims=(384, 768)):
     """The synthetic store ``work/src.parquet`` (and ``work/old.npy``, the stand-in's memory
-    map), written in blocks of 100,000 rows."""
+    map), written in blocks of 100,000 rows; ``dims`` = (old, new) vector widths (the stand-in
+    ``work/standin_encoder.py`` returns the new)."""
+    d, new = dims
     rng = np.random.default_rng(seed)
-    A = rng.normal(size=(48, 384)).astype(np.float32) / 4
+    A = rng.normal(size=(48, d)).astype(np.float32) / 4
     centres = rng.normal(size=(200, 48)).astype(np.float32)
     old = np.lib.format.open_memmap(work / "old.npy", mode="w+", dtype=np.float32,
-                                    shape=(n, 384))
+                                    shape=(n, d))
     schema = pa.schema([("id", pa.int64()), ("text", pa.string()),
-                        ("vector", pa.list_(pa.float32(), 384))])
+                        ("vector", pa.list_(pa.float32(), d))])
     with pq.ParquetWriter(work / "src.parquet", schema) as w:
         for lo in range(0, n, 100_000):
             m = min(100_000, n - lo)
@@ -92,10 +95,10 @@ def make_store(work, n, seed=0):
             ids = np.arange(lo, lo + m)
             w.write_table(pa.table({
                 "id": ids, "text": [f"t{i}" for i in ids],
-                "vector": pa.FixedSizeListArray.from_arrays(X.ravel(), 384)}, schema=schema),
+                "vector": pa.FixedSizeListArray.from_arrays(X.ravel(), d)}, schema=schema),
                 row_group_size=8192)
     old.flush()
-    (work / "standin_encoder.py").write_text(STANDIN)
+    (work / "standin_encoder.py").write_text(STANDIN.format(new=new))
     return old
 
 

@@ -3,12 +3,13 @@ by store size, beside ``skalign translate`` of the same store (issue 55).
 
 Usage: ``python benchmarks/bench_scale.py [--rows 100000 1000000] [--budget 2000]
 [--continue-share 0.1] [--queries 20] [--text-cost S | --measure-encoder N] [--sleep]
-[--keep DIR]``
+[--dims 384 768] [--keep DIR] [--csv PATH]``
 
 Per size, the synthetic Parquet store of ``bench_migrate.py`` (``--rows`` rows, texts ``t<i>``,
-384-d old vectors) and its stand-in new encoder (``module:callable``, 768-d, no model time of
-its own), each command in its own process under ``/usr/bin/time -v`` (``bench_migrate.
-run_timed``: wall clock and peak resident memory), in this order:
+old vectors of ``--dims``' first width, 384 by default) and its stand-in new encoder
+(``module:callable``, of the second width, 768 by default; no model time of its own), each
+command in its own process under ``/usr/bin/time -v`` (``bench_migrate.run_timed``: wall clock
+and peak resident memory), in this order:
 
 * ``translate``: ``skalign translate`` with a linear map fitted on ``--budget`` uniform rows
   (the reference: it streams);
@@ -67,6 +68,7 @@ def encode(texts):
     del old
     return np.tanh(X @ _P)
 '''
+DIMS = (384, 768)
 COMMANDS = ("translate", "migrate", "search", "continue", "info", "info kept")
 
 
@@ -82,7 +84,7 @@ def measure(n, args, work, cost):
     from skalign import LinearAligner
     from skalign.io import save
 
-    old = make_store(work, n)
+    old = make_store(work, n, dims=args.dims)
     (work / "costly_encoder.py").write_text(COSTLY)
     env = {**os.environ, "SKALIGN_BENCH_OLD": str(work / "old.npy"),
            "PYTHONPATH": os.pathsep.join([str(work), os.environ.get("PYTHONPATH", "")]),
@@ -134,14 +136,17 @@ def measure(n, args, work, cost):
     info = run("info", ["info", out, "--json"])
     run("info kept", ["info", out, "--json"])
     rows["encoded rows"] = (info.get("vectors") or {}).get("encoded")
+    if info.get("vectors") is None:  # its figures are then those of a store it could not read
+        print(f"{n} rows: info counted no provenance ('vectors' null): the store could not "
+              "be opened live", flush=True)
     return rows
 
 
-def info_floor(work):
+def info_floor(work, dims):
     """``skalign info`` on a 1,000-row migrated store: the start-up every size pays."""
     small = work / "floor"
     small.mkdir(parents=True, exist_ok=True)
-    make_store(small, 1000)
+    make_store(small, 1000, dims=dims)
     env = {**os.environ, "SKALIGN_BENCH_OLD": str(small / "old.npy"),
            "PYTHONPATH": os.pathsep.join([str(small), os.environ.get("PYTHONPATH", "")]),
            "SKALIGN_ENCODE_CACHE": str(small / "cache.sqlite")}
@@ -154,7 +159,8 @@ def info_floor(work):
 
 def print_table(results, floor, args, cost):
     load = os.getloadavg()[0]
-    print(f"\nbudget {args.budget}, --continue step {args.continue_share:.0%} of the rows, "
+    print(f"\n{args.dims[0]}-d old, {args.dims[1]}-d new vectors; "
+          f"budget {args.budget}, --continue step {args.continue_share:.0%} of the rows, "
           f"{args.queries} queries; stand-in encoder "
           + (f"sleeping {cost * 1000:.1f} ms a text" if args.sleep else
              f"without model time, '+ model s' at {cost * 1000:.1f} ms a text")
@@ -171,8 +177,9 @@ def print_table(results, floor, args, cost):
         print(f"{'1000':>9} {'info 1k':>10} {floor[0]:>8.1f} {0.0:>9.1f} {floor[1]:>8.0f}")
 
 
-def table_rows(results, floor):
-    """The printed table as CSV rows."""
+def table_rows(results, floor, dims=DIMS):
+    """The printed table as CSV rows, the widths in two last columns unless they are the
+    defaults (``DIMS``)."""
     out = []
     for n, rows in results:
         ref = rows["translate"]["MB"]
@@ -185,6 +192,9 @@ def table_rows(results, floor):
         out.append({"rows": 1000, "command": "info 1k", "wall s": f"{floor[0]:.1f}",
                     "+ model s": "0.0", "peak MB": f"{floor[1]:.0f}", "x translate": "",
                     "texts": 0})
+    if tuple(dims) != DIMS:
+        for row in out:
+            row.update({"old d": dims[0], "new d": dims[1]})
     return out
 
 
@@ -200,6 +210,8 @@ def main(argv=None):
                     help="texts all-MiniLM-L6-v2 is timed on for the default --text-cost")
     ap.add_argument("--sleep", action="store_true",
                     help="the stand-in sleeps --text-cost a text (else it is added)")
+    ap.add_argument("--dims", type=int, nargs=2, default=DIMS, metavar=("OLD", "NEW"),
+                    help="old and new vector widths (default: 384 768)")
     ap.add_argument("--keep", metavar="DIR", help="work in DIR and keep it")
     ap.add_argument("--csv", metavar="PATH", help="also write the table to this CSV file")
     args = ap.parse_args(argv)
@@ -222,10 +234,10 @@ def main(argv=None):
             print(f"{n} rows: {time.perf_counter() - t:.0f} s in all", flush=True)
             if not args.keep:
                 shutil.rmtree(work)
-        floor = info_floor(root)
+        floor = info_floor(root, args.dims)
         print_table(results, floor, args, cost)
         if args.csv:
-            write_rows(args.csv, table_rows(results, floor))
+            write_rows(args.csv, table_rows(results, floor, args.dims))
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
