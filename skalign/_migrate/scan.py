@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._stores.databases.ids import id_list, ids_at
 from ..exceptions import StoreError
 
 __all__ = ["BATCH", "ENCODED", "STALE", "TRANSLATED", "Provenance", "ScanRows", "all_ids",
@@ -38,15 +39,6 @@ def all_ids(store):
     return store.id_array()
 
 
-def ids_at(ids, positions):
-    """The ids at ``positions`` of ``ids`` (an array or a list, as :func:`all_ids` gives
-    them) as a list of Python values: what the engines are given (an ``int64`` array's
-    ids as ``int``, the list's as they are)."""
-    if isinstance(ids, np.ndarray):
-        return ids[np.asarray(positions, dtype=np.int64)].tolist()
-    return [ids[i] for i in positions]
-
-
 def positions_of(ids, wanted):
     """The positions in ``ids`` (as :func:`all_ids` gives them) of the ids ``wanted``, each
     held once by ``ids``: for an ``int64`` array by a sorted search (no Python object per
@@ -61,13 +53,8 @@ def positions_of(ids, wanted):
         if len(bad):
             raise KeyError(wanted[bad[0]])
         return found.astype(np.int64)
-    where = {key: i for i, key in enumerate(_py(ids))}
+    where = {key: i for i, key in enumerate(id_list(ids))}
     return np.array([where[key] for key in wanted], dtype=np.int64)
-
-
-def id_list(ids):
-    """A slice of :func:`all_ids`' ids as a list of Python values (``int`` for an array's)."""
-    return _py(ids)
 
 
 def same_ids(a, b):
@@ -80,11 +67,7 @@ def same_ids(a, b):
             return bool(np.array_equal(sa, sb))
     except TypeError:  # ids of mixed types: compared as sets
         pass
-    return set(_py(a)) == set(_py(b))
-
-
-def _py(ids):
-    return ids.tolist() if isinstance(ids, np.ndarray) else ids
+    return set(id_list(a)) == set(id_list(b))
 
 
 class Provenance:
@@ -159,7 +142,7 @@ def scan_rows(store, ids, text_field, field):
     n = len(ids)
     prov, state, read = Provenance(n), np.zeros(n, dtype=np.int8), _reader(store)
     for lo in range(0, n, BATCH):
-        rows = read(_py(ids[lo:lo + BATCH]), text_field=text_field)
+        rows = read(id_list(ids[lo:lo + BATCH]), text_field=text_field)
         prov.set(lo, rows.provenance)
         for j, (p, t) in enumerate(zip(rows.provenance, rows.texts)):
             if p is not None:
@@ -171,7 +154,7 @@ def texts_of(store, ids, text_field):
     """The texts of the rows ``ids`` of ``store`` (read in batches, without vectors)."""
     out, read = [], getattr(store, "fetch_marks", None)
     for lo in range(0, len(ids), BATCH):
-        part = _py(ids[lo:lo + BATCH])
+        part = id_list(ids[lo:lo + BATCH])
         rows = store.fetch(part, text_field=text_field) if read is None else \
             read(part, text_field=text_field, all_texts=True)
         out.extend(rows.texts)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["id_array"]
+__all__ = ["id_array", "id_list", "ids_at"]
 
 
 def _int_page(page):
@@ -66,3 +66,17 @@ def id_array(pages, rows=0):
     if listed is not None:
         return listed
     return out[:n] if n == len(out) or 2 * n > len(out) else out[:n].copy()
+
+
+def id_list(ids):
+    """Ids as the engines' clients take them, a list of Python values: an ``int64`` array's
+    (:func:`id_array`, a file store's) as ``int``, a list as it is."""
+    return ids.tolist() if isinstance(ids, np.ndarray) else ids
+
+
+def ids_at(ids, positions):
+    """The ids at ``positions`` of ``ids`` (an array or a list, as :func:`id_array` gives
+    them) as a list of Python values (:func:`id_list`)."""
+    if isinstance(ids, np.ndarray):
+        return ids[np.asarray(positions, dtype=np.int64)].tolist()
+    return [ids[i] for i in positions]

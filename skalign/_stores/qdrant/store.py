@@ -55,6 +55,7 @@ from ..databases.common import (
     shadow_name,
     shadow_prefix,
 )
+from ..databases.ids import id_array, id_list, ids_at
 from ..journal import final_stamp, kill_point, pending_stamp
 from . import load as _qdrant_load
 from .names import (
@@ -74,7 +75,7 @@ from .names import (
     check_name,
     sidecar_stamp,
 )
-from .vectors import kept_vectors
+from .vectors import kept_vectors, unit_rows
 
 __all__ = ["STAMP_FOLDER", "STAMP_KEY", "Reader", "Writer", "read_stamp",
            "restore", "write_stamp"]
@@ -242,18 +243,6 @@ def _close_all():
         _CLIENTS.popitem()[1].close()
 
 
-def _values(ids):
-    """Ids as the client takes them: an ``int64`` array's as ``int``, a list's as they are."""
-    return ids.tolist() if isinstance(ids, np.ndarray) else ids
-
-
-def unit_rows(X):
-    """Rows of ``X`` scaled to unit length (zero rows left as they are), as Qdrant stores a
-    cosine vector."""
-    norms = np.linalg.norm(X, axis=1, keepdims=True)
-    return (X / np.where(norms > 0, norms, 1)).astype(np.float32, copy=False)
-
-
 def _aliases(client):
     return {a.alias_name: a.collection_name for a in client.get_aliases().aliases}
 
@@ -368,7 +357,7 @@ class Reader(StoreReader):
         points in the same order)."""
         ids = self._ids()
         for lo in range(start, len(ids), batch_size):
-            vectors, points = self._retrieve(_values(ids[lo:lo + batch_size]))
+            vectors, points = self._retrieve(id_list(ids[lo:lo + batch_size]))
             yield vectors, points, None
 
     def id_pages(self):
@@ -388,8 +377,6 @@ class Reader(StoreReader):
         ``int64`` array where each is an integer that fits it, else the list
         (:func:`~skalign._stores.databases.ids.id_array`)."""
         if self._all_ids is None:
-            from ..databases.ids import id_array
-
             self._all_ids = id_array(self.id_pages(), self.n_rows)
         return self._all_ids
 
@@ -413,9 +400,7 @@ class Reader(StoreReader):
         """Points at ``positions`` (sorted) in id order, retrieved by id (the ids scrolled
         once: a resumed run's batches have them already)."""
         ids = self._ids()
-        vectors, points = self._retrieve(_values(ids[np.asarray(positions, dtype=np.int64)])
-                                         if isinstance(ids, np.ndarray)
-                                         else [ids[pos] for pos in positions])
+        vectors, points = self._retrieve(ids_at(ids, positions))
         return list(vectors), [self.row(points, k) for k in range(len(points))]
 
     def read_all(self):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["TOLERANCE", "Direction", "kept_vectors"]
+__all__ = ["TOLERANCE", "Direction", "kept_vectors", "unit_rows"]
 
 #: the largest difference of two coordinates of one direction normalised again in float32
 TOLERANCE = 1e-6
@@ -54,3 +54,10 @@ def kept_vectors(vectors, read, config):
               and getattr(p, "multivector_config", None) is None}
     return {n: Direction(v) if n in cosine and isinstance(v, list) else v
             for n, v in vectors.items() if n != read}
+
+
+def unit_rows(X):
+    """Rows of ``X`` scaled to unit length (zero rows left as they are), as Qdrant stores a
+    cosine vector."""
+    norms = np.linalg.norm(X, axis=1, keepdims=True)
+    return (X / np.where(norms > 0, norms, 1)).astype(np.float32, copy=False)
