@@ -237,6 +237,8 @@ def cmd_info(args, out):
         from .._migrate.migration import count_provenance
 
         info["vectors"] = count_provenance(args.address)
+        if info["vectors"] is None:
+            info["not_counted"] = _not_live(args.address)
     migration = stamp.get("migration") if isinstance(stamp, dict) else None
     if isinstance(migration, dict):
         info["lengths"] = vector_lengths(args.address)
@@ -257,6 +259,8 @@ def cmd_info(args, out):
         f"{stamp.get('source')} ({stamp.get('rows')} rows, {stamp.get('d_in')}-d -> "
         f"{stamp.get('d_out')}-d), model {stamp.get('model')}")
     rows = info.get("vectors")
+    if info.get("not_counted"):
+        say(f"rows not counted by provenance: {info['not_counted']}")
     if rows and rows["encoded"]:
         share = rows["encoded"] / max(rows["rows"], 1)
         rest = ("; every row does: none is a translation" if rows["encoded"] == rows["rows"]
@@ -277,6 +281,19 @@ def cmd_info(args, out):
         say(f"migrated: the other rows translated by {migration['method']}, estimated "
             f"recall@10 {est.get('recall_at_10')} at {est.get('store_size')} rows")
     return 0
+
+
+def _not_live(address):
+    """Why the store at ``address`` cannot be opened live (its provenance then is not
+    counted), or ``None``."""
+    from .._stores import open_live
+    from ..exceptions import StoreError
+
+    try:
+        open_live(address).close()
+    except StoreError as exc:
+        return str(exc)
+    return None
 
 
 def fields_info(address):

@@ -69,6 +69,15 @@ def rebinding():
 
 #: the overlay folder's name is the store's name with this suffix
 OVERLAY_SUFFIX = ".skalign-live"
+
+
+def has_overlay(address):
+    """Whether the store at ``address`` is a file store with an overlay folder beside it."""
+    from ..address import FILE_KINDS
+
+    return address.kind in FILE_KINDS and \
+        address.path.with_name(address.path.name + OVERLAY_SUFFIX).is_dir()
+
 #: segments a writer lets accumulate before merging them into one
 COMPACT_SEGMENTS = 64
 #: a segment's file name

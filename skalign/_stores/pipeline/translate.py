@@ -356,16 +356,22 @@ def _write_marks(dst, column, marks):
     translation replaced is bound to the new one when its rows are the same
     (:func:`~skalign._stores.files.overlay.rebinding`)."""
     from .. import open_live
-    from ..files.overlay import rebinding
+    from ..files.overlay import has_overlay, rebinding
 
-    parts = [] if marks is None else [marks] if isinstance(marks, RowMarks) else list(marks)
-    parts = [part for part in parts if len(part)]
-    if not parts:
+    if marks is None:
         return 0
+    given = [marks] if isinstance(marks, RowMarks) else list(marks)
+    parts = [part for part in given if len(part)]
+    if not parts and not has_overlay(dst):
+        return 0
+    # marks given, none to write: the overlay (other writers' encoded rows, which stay
+    # exact) is bound to the new file all the same, not left refusing every reader
     with rebinding():
-        store = open_live(dst, column=column, provenance_key=parts[0].key)
+        store = open_live(dst, column=column,
+                          provenance_key=given[0].key if given else None)
     with store:
         return sum(part.write(store) for part in parts)
+
 
 
 def _holds(model_fp, src, dst):
