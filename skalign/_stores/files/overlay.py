@@ -6,14 +6,15 @@ instead to an *overlay*, the folder ``PATH.skalign-live`` beside the store, as *
 each write-back is one ``seg-NNNNNNNNNNNN.npz`` (the rows' positions in the store, their
 vectors, their provenance marks) written under a temporary name, fsynced and renamed into
 place. A reader lists the folder and reads the positions and marks of the segments it has not
-seen, later ones winning for the same row; their vectors stay in the segment files, held
-open, and are read by row when asked for (:class:`LazyRows`), so that a reader's memory does
-not grow with the encoded rows. A segment is there whole or not at all, so a row is seen with
-its old vector and provenance or with its new ones, never a mix. Writers take an exclusive
-``flock`` on ``PATH.skalign-live/.lock`` (waiting for it), so that segment numbers never collide;
-every :data:`COMPACT_SEGMENTS` segments, the writer merges them into one (written first,
-under the next number, then the older ones removed: a reader that finds a segment gone
-loads the folder again).
+seen, later ones winning for the same row (the marks held as their UTF-8 bytes,
+:class:`Marks`: a quarter of a segment's ``<U`` array); their vectors stay in the segment
+files, held open, and are read by row when asked for (:class:`LazyRows`), so that a reader's
+memory does not grow with the encoded rows. A segment is there whole or not at all, so a row
+is seen with its old vector and provenance or with its new ones, never a mix. Writers take an
+exclusive ``flock`` on ``PATH.skalign-live/.lock`` (waiting for it), so that segment numbers
+never collide; every :data:`COMPACT_SEGMENTS` segments, the writer merges them into one
+(written first, under the next number, then the older ones removed: a reader that finds a
+segment gone loads the folder again).
 
 ``base.json`` in the folder records the identity of the store the rows belong to, one another
 store cannot share: rows, width, a digest of the ids in row order, and the files' devices,
@@ -50,7 +51,7 @@ from ..journal import fsync_dir, write_durably
 from .shadow import create_file, output_modes
 
 __all__ = ["CHUNK_ROWS", "COMPACT_SEGMENTS", "OVERLAY_SUFFIX", "SEGMENT", "FileRows", "LazyRows",
-           "Overlay", "OverlayState", "rebinding"]
+           "Marks", "Overlay", "OverlayState", "rebinding"]
 
 #: set by :func:`rebinding`: overlays opened meanwhile follow their store's rewrite
 _REBIND = contextvars.ContextVar("skalign_overlay_rebind", default=False)
@@ -185,6 +186,93 @@ class LazyRows:
             yield lo, self[lo:lo + size]
 
 
+class Marks:
+    """Provenance values, one per row, held as their UTF-8 bytes in one numpy ``S`` array:
+    a byte a character for the ASCII marks skalign writes, where a ``<U`` array (a segment's
+    ``marks.npy``) takes four (220 bytes a row for a mark of 55 characters).
+
+    An integer index gives the value as ``str``; a slice or an array of indexes or booleans, a
+    :class:`Marks` of those rows; iterating and :meth:`tolist` give ``str`` values. A value
+    comes back as a ``<U`` array gives it: trailing NUL characters dropped by both (a NUL is
+    the only character whose UTF-8 holds a zero byte), a lone surrogate kept
+    (``surrogatepass``).
+
+    Parameters
+    ----------
+    raw : ndarray of bytes (``S``), one-dimensional
+        The values' UTF-8 bytes.
+    """
+
+    def __init__(self, raw):
+        self.raw = raw
+
+    @classmethod
+    def from_str(cls, values):
+        """The :class:`Marks` of ``values`` (a ``<U`` array or a sequence of ``str``),
+        encoded :data:`CHUNK_ROWS` rows at a time."""
+        U = np.asarray(values, dtype=str)
+        parts = [_utf8(U[lo:lo + CHUNK_ROWS]) for lo in range(0, len(U), CHUNK_ROWS)]
+        return cls(_joined(parts))
+
+    @property
+    def shape(self):
+        """``(rows,)``."""
+        return self.raw.shape
+
+    def __len__(self):
+        return len(self.raw)
+
+    def __getitem__(self, key):
+        if isinstance(key, (int, np.integer)):
+            return self.raw[key].decode("utf-8", "surrogatepass")
+        return Marks(self.raw[key])
+
+    def __iter__(self):
+        for lo in range(0, len(self.raw), CHUNK_ROWS):
+            yield from self[lo:lo + CHUNK_ROWS].tolist()
+
+    def tolist(self):
+        """The values, a list of ``str``."""
+        return [b.decode("utf-8", "surrogatepass") for b in self.raw.tolist()]
+
+    def __array__(self, dtype=None, copy=None):
+        U = np.array(self.tolist(), dtype=str)
+        return U if dtype is None else U.astype(dtype, copy=False)
+
+    def str_chunks(self, size=None):
+        """``(width, chunks)``: the ``<U`` width that holds every value and an iterator of
+        the values as ``<U{width}`` arrays, ``size`` rows at a time (a segment's marks are
+        written so, never converted whole)."""
+        size, n = size or CHUNK_ROWS, len(self.raw)
+        if not n or np.ascontiguousarray(self.raw).view(np.uint8).max() < 0x80:
+            width = max(self.raw.itemsize, 1)  # ASCII: numpy's own cast
+            return width, (self.raw[lo:lo + size].astype(f"<U{width}")
+                           for lo in range(0, n, size))
+        width = max(np.array(self[lo:lo + size].tolist(), dtype=str).itemsize // 4
+                    for lo in range(0, n, size))
+        return width, (np.array(self[lo:lo + size].tolist(), dtype=f"<U{width}")
+                       for lo in range(0, n, size))
+
+
+def _utf8(U):
+    """The ``<U`` array ``U`` as its values' UTF-8 bytes (an ``S`` array)."""
+    try:
+        return U.astype("S")  # ASCII: numpy's own cast, a byte a character
+    except UnicodeEncodeError:
+        return np.array([v.encode("utf-8", "surrogatepass") for v in U.tolist()], dtype="S")
+
+
+def _joined(parts):
+    """The ``S`` arrays ``parts`` end to end, as wide as the widest."""
+    width = max([p.itemsize for p in parts] + [1])
+    out = np.empty(sum(len(p) for p in parts), dtype=f"S{width}")
+    at = 0
+    for p in parts:
+        out[at:at + len(p)] = p
+        at += len(p)
+    return out
+
+
 @dataclass(frozen=True)
 class OverlayState:
     """One consistent view of the overlay (replaced whole, never changed in place).
@@ -195,8 +283,8 @@ class OverlayState:
         The store positions of the encoded rows.
     vectors : LazyRows of shape (len(positions), dim)
         Their vectors, read from the segments when indexed (never held whole).
-    marks : ndarray of str
-        Each row's provenance value.
+    marks : Marks
+        Each row's provenance value (``str`` when indexed by an integer or iterated).
     """
 
     positions: np.ndarray
@@ -237,19 +325,26 @@ def _merge(state, parts):
                                     for j, (p, _, _) in enumerate(parts)])[keep]
     R = np.concatenate([old.rows] + [np.arange(len(p), dtype=np.int64)
                                      for p, _, _ in parts])[keep]
-    M = np.concatenate([state.marks.astype(str)] + [np.asarray(m, dtype=str)
-                                                    for _, _, m in parts])
+    # each source's kept rows copied straight into place: the marks of every row, kept or not,
+    # are never put end to end
+    sources = [state.marks] + [m for _, _, m in parts]
+    M = np.empty(len(keep), dtype=f"S{max(m.raw.itemsize for m in sources)}")
+    at = 0
+    for m in sources:
+        here = (keep >= at) & (keep < at + len(m))
+        M[here] = m.raw[keep[here] - at]
+        at += len(m)
     used = np.unique(S)  # segments no row refers to any more are let go (their files closed)
     renum = np.zeros(len(segs), np.int32)
     renum[used] = np.arange(len(used), dtype=np.int32)
     return OverlayState(P[keep], LazyRows([segs[i] for i in used], renum[S], R, old.dim),
-                        M[keep])
+                        Marks(M))
 
 
 def _empty_state(dim):
     return OverlayState(np.empty(0, np.int64),
                         LazyRows([], np.empty(0, np.int32), np.empty(0, np.int64), dim),
-                        np.empty(0, dtype="<U1"))
+                        Marks(np.empty(0, dtype="S1")))
 
 
 class Overlay:
@@ -443,10 +538,17 @@ class Overlay:
         try:
             with os.fdopen(fd, "wb") as f:
                 with zipfile.ZipFile(f, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
-                    for key, a in (("positions", np.asarray(positions, dtype=np.int64)),
-                                   ("marks", np.asarray(marks, dtype=str))):
-                        with z.open(f"{key}.npy", "w", force_zip64=True) as m:
-                            np.lib.format.write_array(m, a, allow_pickle=False)
+                    with z.open("positions.npy", "w", force_zip64=True) as m:
+                        np.lib.format.write_array(m, np.asarray(positions, dtype=np.int64),
+                                                  allow_pickle=False)
+                    marks = marks if isinstance(marks, Marks) else Marks.from_str(marks)
+                    width, chunks = marks.str_chunks()
+                    with z.open("marks.npy", "w", force_zip64=True) as m:  # a <U array, as ever
+                        np.lib.format.write_array_header_1_0(m, {
+                            "descr": np.lib.format.dtype_to_descr(np.dtype(f"<U{width}")),
+                            "fortran_order": False, "shape": (len(marks),)})
+                        for U in chunks:
+                            m.write(memoryview(U).cast("B"))
                     with z.open("vectors.npy", "w", force_zip64=True) as m:
                         np.lib.format.write_array_header_1_0(m, {
                             "descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)),
@@ -478,7 +580,7 @@ def _open_segment(f, dim):
         if not {"positions.npy", "vectors.npy", "marks.npy"} <= names:
             raise _BadSegment("wrong shapes or types")
         P = _member_array(z, "positions.npy")
-        M = _member_array(z, "marks.npy")
+        M = _member_marks(z, "marks.npy")
         info = z.getinfo("vectors.npy")
     if info.compress_type != zipfile.ZIP_STORED:
         raise _BadSegment("compressed vectors")
@@ -493,9 +595,9 @@ def _open_segment(f, dim):
         np.lib.format.read_array_header_2_0
     shape, fortran, dtype = read(f)
     offset = f.tell()
-    if P.ndim != 1 or P.dtype.kind not in "iu" or dtype.kind != "f" or M.dtype.kind != "U" \
-            or fortran or len(shape) != 2 or tuple(shape) != (len(P), dim) \
-            or M.shape != P.shape:
+    if P.ndim != 1 or P.dtype.kind not in "iu" or dtype.kind != "f" \
+            or not isinstance(M, Marks) or fortran or len(shape) != 2 \
+            or tuple(shape) != (len(P), dim) or M.shape != P.shape:
         raise _BadSegment("wrong shapes or types")
     if offset - start + len(P) * dim * dtype.itemsize != info.file_size:
         raise _BadSegment("wrong shapes or types")
@@ -505,6 +607,29 @@ def _open_segment(f, dim):
 def _member_array(z, name):
     with z.open(name) as m:
         return np.lib.format.read_array(m, allow_pickle=False)
+
+
+def _member_marks(z, name):
+    """The member ``name``: a one-dimensional ``<U`` array as :class:`Marks`, read and encoded
+    :data:`CHUNK_ROWS` rows at a time (never held whole as ``<U``); anything else as
+    :func:`numpy.lib.format.read_array` reads it (refused by the caller), with its errors."""
+    with z.open(name) as m:
+        version = np.lib.format.read_magic(m)
+        read = {(1, 0): np.lib.format.read_array_header_1_0,
+                (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+        if read is not None:
+            shape, _, dtype = read(m)  # the order of a one-dimensional array changes nothing
+            if dtype.kind == "U" and dtype.itemsize and len(shape) == 1 and shape[0] >= 0:
+                parts = []
+                for lo in range(0, shape[0], CHUNK_ROWS):
+                    k = min(CHUNK_ROWS, shape[0] - lo)
+                    data = m.read(k * dtype.itemsize)
+                    if len(data) != k * dtype.itemsize:  # as read_array says it
+                        raise ValueError("EOF: reading array data")
+                    parts.append(_utf8(np.frombuffer(data, dtype=dtype)))
+                return Marks(_joined(parts))
+    M = _member_array(z, name)
+    return Marks.from_str(M) if M.dtype.kind == "U" and M.ndim == 1 else M
 
 
 class _Flock:
