@@ -46,10 +46,10 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 KERNEL_INDEPENDENT = {
     "test_chroma_qdrant_safety.py", "test_connectors.py", "test_docstrings.py",
     "test_duckdb_store.py", "test_encode_cache_sharing.py", "test_file_safety.py",
-    "test_imports.py", "test_into.py", "test_into_qdrant.py", "test_live_stores.py",
-    "test_migrate_hostile.py", "test_milvus_store.py", "test_pg_hostile.py",
-    "test_pg_writeback.py", "test_public_api.py", "test_publish_window.py",
-    "test_references.py", "test_resume.py",
+    "test_id_arrays.py", "test_imports.py", "test_into.py", "test_into_qdrant.py",
+    "test_live_stores.py", "test_migrate_hostile.py", "test_milvus_store.py",
+    "test_pg_hostile.py", "test_pg_writeback.py", "test_public_api.py",
+    "test_publish_window.py", "test_references.py", "test_resume.py", "test_sample_ids.py",
 }
 
 
