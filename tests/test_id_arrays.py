@@ -377,3 +377,28 @@ def test_positions_of_an_array_and_a_list():
                           (np.empty(0, np.int64), [3])):
         with pytest.raises(KeyError):
             positions_of(held, missing)
+
+
+def test_a_file_stores_id_index_in_any_order():
+    """A file store's :class:`IdIndex` finds each id's row the same way whether its ids come in
+    increasing order (then no order or sorted copy is held beside them) or not, for integers
+    and strings; a missing id and a repeated one are refused."""
+    from skalign._stores.files.live import IdIndex
+    from skalign.exceptions import StoreError
+
+    rng = np.random.default_rng(3)
+    ints = np.arange(-40, 4000, 7)
+    for ids in (ints, rng.permutation(ints), np.array([f"k{i:05d}" for i in ints]),
+                rng.permutation(np.array([f"k{i:05d}" for i in ints]))):
+        index = IdIndex(ids, "s.parquet", "id")
+        ascending = bool(np.all(ids[1:] > ids[:-1]))
+        assert (index._order is None) == ascending
+        wanted = ids[rng.choice(len(ids), 50, replace=False)].tolist()
+        where = {key: i for i, key in enumerate(ids.tolist())}
+        assert index.positions(wanted, "s").tolist() == [where[w] for w in wanted]
+        assert index.ids_of(index.positions(wanted, "s")) == wanted
+        with pytest.raises(StoreError):
+            index.positions(["k-missing" if ids.dtype.kind == "U" else -1], "s")
+    for ids in (np.array([1, 2, 2, 3]), np.array([3, 1, 3])):
+        with pytest.raises(StoreError, match="more than once"):
+            IdIndex(ids, "s.parquet", "id")

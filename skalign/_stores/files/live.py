@@ -39,8 +39,14 @@ class IdIndex:
 
     def __init__(self, ids, where, field):
         self.ids = np.asarray(ids)
-        self._order = np.argsort(self.ids, kind="stable")
-        self._sorted = self.ids[self._order]
+        try:
+            ascending = bool(np.all(self.ids[1:] > self.ids[:-1]))
+        except TypeError:  # ids numpy cannot compare as one array: sorted below
+            ascending = False
+        # ids already in increasing order (a row number, an id column written sorted) are
+        # their own sorted copy: no order nor copy held (16 bytes a row less)
+        self._order = None if ascending else np.argsort(self.ids, kind="stable")
+        self._sorted = self.ids if ascending else self.ids[self._order]
         dup = np.flatnonzero(self._sorted[1:] == self._sorted[:-1])
         if len(dup):
             raise StoreError(f"{where}: id {self._sorted[dup[0]]!r} occurs more than once in "
@@ -61,7 +67,7 @@ class IdIndex:
         missing = np.flatnonzero(self._sorted[at] != q)
         if len(missing):
             raise missing_id(where, asked[missing[0]])
-        return self._order[at].astype(np.int64)
+        return (at if self._order is None else self._order[at]).astype(np.int64)
 
     def ids_of(self, positions):
         return self.ids[np.asarray(positions, dtype=np.int64)].tolist()
