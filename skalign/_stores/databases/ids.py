@@ -11,9 +11,11 @@ same Python values.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
-__all__ = ["id_array", "id_list", "ids_at"]
+__all__ = ["first_at", "id_array", "id_list", "ids_at"]
 
 
 def _int_page(page):
@@ -80,3 +82,15 @@ def ids_at(ids, positions):
     if isinstance(ids, np.ndarray):
         return ids[np.asarray(positions, dtype=np.int64)].tolist()
     return [ids[i] for i in positions]
+
+
+def first_at(rows, positions):
+    """The first value of the rows at ``positions`` (increasing) of the iterator ``rows`` (a
+    cursor's rows in the store's order), read once up to the last position, the rows between
+    stepped over in C (``itertools.islice``): the ids at those positions of an ``ids()``
+    scan, without holding the others."""
+    out, last = [], -1
+    for p in positions:
+        out.append(next(itertools.islice(rows, p - last - 1, None))[0])
+        last = p
+    return out

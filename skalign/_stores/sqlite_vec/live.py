@@ -167,6 +167,8 @@ class SqliteVecLive(LiveStore):
         (in C, ``itertools.islice``) up to each :math:`p_j`, whose id is kept; the scan stops
         after :math:`p_m`. Memory: the :math:`m` ids.
         """
+        from ..databases.ids import first_at
+
         with self.conn:  # one read transaction: the count and the scan of one moment
             rows = self.conn.execute(f"SELECT count(*) FROM {ident(self.table)}").fetchone()[0]
             positions = sample_positions(rows, n, random_state)
@@ -174,13 +176,9 @@ class SqliteVecLive(LiveStore):
                 return []
             cursor = self.conn.cursor().execute(self._ids_sql())
             try:
-                out, last = [], -1
-                for p in positions.tolist():
-                    out.append(next(itertools.islice(cursor, p - last - 1, None))[0])
-                    last = p
+                return first_at(cursor, positions.tolist())
             finally:
                 cursor.close()
-        return out
 
     def _marks(self, ids, scan=False):
         """The provenance of ``ids`` (``None`` where a row has none): looked up one by one,
