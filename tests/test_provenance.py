@@ -442,6 +442,7 @@ def test_editor_searcher_and_continue_at_once(kind, tmp_path, request, monkeypat
     migrate_store(world.src, world.out, cached, 24, text_field=tf, anyway=True)
 
     stop, errors, searcher_wrote = threading.Event(), [], []
+    searcher_started = threading.Event()
     edited = set()
 
     def application():
@@ -468,6 +469,8 @@ def test_editor_searcher_and_continue_at_once(kind, tmp_path, request, monkeypat
                 def recording(ids, vectors, marks, expected=None):
                     done = write(ids, vectors, marks, expected)
                     searcher_wrote.extend(i for i, ok in zip(ids, done) if ok)
+                    if searcher_wrote:
+                        searcher_started.set()
                     return done
 
                 s.store.write_back = recording
@@ -482,6 +485,12 @@ def test_editor_searcher_and_continue_at_once(kind, tmp_path, request, monkeypat
     for t in threads:
         t.start()
     try:
+        # On a loaded machine the two steps can end before the searcher has opened the store;
+        # the steps start once it writes, so that they run while it goes on writing.
+        for _ in range(1200):
+            if searcher_started.wait(0.1) or errors:
+                break
+        assert searcher_started.is_set() or errors, "the searcher wrote nothing back in 120 s"
         for _ in range(2):
             migrate_store(world.src, world.out, cached, 20, text_field=tf, continue_=True)
     finally:
