@@ -182,6 +182,62 @@ def test_a_replaced_text_file_makes_kept_counts_stale(tmp_path):
     assert _plain(count_provenance(address, text_field=texts)) == expected
 
 
+def test_marks_of_two_text_files_are_counted_a_chunk_at_a_time(tmp_path, monkeypatch):
+    """Rows encoded from two text files, interleaved, counted 7 marks at a time: the same
+    counts as in one chunk; replacing the second file (read only for its rows) makes the kept
+    counts stale."""
+    address = _npy(tmp_path)
+    first, second = str(tmp_path / "s.txt"), tmp_path / "other.txt"
+    second.write_text("".join(f"other {i}\n" for i in range(N)))
+    _encoded(address, first, range(0, 200, 2))
+    _encoded(address, str(second), range(1, 100, 2))
+    _write(address, first, range(150, 160, 2), [encoded_mark("enc-1", first, "not it")] * 5)
+    whole = count_provenance(address, text_field=first)
+    assert _plain(whole) == {"rows": N, "encoded": 145, "stale": 5, "translated": 150}
+    sizes = []
+    real = counts_module._count_marks
+    monkeypatch.setattr(counts_module, "TEXT_BATCH", 7)
+    monkeypatch.setattr(counts_module, "_count_marks",
+                        lambda marks, *a: sizes.append(len(marks)) or real(marks, *a))
+    folder = address.path.with_name("s.npy" + overlay_module.OVERLAY_SUFFIX)
+    (folder / COUNTS_FILE).unlink()
+    assert count_provenance(address, text_field=first) == whole
+    assert max(sizes) == 7 and sum(sizes) == 150
+    new = tmp_path / "other.new"
+    new.write_text("".join(f"other {i}\n" if i > 9 else f"changed {i}\n" for i in range(N)))
+    os.replace(new, second)
+    assert count_provenance(address, text_field=first)["encoded"] == 140  # 1, 3, .., 9 stale
+
+
+def test_counting_holds_a_chunk_of_marks_and_texts_not_all(tmp_path, monkeypatch):
+    """50,000 encoded rows counted 4,096 at a time: the count peaks under 50 bytes a row
+    beyond the open store (all of the rows' marks, row numbers and texts at once: about
+    136)."""
+    import tracemalloc
+
+    n = 50_000
+    path = tmp_path / "big.parquet"
+    pq.write_table(pa.table({"id": np.arange(n), "text": [f"text number {i}" for i in range(n)],
+                             "vector": pa.FixedSizeListArray.from_arrays(
+                                 np.zeros(n * 2, np.float32), 2)}), path)
+    address = parse_address(str(path))
+    fp = "enc-" + "a" * 25
+    with open_live(address, text_field="text") as store:
+        store.write_back(list(range(n)), np.ones((n, 2), np.float32),
+                         [encoded_mark(fp, "text", f"text number {i}") for i in range(n)])
+    monkeypatch.setattr(counts_module, "TEXT_BATCH", 4096)
+    with open_live(address, text_field="text") as store:
+        store.overlay.refresh()
+        tracemalloc.start()
+        try:
+            counts = counts_module._overlay_counts(store, fp, None)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert counts["encoded"] == n and counts["encoders"] == {fp: n}
+    assert peak < 50 * n, peak / n
+
+
 def test_an_unwritable_overlay_folder_still_counts(parquet_store):
     folder = parquet_store.path.with_name("s.parquet" + overlay_module.OVERLAY_SUFFIX)
     if os.geteuid() == 0:

@@ -2,10 +2,11 @@
 
 A file store (``.npy``, Parquet, LanceDB, FAISS) keeps every row's provenance in its overlay
 (:mod:`skalign._stores.files.overlay`): a row outside it is a translation, so the counts come
-from the overlay's marks and the texts of the marked rows alone, never from the store's
-vectors. They are kept in ``counts.json`` in the overlay's folder together with what they were
-computed from (:func:`counts_key`: the overlay's segments and base, the store's files, the text
-files read, the encoder the stamp names); a reader uses them only while all of that is
+from the overlay's marks and the texts of the marked rows alone, a chunk of
+:data:`TEXT_BATCH` marks at a time, never from the store's vectors. They are kept in
+``counts.json`` in the overlay's folder together with what they were computed from
+(:func:`counts_key`: the overlay's segments and base, the store's files, the text files read,
+the encoder the stamp names); a reader uses them only while all of that is
 unchanged and counts again otherwise, so counts of an earlier state are never shown as current.
 Another live store counts its rows itself where its engine can read the marks apart from the
 vectors (:meth:`~skalign._stores.live.LiveStore.count_marks`: one SQL statement, or a scan of
@@ -122,22 +123,30 @@ def counts_key(store, mine, names):
             "segments": [[n, *_stat(store.overlay.folder / n)] for n in names]}
 
 
-def _text_files(store, tokens):
-    """The text files beside ``store`` its marks' fields name (``.npy``, FAISS) with their
-    identity: they can change while the store does not."""
-    from urllib.parse import unquote
-
+def _text_file(store, field, seen):
+    """Record in ``seen`` (path: identity, ``None`` where missing) the text file beside
+    ``store`` (``.npy``, FAISS) whose lines are the texts of ``field`` (``None``: the store's
+    default), before its texts are first read: it can change while the store does not."""
     if not store.texts_in_lines:
-        return {}
-    out = {}
-    for token in tokens:
-        path = unquote(token) if token else store.text_source(None)
-        if path is not None:
-            try:
-                out[path] = _stat(path)
-            except OSError:
-                out[path] = None
-    return out
+        return
+    path = field if field is not None else store.text_source(None)
+    if path is not None and path not in seen:
+        try:
+            seen[path] = _stat(path)
+        except OSError:
+            seen[path] = None
+
+
+def _same_text_files(seen):
+    """Whether every text file in ``seen`` still has the identity recorded there."""
+    for path, ident in seen.items():
+        try:
+            if _stat(path) != ident:
+                return False
+        except OSError:
+            if ident is not None:
+                return False
+    return True
 
 
 def _quick_key(address, mine, text_field):
@@ -175,15 +184,8 @@ def _read_counts(folder, key, which="key"):
     except (OSError, ValueError):
         return None
     if not isinstance(kept, dict) or kept.get(which) != key \
-            or not isinstance(kept.get("texts"), dict):
+            or not isinstance(kept.get("texts"), dict) or not _same_text_files(kept["texts"]):
         return None
-    for path, ident in kept["texts"].items():
-        try:
-            if _stat(path) != ident:
-                return None
-        except OSError:
-            if ident is not None:
-                return None
     counts = kept.get("counts")
     fields = ("rows", "encoded", "stale", "translated")
     if not isinstance(counts, dict) or any(not isinstance(counts.get(k), int) or counts[k] < 0
@@ -212,8 +214,6 @@ def _overlay_counts(store, mine, quick):
     """The counts of a file store from its overlay (see the module docstring); ``quick``: the
     :func:`_quick_key` read before the store was opened, kept with them where its segments are
     those counted."""
-    from .._stores.live import parse_mark
-
     overlay = store.overlay
     state, names = overlay.refresh(), list(overlay.seen)
     try:
@@ -223,23 +223,22 @@ def _overlay_counts(store, mine, quick):
     counts = None if key is None else _read_counts(overlay.folder, key)
     if counts is not None:
         return counts
-    # the overlay's Marks (str by row), never a list: 10^6 marks as str took 112 MB more
     marks, positions = state.marks, state.positions
     counts = _empty()
     counts["rows"] = int(store.n_rows)
     counts["translated"] = int(store.n_rows) - len(marks)
-    tokens = {getattr(parse_mark(p), "field", None) for p in marks} - {None}
-    texts = _text_files(store, tokens)
+    texts = {}
+    # TEXT_BATCH marks at a time, as str, with their texts: all of 10^6 encoded rows' marks,
+    # row numbers and texts held at once took about 120 MB
+    for lo in range(0, len(marks), TEXT_BATCH):
+        at = positions[lo:lo + TEXT_BATCH]
 
-    def read_texts(field, rows_n):
-        at = positions[np.asarray(rows_n, dtype=np.int64)]
-        out = []
-        for lo in range(0, len(at), TEXT_BATCH):
-            out.extend(store.texts_at(at[lo:lo + TEXT_BATCH], field))
-        return out
+        def read_texts(field, rows_n, at=at):
+            _text_file(store, field, texts)
+            return store.texts_at(at[np.asarray(rows_n, dtype=np.int64)], field)
 
-    _count_marks(marks, read_texts, mine, counts)
-    if key is not None and texts == _text_files(store, tokens):
+        _count_marks(marks[lo:lo + TEXT_BATCH].tolist(), read_texts, mine, counts)
+    if key is not None and _same_text_files(texts):
         if quick is None or quick["segments"] != key["segments"] \
                 or quick["base"] != overlay.base:
             quick = None  # a writer added a segment meanwhile: only the full key is kept
