@@ -92,10 +92,10 @@ def open_field(address, field, *, text_field=None, **options):
 def unwritten(address, field):
     """Whether no row of the field ``field`` holds a value skalign wrote (a field added by a
     run killed before it stamped it: taken as new)."""
-    from .._migrate.scan import all_ids, id_list
+    from .databases.ids import id_list
 
     with open_field(address, field) as store:
-        ids = all_ids(store)
+        ids = store.id_array()
         return all(p is None for lo in range(0, len(ids), BATCH)
                    for p in store.fetch(id_list(ids[lo:lo + BATCH])).provenance)
 
@@ -173,7 +173,7 @@ def translate_into(model, address, field, *, column=None, batch_size=None, progr
     Rows already marked by this model, and rows encoded by a new encoder (a searcher's
     write-back), are skipped; every write is a compare-and-set. A field written by another
     model or by a migration is refused."""
-    from .._migrate.scan import all_ids, id_list
+    from .databases.ids import id_list
     from .journal import model_fingerprint
     from .pipeline.translate import TranslationResult, _progress, output_dim
 
@@ -203,7 +203,7 @@ def translate_into(model, address, field, *, column=None, batch_size=None, progr
         mark, written, skipped = translated_mark(model_fp), 0, 0
         bar = _progress(n, progress, f"{address} -> field {field}")
         with open_field(address, field) as target:
-            ids = all_ids(source)
+            ids = source.id_array()
             for k, lo in enumerate(range(0, len(ids), batch)):
                 part = id_list(ids[lo:lo + batch])
                 have = target.fetch(part).provenance
