@@ -186,11 +186,12 @@ def ids_digest(ids):
         return f"rows:{ids.n}"
     values = ids.ids
     h = hashlib.sha256(str(values.dtype).encode())
-    if values.dtype.kind in "iuf":
-        h.update(np.ascontiguousarray(values).tobytes())
+    if values.dtype.kind in "iuf":  # the array's own bytes, not a copy of them
+        h.update(memoryview(np.ascontiguousarray(values)).cast("B"))
     else:
-        for v in values.tolist():
-            h.update(repr(v).encode("utf-8", "surrogatepass") + b"\x00")
+        for lo in range(0, len(values), 65536):
+            for v in values[lo:lo + 65536].tolist():
+                h.update(repr(v).encode("utf-8", "surrogatepass") + b"\x00")
     return h.hexdigest()[:32]
 
 

@@ -1,9 +1,12 @@
 """Live Parquet stores (a file or a folder of shards): ids from an id column (``id`` by default,
-else row numbers), texts from a text column, exact ranking (the vectors held in memory up to
-:data:`CACHE_BYTES`, else read window by window), encoded rows in the overlay
+else row numbers), texts from a text column (held whole up to :data:`TEXT_CACHE_BYTES`, else
+read a row group at a time, the last :data:`TEXT_GROUPS` kept), exact ranking (the vectors held
+in memory up to :data:`CACHE_BYTES`, else read window by window), encoded rows in the overlay
 (:mod:`skalign._stores.files.overlay`)."""
 
 from __future__ import annotations
+
+from collections import OrderedDict
 
 import numpy as np
 
@@ -15,10 +18,17 @@ from ..files.live import WINDOW_ROWS, FileLiveStore, check_metric, files_state
 from ..live import field_key
 from .store import TAKE_BATCH_ROWS, ParquetReader
 
-__all__ = ["CACHE_BYTES", "ParquetLive", "field_state", "open_field", "open_owned"]
+__all__ = ["CACHE_BYTES", "TEXT_CACHE_BYTES", "TEXT_GROUPS", "ParquetLive", "field_state",
+           "open_field", "open_owned"]
 
 #: a store whose vectors take at most this many bytes (float32) is read into memory once
 CACHE_BYTES = 256 << 20
+#: a text column of at most this many bytes (uncompressed, as the files' metadata gives them)
+#: is read whole once; a larger one a row group at a time: its texts held whole would grow
+#: with the store (3 GB for 10^7 texts of 300 bytes)
+TEXT_CACHE_BYTES = 64 << 20
+#: row groups of a larger text column kept decoded (a scan in row order reads each once)
+TEXT_GROUPS = 2
 
 
 class ParquetLive(FileLiveStore):
@@ -54,8 +64,11 @@ class ParquetLive(FileLiveStore):
         self._reader = r = ParquetReader(address, column)
         self.n_rows, self.dim = int(r.n_rows), int(r.dim)
         self.metric = check_metric(metric, self.path)
-        self._columns = {}
-        self._ids, self.id_field = id_index(r.schema, id_field, self.n_rows, self._column,
+        self._columns, self._groups = {}, OrderedDict()
+        starts = [f.metadata.row_group(g).num_rows for f in r._files
+                  for g in range(f.num_row_groups)]
+        self._starts = np.concatenate([[0], np.cumsum(starts, dtype=np.int64)])
+        self._ids, self.id_field = id_index(r.schema, id_field, self.n_rows, self._pieces,
                                             self.path)
         self.text_field = text_field
         if text_field is not None:
@@ -73,6 +86,39 @@ class ParquetLive(FileLiveStore):
             self._columns[name] = self._pa.chunked_array(
                 [c for p in parts for c in p.chunks], type=self._reader.schema.field(name).type)
         return self._columns[name]
+
+    def _pieces(self, name):
+        """The column ``name``, a row group at a time (nothing kept)."""
+        for f in self._reader._files:
+            for g in range(f.num_row_groups):
+                yield f.read_row_group(g, columns=[name]).column(0)
+
+    def _column_bytes(self, name):
+        """The uncompressed bytes of the column ``name`` in every row group."""
+        total = 0
+        for f in self._reader._files:
+            md = f.metadata
+            leaves = [j for j in range(md.num_columns)
+                      if md.schema.column(j).path.split(".")[0] == name]
+            total += sum(md.row_group(g).column(j).total_uncompressed_size
+                         for g in range(md.num_row_groups) for j in leaves)
+        return total
+
+    def _group(self, k, name):
+        """Row group ``k`` (numbered across the files) of the column ``name``, decoded; the
+        last :data:`TEXT_GROUPS` are kept."""
+        key = (k, name)
+        if key in self._groups:
+            self._groups.move_to_end(key)
+            return self._groups[key]
+        for f in self._reader._files:
+            if k < f.num_row_groups:
+                break
+            k -= f.num_row_groups
+        self._groups[key] = col = f.read_row_group(k, columns=[name]).column(0)
+        while len(self._groups) > TEXT_GROUPS:
+            self._groups.popitem(last=False)
+        return col
 
     def _windows(self):
         if self._vectors is not None:
@@ -118,7 +164,18 @@ class ParquetLive(FileLiveStore):
             return None
         if text_field != self.text_field:
             text_column(self._pa, self._reader.schema, text_field, self.path)
-        return self._column(text_field).take(self._pa.array(positions)).to_pylist()
+        positions = np.asarray(positions, dtype=np.int64)
+        if text_field in self._columns or self._column_bytes(text_field) <= TEXT_CACHE_BYTES:
+            return self._column(text_field).take(self._pa.array(positions)).to_pylist()
+        out = np.empty(len(positions), dtype=object)
+        group = np.searchsorted(self._starts, positions, side="right") - 1
+        order = np.argsort(group, kind="stable")
+        bounds = np.flatnonzero(np.diff(group[order])) + 1
+        for rows in np.split(order, bounds) if len(order) else ():
+            k = int(group[rows[0]])
+            got = self._group(k, text_field).take(self._pa.array(positions[rows] - self._starts[k]))
+            out[rows] = np.array(got.to_pylist(), dtype=object)
+        return out.tolist()
 
 
 # ---------------------------------------------------------------------------- a second field
