@@ -44,7 +44,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 #: the stand-in encoder's module, ``{new}`` its output width (768 by default)
-STANDIN = '''"""A stand-in encoder for benchmarks/bench_migrate.py: text ``t<i>`` -> tanh(X_i P)."""
+STANDIN = '''"""A stand-in encoder for benchmarks/bench_migrate.py: text ``t<i>`` (padded or not)
+-> tanh(X_i P)."""
 import os
 
 import numpy as np
@@ -54,7 +55,7 @@ _P = np.random.default_rng(7).normal(size=(_OLD.shape[1], {new})).astype(np.floa
 
 
 def encode(texts):
-    rows = np.array([int(t[1:]) for t in texts], dtype=np.int64)
+    rows = np.array([int(t[1:].partition(" ")[0]) for t in texts], dtype=np.int64)
     return np.tanh(np.asarray(_OLD[rows], dtype=np.float32) @ _P)
 '''
 
@@ -74,10 +75,17 @@ finally:
 '''
 
 
-def make_store(work, n, seed=0, dims=(384, 768)):
+def _text(i, size):
+    """Row ``i``'s text: ``t<i>``, padded to ``size`` characters."""
+    t = f"t{i}"
+    return t if len(t) + 1 >= size else f"{t} {'x' * (size - len(t) - 1)}"
+
+
+def make_store(work, n, seed=0, dims=(384, 768), text_bytes=0):
     """The synthetic store ``work/src.parquet`` (and ``work/old.npy``, the stand-in's memory
     map), written in blocks of 100,000 rows; ``dims`` = (old, new) vector widths (the stand-in
-    ``work/standin_encoder.py`` returns the new)."""
+    ``work/standin_encoder.py`` returns the new); texts ``t<i>``, padded with a space and
+    ``x`` to ``text_bytes`` characters where they are shorter."""
     d, new = dims
     rng = np.random.default_rng(seed)
     A = rng.normal(size=(48, d)).astype(np.float32) / 4
@@ -94,7 +102,7 @@ def make_store(work, n, seed=0, dims=(384, 768)):
             old[lo:lo + m] = X
             ids = np.arange(lo, lo + m)
             w.write_table(pa.table({
-                "id": ids, "text": [f"t{i}" for i in ids],
+                "id": ids, "text": [_text(i, text_bytes) for i in ids],
                 "vector": pa.FixedSizeListArray.from_arrays(X.ravel(), d)}, schema=schema),
                 row_group_size=8192)
     old.flush()

@@ -3,11 +3,13 @@ by store size, beside ``skalign translate`` of the same store (issue 55).
 
 Usage: ``python benchmarks/bench_scale.py [--rows 100000 1000000] [--budget 2000]
 [--continue-share 0.1] [--queries 20] [--text-cost S | --measure-encoder N] [--sleep]
-[--dims 384 768] [--keep DIR] [--csv PATH]``
+[--dims 384 768] [--text-bytes N] [--keep DIR] [--csv PATH]``
 
 Per size, the synthetic Parquet store of ``bench_migrate.py`` (``--rows`` rows, texts ``t<i>``,
-old vectors of ``--dims``' first width, 384 by default) and its stand-in new encoder
-(``module:callable``, of the second width, 768 by default; no model time of its own), each
+padded to ``--text-bytes`` characters where given: a real text's size, which every copy of the
+store's texts a command holds grows with; old vectors of ``--dims``' first width, 384 by
+default) and its stand-in new encoder (``module:callable``, of the second width, 768 by
+default; no model time of its own), each
 command in its own process under ``/usr/bin/time -v`` (``bench_migrate.run_timed``: wall clock
 and peak resident memory), in this order:
 
@@ -62,7 +64,7 @@ _COST = float(os.environ.get("SKALIGN_BENCH_TEXT_COST", "0"))
 def encode(texts):
     if _COST:
         time.sleep(_COST * len(texts))
-    rows = np.array([int(t[1:]) for t in texts], dtype=np.int64)
+    rows = np.array([int(t[1:].partition(" ")[0]) for t in texts], dtype=np.int64)
     old = np.load(os.environ["SKALIGN_BENCH_OLD"], mmap_mode="r")
     X = np.asarray(old[rows], dtype=np.float32)
     del old
@@ -84,7 +86,7 @@ def measure(n, args, work, cost):
     from skalign import LinearAligner
     from skalign.io import save
 
-    old = make_store(work, n, dims=args.dims)
+    old = make_store(work, n, dims=args.dims, text_bytes=args.text_bytes)
     (work / "costly_encoder.py").write_text(COSTLY)
     env = {**os.environ, "SKALIGN_BENCH_OLD": str(work / "old.npy"),
            "PYTHONPATH": os.pathsep.join([str(work), os.environ.get("PYTHONPATH", "")]),
@@ -142,11 +144,11 @@ def measure(n, args, work, cost):
     return rows
 
 
-def info_floor(work, dims):
+def info_floor(work, dims, text_bytes=0):
     """``skalign info`` on a 1,000-row migrated store: the start-up every size pays."""
     small = work / "floor"
     small.mkdir(parents=True, exist_ok=True)
-    make_store(small, 1000, dims=dims)
+    make_store(small, 1000, dims=dims, text_bytes=text_bytes)
     env = {**os.environ, "SKALIGN_BENCH_OLD": str(small / "old.npy"),
            "PYTHONPATH": os.pathsep.join([str(small), os.environ.get("PYTHONPATH", "")]),
            "SKALIGN_ENCODE_CACHE": str(small / "cache.sqlite")}
@@ -164,6 +166,7 @@ def print_table(results, floor, args, cost):
           f"{args.queries} queries; stand-in encoder "
           + (f"sleeping {cost * 1000:.1f} ms a text" if args.sleep else
              f"without model time, '+ model s' at {cost * 1000:.1f} ms a text")
+          + (f"; texts padded to {args.text_bytes} characters" if args.text_bytes else "")
           + f"; load average {load:.1f} at the end")
     print(f"{'rows':>9} {'command':>10} {'wall s':>8} {'+ model s':>9} {'peak MB':>8} "
           f"{'x translate':>11} {'texts':>7}")
@@ -177,9 +180,9 @@ def print_table(results, floor, args, cost):
         print(f"{'1000':>9} {'info 1k':>10} {floor[0]:>8.1f} {0.0:>9.1f} {floor[1]:>8.0f}")
 
 
-def table_rows(results, floor, dims=DIMS):
+def table_rows(results, floor, dims=DIMS, text_bytes=0):
     """The printed table as CSV rows, the widths in two last columns unless they are the
-    defaults (``DIMS``)."""
+    defaults (``DIMS``), the texts' padded size in a last one where they were padded."""
     out = []
     for n, rows in results:
         ref = rows["translate"]["MB"]
@@ -195,6 +198,9 @@ def table_rows(results, floor, dims=DIMS):
     if tuple(dims) != DIMS:
         for row in out:
             row.update({"old d": dims[0], "new d": dims[1]})
+    if text_bytes:
+        for row in out:
+            row["text bytes"] = text_bytes
     return out
 
 
@@ -212,6 +218,8 @@ def main(argv=None):
                     help="the stand-in sleeps --text-cost a text (else it is added)")
     ap.add_argument("--dims", type=int, nargs=2, default=DIMS, metavar=("OLD", "NEW"),
                     help="old and new vector widths (default: 384 768)")
+    ap.add_argument("--text-bytes", type=int, default=0, metavar="N",
+                    help="pad each text t<i> to N characters (default: unpadded)")
     ap.add_argument("--keep", metavar="DIR", help="work in DIR and keep it")
     ap.add_argument("--csv", metavar="PATH", help="also write the table to this CSV file")
     args = ap.parse_args(argv)
@@ -234,10 +242,10 @@ def main(argv=None):
             print(f"{n} rows: {time.perf_counter() - t:.0f} s in all", flush=True)
             if not args.keep:
                 shutil.rmtree(work)
-        floor = info_floor(root, args.dims)
+        floor = info_floor(root, args.dims, args.text_bytes)
         print_table(results, floor, args, cost)
         if args.csv:
-            write_rows(args.csv, table_rows(results, floor, args.dims))
+            write_rows(args.csv, table_rows(results, floor, args.dims, args.text_bytes))
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
