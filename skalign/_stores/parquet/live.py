@@ -6,6 +6,7 @@ in memory up to :data:`CACHE_BYTES`, else read window by window), encoded rows i
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 
 import numpy as np
@@ -64,7 +65,8 @@ class ParquetLive(FileLiveStore):
         self._reader = r = ParquetReader(address, column)
         self.n_rows, self.dim = int(r.n_rows), int(r.dim)
         self.metric = check_metric(metric, self.path)
-        self._columns, self._groups = {}, OrderedDict()
+        self._columns, self._groups, self._bytes = {}, OrderedDict(), {}
+        self._groups_lock = threading.Lock()
         starts = [f.metadata.row_group(g).num_rows for f in r._files
                   for g in range(f.num_row_groups)]
         self._starts = np.concatenate([[0], np.cumsum(starts, dtype=np.int64)])
@@ -94,30 +96,36 @@ class ParquetLive(FileLiveStore):
                 yield f.read_row_group(g, columns=[name]).column(0)
 
     def _column_bytes(self, name):
-        """The uncompressed bytes of the column ``name`` in every row group."""
-        total = 0
-        for f in self._reader._files:
-            md = f.metadata
-            leaves = [j for j in range(md.num_columns)
-                      if md.schema.column(j).path.split(".")[0] == name]
-            total += sum(md.row_group(g).column(j).total_uncompressed_size
-                         for g in range(md.num_row_groups) for j in leaves)
-        return total
+        """The uncompressed bytes of the column ``name`` in every row group (read once)."""
+        if name not in self._bytes:
+            total = 0
+            for f in self._reader._files:
+                md = f.metadata
+                leaves = [j for j in range(md.num_columns)
+                          if (p := md.schema.column(j).path) == name
+                          or p.startswith(name + ".")]
+                total += sum(md.row_group(g).column(j).total_uncompressed_size
+                             for g in range(md.num_row_groups) for j in leaves)
+            self._bytes[name] = total
+        return self._bytes[name]
 
     def _group(self, k, name):
         """Row group ``k`` (numbered across the files) of the column ``name``, decoded; the
         last :data:`TEXT_GROUPS` are kept."""
         key = (k, name)
-        if key in self._groups:
-            self._groups.move_to_end(key)
-            return self._groups[key]
+        with self._groups_lock:
+            if key in self._groups:
+                self._groups.move_to_end(key)
+                return self._groups[key]
         for f in self._reader._files:
             if k < f.num_row_groups:
                 break
             k -= f.num_row_groups
-        self._groups[key] = col = f.read_row_group(k, columns=[name]).column(0)
-        while len(self._groups) > TEXT_GROUPS:
-            self._groups.popitem(last=False)
+        col = f.read_row_group(k, columns=[name]).column(0)
+        with self._groups_lock:
+            self._groups[key] = col
+            while len(self._groups) > TEXT_GROUPS:
+                self._groups.popitem(last=False)
         return col
 
     def _windows(self):
