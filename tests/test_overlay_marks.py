@@ -140,3 +140,47 @@ def test_marks_changed_on_disk_are_refused(tmp_path):
     segment.write_bytes(bytes(data))
     with pytest.raises(StoreError, match=r"\(unreadable: BadZipFile\)"):
         Overlay(store, D, {"rows": 10}).refresh()
+
+
+def test_a_spurious_system_error_is_read_again_not_refused(tmp_path, monkeypatch):
+    """CPython 3.11 can raise a spurious ``SystemError`` while two threads parse ``.npy``
+    headers (python/cpython#106905): a segment whose read raised one is read again, and only
+    refused when every try raised it; threads reading segments at once all read them."""
+    import threading
+
+    store, writer = _overlay(tmp_path, 100)
+    writer.write(np.arange(10), np.zeros((10, D), np.float32), ["translated:m"] * 10)
+    real, calls = ov._open_segment, []
+
+    def flaky(f, dim):
+        calls.append(1)
+        if len(calls) == 1:
+            raise SystemError("AST constructor recursion depth mismatch")
+        return real(f, dim)
+
+    monkeypatch.setattr(ov, "_open_segment", flaky)
+    assert len(Overlay(store, D, {"rows": 100}).refresh().positions) == 10
+    assert len(calls) == 2
+
+    def always(f, dim):
+        raise SystemError("AST constructor recursion depth mismatch")
+
+    monkeypatch.setattr(ov, "_open_segment", always)
+    with pytest.raises(StoreError, match="unreadable: SystemError"):
+        Overlay(store, D, {"rows": 100}).refresh()
+    monkeypatch.setattr(ov, "_open_segment", real)
+    errors = []
+
+    def reader():
+        try:
+            for _ in range(30):
+                assert len(Overlay(store, D, {"rows": 100}).refresh().positions) == 10
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=reader) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors

@@ -26,6 +26,7 @@ from .files.live import (
     check_metric,
     files_state,
 )
+from .files.overlay import HEADER_LOCK
 from .files.shadow import FileShadow, open_file
 from .journal import write_journal
 
@@ -39,7 +40,8 @@ def _map(f):
     if version not in ((1, 0), (2, 0), (3, 0)):
         raise ValueError(f"unsupported .npy format version {version}")
     read = {(1, 0): fmt.read_array_header_1_0}.get(version, fmt.read_array_header_2_0)
-    shape, fortran, dtype = read(f)
+    with HEADER_LOCK:  # see the lock: numpy parses the header with ast
+        shape, fortran, dtype = read(f)
     if dtype.hasobject:
         raise ValueError("the array holds Python objects")
     return np.memmap(f, dtype=dtype, mode="r", shape=shape, offset=f.tell(),

@@ -50,11 +50,19 @@ from ...exceptions import StoreError
 from ..journal import fsync_dir, write_durably
 from .shadow import create_file, output_modes
 
-__all__ = ["CHUNK_ROWS", "COMPACT_SEGMENTS", "OVERLAY_SUFFIX", "SEGMENT", "FileRows", "LazyRows",
-           "Marks", "Overlay", "OverlayState", "rebinding"]
+__all__ = ["CHUNK_ROWS", "COMPACT_SEGMENTS", "HEADER_LOCK", "OVERLAY_SUFFIX", "SEGMENT", "FileRows",
+           "LazyRows", "Marks", "Overlay", "OverlayState", "rebinding"]
 
 #: set by :func:`rebinding`: overlays opened meanwhile follow their store's rewrite
 _REBIND = contextvars.ContextVar("skalign_overlay_rebind", default=False)
+#: taken while a ``.npy`` header is parsed (a segment's, a ``.npy`` store's): numpy parses it with
+#: ``ast.literal_eval``, and CPython 3.11 keeps the AST constructor's recursion depth in state
+#: its threads share (python/cpython#106905): a searcher and a ``--continue`` step reading
+#: segments at once once raised a spurious ``SystemError``, and a sound segment was refused
+HEADER_LOCK = threading.RLock()
+#: reads of a segment that raised ``SystemError`` (the interpreter's, not the file's) before
+#: it is refused
+_READ_TRIES = 3
 
 
 @contextlib.contextmanager
@@ -425,7 +433,15 @@ class Overlay:
         except FileNotFoundError:
             raise
         try:
-            P, seg, M = _open_segment(f, self.dim)
+            for tries in range(_READ_TRIES, 0, -1):
+                try:
+                    with HEADER_LOCK:
+                        P, seg, M = _open_segment(f, self.dim)
+                    break
+                except SystemError:
+                    if tries == 1:
+                        raise
+                    f.seek(0)
         except _BadSegment as exc:
             f.close()
             raise StoreError(bad.format(str(exc))) from None
