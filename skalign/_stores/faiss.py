@@ -29,6 +29,7 @@ from ..utils._backend import iter_batches
 from .base import StoreReader
 from .files.engine import FileEngine
 from .files.live import FileLiveStore, IdIndex, LineTexts, RowNumbers, files_state
+from .files.overlay import HEADER_LOCK
 from .files.shadow import remove_path
 from .journal import write_journal
 from .npy import NpyShadow
@@ -263,7 +264,8 @@ class _BuildWriter(NpyShadow):
         faiss = _faiss()
         n = super().finish()
         src = self.job.reader
-        X = np.load(self.vectors, mmap_mode="r")
+        with HEADER_LOCK:
+            X = np.load(self.vectors, mmap_mode="r")
         d, p = self.job.d_out, src.params
         if src.index_kind == "Flat":
             index = faiss.IndexFlat(d, p["metric"])

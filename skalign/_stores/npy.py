@@ -155,7 +155,8 @@ class NpyShadow(FileShadow):
         self.row_bytes = 4 * job.d_out
         state = self._resumable(fp)
         if state is not None:
-            mm = np.load(self.partial, mmap_mode="r")
+            with HEADER_LOCK:
+                mm = np.load(self.partial, mmap_mode="r")
             if mm.shape == (job.reader.n_rows, job.d_out) and mm.dtype == np.float32:
                 self.offset, self.rows = mm.offset, int(state["rows"])
                 del mm
@@ -198,7 +199,9 @@ class NpyShadow(FileShadow):
         return self.rows
 
     def fetch(self, positions, rows=None):
-        return np.load(self.partial, mmap_mode="r")[positions].copy(), None
+        with HEADER_LOCK:
+            mm = np.load(self.partial, mmap_mode="r")
+        return mm[positions].copy(), None
 
 
 class NpyEngine(FileEngine):

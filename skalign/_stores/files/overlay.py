@@ -55,10 +55,11 @@ __all__ = ["CHUNK_ROWS", "COMPACT_SEGMENTS", "HEADER_LOCK", "OVERLAY_SUFFIX", "S
 
 #: set by :func:`rebinding`: overlays opened meanwhile follow their store's rewrite
 _REBIND = contextvars.ContextVar("skalign_overlay_rebind", default=False)
-#: taken while a ``.npy`` header is parsed (a segment's, a ``.npy`` store's): numpy parses it with
-#: ``ast.literal_eval``, and CPython 3.11 keeps the AST constructor's recursion depth in state
-#: its threads share (python/cpython#106905): a searcher and a ``--continue`` step reading
-#: segments at once once raised a spurious ``SystemError``, and a sound segment was refused
+#: taken while skalign parses a ``.npy`` header (a segment's, a ``.npy`` or FAISS store's,
+#: written or read): numpy parses it with ``ast.literal_eval``, and CPython 3.11 keeps the AST
+#: constructor's recursion depth in state its threads share (python/cpython#106905): a
+#: searcher and a ``--continue`` step reading segments at once once raised a spurious
+#: ``SystemError``, and a sound segment was refused
 HEADER_LOCK = threading.RLock()
 #: reads of a segment that raised ``SystemError`` (the interpreter's, not the file's) before
 #: it is refused
